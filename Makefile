@@ -1,0 +1,61 @@
+# steer: build the BPF objects, and the two entry points of README.md.
+#
+#   make            build/flowtrace.bpf.o (CO-RE, needs clang, bpftool, libbpf-dev and kernel BTF)
+#   make demo       install what is missing, then run `steer demo` on the built-in lab (root)
+#   make test       install what is missing, then run the whole test suite (root for the live tiers)
+#   make V=1        show the compiler commands
+
+BUILD   ?= build
+CLANG   ?= clang
+BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
+BTF     ?= /sys/kernel/btf/vmlinux
+VENV    ?= .venv
+PYTHON  := $(VENV)/bin/python
+
+# __TARGET_ARCH_* selects the pt_regs layout and the syscall numbers in the BPF code
+UNAME_M := $(shell uname -m)
+ARCH := $(patsubst x86_64,x86,$(patsubst aarch64,arm64,$(UNAME_M)))
+ifeq ($(filter x86 arm64,$(ARCH)),)
+$(error unsupported architecture '$(UNAME_M)': steer knows the receive syscall numbers of x86_64 and aarch64 only)
+endif
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+BPF_SRCS := $(wildcard bpf/*.bpf.c)
+BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
+BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
+
+.PHONY: all clean demo test setup
+all: $(BPF_OBJS)
+
+$(BUILD):
+	$(Q)mkdir -p $@
+
+# vmlinux.h from the running kernel's BTF: CO-RE relocates field offsets at load time, so an object
+# built here runs on other kernels that have BTF too
+$(BUILD)/vmlinux.h: | $(BUILD)
+	@test -r $(BTF) || { echo "error: $(BTF) missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is needed)" >&2; exit 1; }
+	@command -v $(BPFTOOL) >/dev/null || { echo "error: bpftool not found (apt-get install bpftool)" >&2; exit 1; }
+	$(Q)$(BPFTOOL) btf dump file $(BTF) format c > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/%.h $(BUILD)/vmlinux.h
+	@command -v $(CLANG) >/dev/null || { echo "error: clang not found (apt-get install clang llvm)" >&2; exit 1; }
+	@test -r /usr/include/bpf/bpf_helpers.h || { echo "error: libbpf headers not found (apt-get install libbpf-dev)" >&2; exit 1; }
+	@echo "  BPF   $@"
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+setup:
+	$(Q)scripts/setup.sh
+
+demo: setup
+	$(Q)$(VENV)/bin/steer demo
+
+test: setup
+	$(Q)$(PYTHON) -m pytest -ra tests
+
+clean:
+	$(Q)rm -rf $(BUILD)

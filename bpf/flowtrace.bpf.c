@@ -1,0 +1,588 @@
+// SPDX-License-Identifier: GPL-2.0
+/* flowtrace: per-flow receive accounting.
+ *
+ * Kernel side: the time between consecutive netif_receive_skb events on a CPU is charged to the
+ * flow of the earlier skb, the time before the first skb of a NET_RX softirq to the first skb, and
+ * the tail to the last one, so that the flows' time plus the unattributed rest is exactly the CPU's
+ * NET_RX time. Steered packets run up the stack in a cpumap kthread instead; that context is
+ * bracketed the same way and closed by the xdp_cpumap_kthread tracepoint.
+ *
+ * Application side: sock_recv_length (kernel >= 6.3) names the socket and the bytes; the receive
+ * syscall around it gives the on-CPU time (segments split at sched_switch), minus the softirq time
+ * that ran nested inside it, which the kernel side already counts.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "flowtrace.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define NET_RX_SOFTIRQ	3	/* enum in include/linux/interrupt.h; stable since 2.6 */
+#define ETH_P_IP	0x0800
+#define ETH_P_IPV6	0x86DD
+#define AF_INET		2
+#define AF_INET6	10
+#define IPPROTO_TCP	6
+#define IPPROTO_UDP	17
+#define MSG_PEEK	2
+#define IP_MF		0x2000
+#define IP_OFFSET	0x1FFF
+#define MAX_IPV6_EXT	4	/* extension headers walked before giving up on the ports */
+
+/* receive syscalls whose time is charged to the socket that sock_recv_length names */
+#if defined(__TARGET_ARCH_x86)
+#define NR_read		0
+#define NR_readv	19
+#define NR_recvfrom	45
+#define NR_recvmsg	47
+#define NR_recvmmsg	299
+#elif defined(__TARGET_ARCH_arm64)
+#define NR_read		63
+#define NR_readv	65
+#define NR_recvfrom	207
+#define NR_recvmsg	212
+#define NR_recvmmsg	243
+#else
+#error "receive syscall numbers are not known for this architecture"
+#endif
+
+const volatile struct ft_config cfg = {};
+
+/* the bound is a load-time setting (steer --max-flows); LRU so a flood of flows evicts old ones
+ * instead of failing, and userspace counts evictions as inserts minus live entries */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ft_flow_cpu_key);
+	__type(value, struct ft_flow_stats);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ft_cpu_stats);
+} cpu_totals SEC(".maps");
+
+/* one perf counter (LLC misses) per CPU, filled by userspace when a PMU exists */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} llc_counters SEC(".maps");
+
+/* what the current receive context on this CPU is charging to */
+struct cpu_state {
+	__u64 softirq_start;	/* start of the running softirq (any vector) */
+	__u64 mark;		/* last boundary of the NET_RX or kthread interval */
+	__u64 llc_mark;
+	__u64 softirq_llc_start;
+	__u64 kthread_start;	/* first skb of the running cpumap batch */
+	struct ft_flow_key cur;
+	__u8 ctx;		/* CTX_* */
+	__u8 cur_valid;		/* cur holds the flow of the last skb */
+	__u8 pad[6];
+};
+
+#define CTX_NONE	0
+#define CTX_NET_RX	1
+#define CTX_KTHREAD	2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_state);
+} cpu_states SEC(".maps");
+
+/* per reader thread: the receive syscall in progress */
+struct recv_state {
+	__u64 seg_start;	/* start of the current on-CPU segment, 0 while switched out */
+	__u64 softirq_snap;	/* this CPU's softirq_ns at seg_start */
+	__u64 softirq_llc_snap;
+	__u64 llc_snap;
+	__u64 acc_ns;
+	__u64 acc_nested_ns;
+	__u64 acc_llc;
+	struct ft_flow_key flow;
+	__u8 in_recv;
+	__u8 have_flow;
+	__u8 pad[6];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct recv_state);
+} readers SEC(".maps");
+
+/* .rodata must hold the configuration alone (userspace writes it whole), so map keys are locals */
+static __always_inline struct ft_cpu_stats *totals(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cpu_totals, &zero);
+}
+
+static __always_inline struct cpu_state *this_cpu_state(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cpu_states, &zero);
+}
+
+static __always_inline __u64 llc_now(void)
+{
+	struct bpf_perf_event_value v = {};
+
+	if (!cfg.llc_enabled)
+		return 0;
+	if (bpf_perf_event_read_value(&llc_counters, BPF_F_CURRENT_CPU, &v, sizeof(v)))
+		return 0;
+	return v.counter;
+}
+
+/* the (flow, this CPU) entry, created on first use */
+static __always_inline struct ft_flow_stats *flow_entry(const struct ft_flow_key *k, __u32 cpu,
+							struct ft_cpu_stats *tot)
+{
+	struct ft_flow_cpu_key fk = {};
+	struct ft_flow_stats *st, empty = {};
+
+	__builtin_memcpy(&fk.flow, k, sizeof(fk.flow));
+	fk.cpu = cpu;
+	st = bpf_map_lookup_elem(&flows, &fk);
+	if (st)
+		return st;
+	if (bpf_map_update_elem(&flows, &fk, &empty, BPF_NOEXIST) == 0)
+		__sync_fetch_and_add(&tot->flow_inserts, 1);
+	st = bpf_map_lookup_elem(&flows, &fk);
+	if (!st)
+		__sync_fetch_and_add(&tot->flow_failures, 1);
+	return st;
+}
+
+/* parse the network and transport headers at skb->data (netif_receive_skb runs after
+ * eth_type_trans, before the network header offset is reset). Returns 0 and fills the key and the
+ * transport payload length, or -1 for anything that is not TCP/UDP over IPv4/IPv6. */
+static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload)
+{
+	unsigned char *data = skb->data;
+	__u32 len = skb->len;
+	__u32 headlen = len - skb->data_len;
+	__u16 eth_proto = bpf_ntohs(skb->protocol);
+	__u32 l4off;
+	__u8 proto;
+	int frag_tail = 0;
+
+	if (eth_proto == ETH_P_IP) {
+		struct iphdr iph;
+		__u32 tot;
+
+		if (headlen < sizeof(iph) || bpf_probe_read_kernel(&iph, sizeof(iph), data))
+			return -1;
+		if (iph.version != 4 || iph.ihl < 5)
+			return -1;
+		l4off = iph.ihl * 4;
+		proto = iph.protocol;
+		frag_tail = (bpf_ntohs(iph.frag_off) & IP_OFFSET) != 0;
+		tot = bpf_ntohs(iph.tot_len);
+		/* short frames carry Ethernet padding; tot_len 0 means BIG TCP: trust skb->len */
+		if (tot && tot < len)
+			len = tot;
+		__builtin_memcpy(k->saddr, &iph.saddr, 4);
+		__builtin_memcpy(k->daddr, &iph.daddr, 4);
+		k->family = 4;
+	} else if (eth_proto == ETH_P_IPV6) {
+		struct ipv6hdr ip6;
+		__u32 plen;
+		int i;
+
+		if (headlen < sizeof(ip6) || bpf_probe_read_kernel(&ip6, sizeof(ip6), data))
+			return -1;
+		if (ip6.version != 6)
+			return -1;
+		plen = bpf_ntohs(ip6.payload_len);
+		if (plen && plen + sizeof(ip6) < len)
+			len = plen + sizeof(ip6);
+		l4off = sizeof(ip6);
+		proto = ip6.nexthdr;
+		for (i = 0; i < MAX_IPV6_EXT; i++) {
+			__u8 ext[8];
+
+			if (proto != 0 && proto != 43 && proto != 60 && proto != 44)
+				break;	/* not hop-by-hop, routing, destination options, fragment */
+			if (l4off + 8 > headlen || bpf_probe_read_kernel(ext, 8, data + l4off))
+				return -1;
+			if (proto == 44) {
+				frag_tail = ((ext[2] << 8 | ext[3]) & 0xFFF8) != 0;
+				l4off += 8;
+			} else {
+				l4off += (ext[1] + 1) * 8;
+			}
+			proto = ext[0];
+		}
+		__builtin_memcpy(k->saddr, &ip6.saddr, 16);
+		__builtin_memcpy(k->daddr, &ip6.daddr, 16);
+		k->family = 6;
+	} else {
+		return -1;
+	}
+
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return -1;
+	k->proto = proto;
+	if (frag_tail) {
+		/* a non-first fragment has no ports: its bytes go to the port-less key */
+		*payload = len > l4off ? len - l4off : 0;
+		return 0;
+	}
+	if (proto == IPPROTO_TCP) {
+		__u8 th[13];
+		__u32 thl;
+
+		if (l4off + sizeof(th) > headlen || bpf_probe_read_kernel(th, sizeof(th), data + l4off))
+			return -1;
+		k->sport = th[0] << 8 | th[1];
+		k->dport = th[2] << 8 | th[3];
+		thl = (th[12] >> 4) * 4;
+		*payload = len > l4off + thl ? len - l4off - thl : 0;
+	} else {
+		__u8 uh[4];
+
+		if (l4off + 8 > headlen || bpf_probe_read_kernel(uh, sizeof(uh), data + l4off))
+			return -1;
+		k->sport = uh[0] << 8 | uh[1];
+		k->dport = uh[2] << 8 | uh[3];
+		*payload = len > l4off + 8 ? len - l4off - 8 : 0;
+	}
+	return 0;
+}
+
+/* close the interval [mark, now] of this CPU's receive context: charge it to the current flow */
+static __always_inline void charge_interval(struct cpu_state *s, struct ft_cpu_stats *tot,
+					    __u32 cpu, __u64 now, __u64 llc)
+{
+	__u64 dt = now - s->mark;
+	__u64 dllc = llc - s->llc_mark;
+	struct ft_flow_stats *st = 0;
+
+	if (s->cur_valid)
+		st = flow_entry(&s->cur, cpu, tot);
+	if (st) {
+		if (s->ctx == CTX_NET_RX)
+			st->kernel_ns += dt;
+		else
+			st->kthread_ns += dt;
+		st->llc_kernel += dllc;
+		st->last_seen_ns = now;
+	} else if (s->ctx == CTX_NET_RX) {
+		tot->net_rx_unattributed_ns += dt;
+	} else {
+		tot->kthread_unattributed_ns += dt;
+	}
+	tot->llc_kernel += dllc;
+	s->mark = now;
+	s->llc_mark = llc;
+}
+
+static __always_inline int current_is_cpumap_kthread(void)
+{
+	char comm[8];
+
+	/* cpumap kthreads are named "cpumap/<cpu>/map:<id>" (kernel/bpf/cpumap.c) */
+	bpf_get_current_comm(comm, sizeof(comm));
+	return comm[0] == 'c' && comm[1] == 'p' && comm[2] == 'u' && comm[3] == 'm' &&
+	       comm[4] == 'a' && comm[5] == 'p' && comm[6] == '/';
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(softirq_entry, unsigned int vec_nr)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!s || !tot)
+		return 0;
+	/* softirqs do not nest on a CPU, so one start time serves every vector */
+	s->softirq_start = now;
+	s->softirq_llc_start = llc_now();
+	if (vec_nr != NET_RX_SOFTIRQ)
+		return 0;
+	tot->net_rx_events++;
+	s->ctx = CTX_NET_RX;
+	s->cur_valid = 0;
+	s->mark = now;
+	s->llc_mark = s->softirq_llc_start;
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(softirq_exit, unsigned int vec_nr)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	__u64 now = bpf_ktime_get_ns();
+	__u64 llc = llc_now();
+
+	if (!s || !tot || !s->softirq_start)
+		return 0;	/* attached while this softirq was already running */
+	tot->softirq_ns += now - s->softirq_start;
+	tot->softirq_llc += llc - s->softirq_llc_start;
+	if (vec_nr == NET_RX_SOFTIRQ && s->ctx == CTX_NET_RX) {
+		tot->net_rx_ns += now - s->softirq_start;
+		/* the tail goes to the last skb's flow */
+		charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc);
+		s->ctx = CTX_NONE;
+	}
+	s->softirq_start = 0;
+	return 0;
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	struct ft_flow_key k = {};
+	struct ft_flow_stats *st;
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u64 now = bpf_ktime_get_ns(), payload = 0, llc;
+	int parsed, second_pass = 0;
+	__u16 segs;
+
+	if (!s || !tot)
+		return 0;
+	parsed = skb_flow(skb, &k, &payload) == 0;
+
+	if (s->ctx == CTX_NONE && s->softirq_start == 0 && current_is_cpumap_kthread()) {
+		/* first skb of a cpumap batch: the interval runs until xdp_cpumap_kthread */
+		s->ctx = CTX_KTHREAD;
+		s->cur_valid = 0;
+		s->kthread_start = now;
+		s->mark = now;
+		s->llc_mark = llc_now();
+	}
+	if (s->ctx == CTX_KTHREAD) {
+		/* generic XDP already passed this skb through netif_receive_skb on the arrival CPU,
+		 * which set skb_iif; an skb built from an xdp_frame (native XDP) arrives here fresh */
+		second_pass = skb->skb_iif != 0;
+	}
+
+	if (s->ctx != CTX_NONE) {
+		llc = llc_now();
+		if (!s->cur_valid && parsed) {
+			/* the head of the interval (driver, GRO) is work for this first skb */
+			s->cur = k;
+			s->cur_valid = 1;
+		}
+		charge_interval(s, tot, cpu, now, llc);
+		s->cur = k;
+		s->cur_valid = parsed;
+	} else {
+		tot->untimed_skbs++;
+	}
+
+	if (!parsed || second_pass)
+		return 0;
+	st = flow_entry(&k, cpu, tot);
+	if (!st)
+		return 0;
+	st->rx_bytes += payload;
+	st->rx_skbs++;
+	/* a GRO aggregate stands for gso_segs wire packets (skb_shinfo: head + end offset) */
+	segs = BPF_CORE_READ((struct skb_shared_info *)(skb->head + skb->end), gso_segs);
+	st->rx_packets += segs ? segs : 1;
+	st->last_seen_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/xdp_cpumap_kthread")
+int BPF_PROG(xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned int drops, int sched)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!s || !tot || s->ctx != CTX_KTHREAD)
+		return 0;
+	tot->kthread_ns += now - s->kthread_start;
+	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now());
+	s->ctx = CTX_NONE;
+	return 0;
+}
+
+/* fold v4-mapped IPv6 sockets (an IPv6 listener accepting IPv4) into IPv4 keys, as the packets
+ * carry them */
+static __always_inline int sock_flow(struct sock *sk, struct ft_flow_key *k)
+{
+	__u16 family = sk->__sk_common.skc_family;
+	__u8 proto = sk->sk_protocol;
+
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return -1;
+	k->proto = proto;
+	k->sport = bpf_ntohs(sk->__sk_common.skc_dport);
+	k->dport = sk->__sk_common.skc_num;
+	if (family == AF_INET6) {
+		struct in6_addr d = sk->__sk_common.skc_v6_daddr;
+		struct in6_addr r = sk->__sk_common.skc_v6_rcv_saddr;
+		__u32 *dw = (__u32 *)&d, *rw = (__u32 *)&r;
+		int mapped = dw[0] == 0 && dw[1] == 0 && dw[2] == bpf_htonl(0xffff);
+
+		if (!mapped) {
+			__builtin_memcpy(k->saddr, &d, 16);
+			__builtin_memcpy(k->daddr, &r, 16);
+			k->family = 6;
+			return 0;
+		}
+		__builtin_memcpy(k->saddr, &dw[3], 4);
+		__builtin_memcpy(k->daddr, &rw[3], 4);
+		k->family = 4;
+		return 0;
+	}
+	if (family != AF_INET)
+		return -1;
+	__builtin_memcpy(k->saddr, &sk->__sk_common.skc_daddr, 4);
+	__builtin_memcpy(k->daddr, &sk->__sk_common.skc_rcv_saddr, 4);
+	k->family = 4;
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
+{
+	struct ft_cpu_stats *tot = totals();
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct ft_flow_key k = {};
+	struct ft_flow_stats *st;
+	struct recv_state *r;
+
+	if (!tot || !sk || (flags & MSG_PEEK) || sock_flow(sk, &k))
+		return 0;
+	/* bytes are counted here, in every context; time needs the enclosing syscall */
+	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
+	if (st) {
+		if (ret > 0)
+			st->app_bytes += ret;
+		st->app_calls++;
+		st->app_pid = bpf_get_current_pid_tgid() >> 32;
+		bpf_get_current_comm(st->app_comm, sizeof(st->app_comm));
+		st->last_seen_ns = bpf_ktime_get_ns();
+	}
+	/* first sighting makes this thread a known reader: its next receive syscalls get timed */
+	r = bpf_task_storage_get(&readers, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (r && r->in_recv) {
+		r->flow = k;
+		r->have_flow = 1;
+	}
+	return 0;
+}
+
+static __always_inline void segment_start(struct recv_state *r, struct ft_cpu_stats *tot, __u64 now)
+{
+	r->seg_start = now;
+	r->softirq_snap = tot->softirq_ns;
+	r->softirq_llc_snap = tot->softirq_llc;
+	r->llc_snap = llc_now();
+}
+
+static __always_inline void segment_end(struct recv_state *r, struct ft_cpu_stats *tot, __u64 now)
+{
+	__u64 nested = tot->softirq_ns - r->softirq_snap;
+	__u64 nested_llc = tot->softirq_llc - r->softirq_llc_snap;
+	__u64 dt = now - r->seg_start, dllc = llc_now() - r->llc_snap;
+
+	if (!r->seg_start)
+		return;
+	r->acc_ns += dt > nested ? dt - nested : 0;
+	r->acc_nested_ns += nested;
+	r->acc_llc += dllc > nested_llc ? dllc - nested_llc : 0;
+	r->seg_start = 0;
+}
+
+static __always_inline int is_recv_syscall(long id)
+{
+	return id == NR_read || id == NR_readv || id == NR_recvfrom || id == NR_recvmsg ||
+	       id == NR_recvmmsg;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+{
+	struct ft_cpu_stats *tot;
+	struct recv_state *r;
+
+	if (!is_recv_syscall(id))
+		return 0;
+	r = bpf_task_storage_get(&readers, bpf_get_current_task_btf(), 0, 0);
+	if (!r)
+		return 0;	/* not a socket reader (yet) */
+	tot = totals();
+	if (!tot)
+		return 0;
+	r->in_recv = 1;
+	r->have_flow = 0;
+	r->acc_ns = r->acc_nested_ns = r->acc_llc = 0;
+	segment_start(r, tot, bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+{
+	struct ft_cpu_stats *tot;
+	struct ft_flow_stats *st;
+	struct recv_state *r;
+	__u64 now;
+
+	r = bpf_task_storage_get(&readers, bpf_get_current_task_btf(), 0, 0);
+	if (!r || !r->in_recv)
+		return 0;
+	tot = totals();
+	if (!tot)
+		return 0;
+	now = bpf_ktime_get_ns();
+	segment_end(r, tot, now);
+	r->in_recv = 0;
+	if (!r->have_flow)
+		return 0;	/* read() of a pipe or file by a socket reader */
+	/* charged to the CPU the syscall returns on: where the data was copied */
+	st = flow_entry(&r->flow, bpf_get_smp_processor_id(), tot);
+	if (!st)
+		return 0;
+	st->app_ns += r->acc_ns;
+	st->app_nested_ns += r->acc_nested_ns;
+	st->llc_app += r->acc_llc;
+	st->last_seen_ns = now;
+	tot->app_ns += r->acc_ns;
+	tot->app_nested_ns += r->acc_nested_ns;
+	tot->llc_app += r->acc_llc;
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct ft_cpu_stats *tot = totals();
+	struct recv_state *r;
+	__u64 now;
+
+	if (!tot)
+		return 0;
+	now = bpf_ktime_get_ns();
+	/* a reader that blocks or is preempted inside its receive syscall is off-CPU until it
+	 * comes back: only its on-CPU segments count */
+	r = bpf_task_storage_get(&readers, prev, 0, 0);
+	if (r && r->in_recv)
+		segment_end(r, tot, now);
+	r = bpf_task_storage_get(&readers, next, 0, 0);
+	if (r && r->in_recv)
+		segment_start(r, tot, now);
+	return 0;
+}

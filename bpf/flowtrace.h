@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Types shared by flowtrace.bpf.c and steer/flowtrace_abi.py (checked against BTF by a test).
+ * Fixed-width types only, no pointers, explicit padding: both sides must agree byte for byte.
+ */
+#ifndef __FLOWTRACE_H
+#define __FLOWTRACE_H
+
+#define FT_COMM_LEN 16
+
+/* receive-direction 5-tuple: src = remote peer, dst = this host */
+struct ft_flow_key {
+	__u8 saddr[16];		/* IPv4 in the first 4 bytes, rest zero */
+	__u8 daddr[16];
+	__u16 sport;		/* host byte order */
+	__u16 dport;
+	__u8 proto;		/* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 family;		/* 4 or 6 (v4-mapped IPv6 sockets are folded into 4) */
+	__u16 pad;
+};
+
+/* one entry per (flow, CPU): the CPU in the key lets each CPU update its own entry without
+ * atomics, and gives userspace the per-CPU split it needs for "dominant CPU and its share" */
+struct ft_flow_cpu_key {
+	struct ft_flow_key flow;
+	__u32 cpu;
+};
+
+struct ft_flow_stats {
+	__u64 rx_bytes;		/* transport payload seen on the kernel receive path */
+	__u64 rx_packets;	/* wire packets (GRO aggregates count their segments) */
+	__u64 rx_skbs;		/* netif_receive_skb events */
+	__u64 kernel_ns;	/* NET_RX softirq time charged to this flow */
+	__u64 kthread_ns;	/* cpumap kthread time charged to this flow (steered flows) */
+	__u64 app_bytes;	/* bytes returned to the reader (sock_recv_length) */
+	__u64 app_calls;	/* receive calls that returned data or an error */
+	__u64 app_ns;		/* on-CPU time of receive syscalls, nested softirq taken out */
+	__u64 app_nested_ns;	/* softirq time that ran inside those syscalls */
+	__u64 llc_kernel;	/* LLC misses on the kernel side (0 without a PMU) */
+	__u64 llc_app;		/* LLC misses on the application side */
+	__u64 last_seen_ns;	/* bpf_ktime_get_ns() of the last update */
+	__u32 app_pid;		/* tgid of the last reader */
+	__u32 pad;
+	char app_comm[FT_COMM_LEN];
+};
+
+/* per-CPU totals; the invariant the tests check:
+ * sum over flows of kernel_ns on CPU c + net_rx_unattributed_ns[c] == net_rx_ns[c] */
+struct ft_cpu_stats {
+	__u64 net_rx_events;		/* softirq_entry for NET_RX: matches /proc/softirqs */
+	__u64 net_rx_ns;
+	__u64 net_rx_unattributed_ns;	/* NET_RX time with no TCP/UDP skb to charge it to */
+	__u64 kthread_ns;
+	__u64 kthread_unattributed_ns;
+	__u64 softirq_ns;		/* every softirq vector: subtracted from syscalls it interrupts */
+	__u64 softirq_llc;
+	__u64 app_ns;
+	__u64 app_nested_ns;
+	__u64 llc_kernel;
+	__u64 llc_app;
+	__u64 flow_inserts;		/* new flow entries: userspace derives evictions from it */
+	__u64 flow_failures;		/* flow map updates that failed: their time went to unattributed */
+	__u64 untimed_skbs;		/* skbs seen outside NET_RX and cpumap (bytes counted, no time) */
+};
+
+/* written into .rodata before load */
+struct ft_config {
+	__u32 llc_enabled;	/* a per-CPU counter was put in the llc_counters array */
+	__u32 pad;
+};
+
+#endif /* __FLOWTRACE_H */

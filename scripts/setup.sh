@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install what steer needs on Debian 12, idempotently: system packages, a venv with steer in it,
+# and the BPF build. Called by `make demo` and `make test`; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# clang/llvm/bpftool/libbpf-dev build the CO-RE objects; libbpf1 is loaded at run time; iperf3 and
+# iproute2 drive the lab; libbpf-tools (softirqs) and tmux are independent witnesses in the tests
+PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux
+          python3 python3-venv python3-pip make)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing packages ${missing[*]}; run as root (sudo make ...) to install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# the venv follows the python3 on PATH; it is rebuilt when setup.cfg changes
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$PY" -m venv .venv
+fi
+if [[ ! -f .venv/.installed || setup.cfg -nt .venv/.installed || pyproject.toml -nt .venv/.installed ]]; then
+  echo "setup: installing steer into .venv"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[test]'
+  touch .venv/.installed
+fi
+
+make --no-print-directory

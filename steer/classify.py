@@ -1,0 +1,41 @@
+"""Affinity class of a flow: where its kernel receive processing runs relative to its reader.
+
+The classes follow the NDM'13 study (same core ~20-22 Gbps, same socket ~35-39 Gbps, cross socket
+~26-28 Gbps on a 40 Gbps flow): what matters is whether the two sides share a core, share a last-
+level cache, or sit on different sockets.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .topology import Topology
+
+SAME_CORE = "same-core"         # same CPU, or SMT siblings of one physical core
+SAME_SOCKET = "same-socket"     # different cores of one socket (shared_llc tells the detail)
+CROSS_SOCKET = "cross-socket"
+UNKNOWN = "unknown"             # a side not seen yet, or a CPU the topology does not know
+CLASSES = (SAME_CORE, SAME_SOCKET, CROSS_SOCKET, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class Placement:
+    cls: str
+    shared_llc: bool | None     # None when unknown
+
+
+def classify(kernel_cpu: int | None, app_cpu: int | None, topo: Topology) -> Placement:
+    if kernel_cpu is None or app_cpu is None:
+        return Placement(UNKNOWN, None)
+    k, a = topo.cpus.get(kernel_cpu), topo.cpus.get(app_cpu)
+    if k is None or a is None:
+        return Placement(UNKNOWN, None)
+    shared_llc = None
+    if k.llc is not None and a.llc is not None:
+        shared_llc = k.llc == a.llc
+    if kernel_cpu == app_cpu or app_cpu in k.siblings:
+        return Placement(SAME_CORE, True if shared_llc is None else shared_llc)
+    if k.socket is None or a.socket is None:
+        return Placement(UNKNOWN, shared_llc)
+    if k.socket == a.socket:
+        return Placement(SAME_SOCKET, shared_llc)
+    return Placement(CROSS_SOCKET, shared_llc)

@@ -1,0 +1,220 @@
+"""Snapshots: what each flow did between two tracer samples, with its dominant CPUs and class."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+from .classify import Placement, classify
+from .topology import Topology
+from .tracer import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+
+NS = 1e9
+GB = 1e9   # CPU-seconds per GB use decimal gigabytes, as link rates do
+
+
+def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:
+    if a is None or b.rx_bytes < a.rx_bytes or b.app_calls < a.app_calls:
+        return b   # new, or evicted and re-created since the earlier sample
+    fields = {n: getattr(b, n) - getattr(a, n) for n in (
+        "rx_bytes", "rx_packets", "rx_skbs", "kernel_ns", "kthread_ns", "app_bytes", "app_calls",
+        "app_ns", "app_nested_ns", "llc_kernel", "llc_app")}
+    return replace(b, **fields)
+
+
+def _dominant(weights: dict[int, float]) -> tuple[int | None, float | None]:
+    total = sum(weights.values())
+    if total <= 0:
+        return None, None
+    cpu = max(weights, key=lambda c: (weights[c], -c))
+    return cpu, weights[cpu] / total
+
+
+@dataclass(frozen=True)
+class FlowReport:
+    flow: FlowId
+    duration: float
+    rx_bytes: int
+    rx_packets: int
+    kernel_cpu: int | None
+    kernel_cpu_share: float | None
+    kernel_seconds: float          # NET_RX softirq + cpumap kthread
+    kernel_kthread_seconds: float
+    app_cpu: int | None
+    app_cpu_share: float | None
+    app_seconds: float
+    app_nested_seconds: float
+    app_bytes: int
+    app_calls: int
+    app_pid: int | None
+    app_comm: str | None
+    llc_misses_kernel: int | None
+    llc_misses_app: int | None
+    placement: Placement
+    kernel_cpus: dict[int, float]  # CPU -> seconds
+    app_cpus: dict[int, float]
+
+    @property
+    def rate_bps(self) -> float:
+        return self.rx_bytes * 8 / self.duration if self.duration > 0 else 0.0
+
+    def _per_gb(self, seconds: float) -> float | None:
+        nbytes = self.rx_bytes or self.app_bytes
+        return seconds / (nbytes / GB) if nbytes else None
+
+    @property
+    def kernel_seconds_per_gb(self) -> float | None:
+        return self._per_gb(self.kernel_seconds)
+
+    @property
+    def app_seconds_per_gb(self) -> float | None:
+        return self._per_gb(self.app_seconds)
+
+    def as_json(self) -> dict:
+        f = self.flow
+        return {
+            "proto": f.proto, "src": f.src, "sport": f.sport, "dst": f.dst, "dport": f.dport,
+            "rx_bytes": self.rx_bytes, "rx_packets": self.rx_packets,
+            "rate_bps": round(self.rate_bps, 1),
+            "kernel_cpu": self.kernel_cpu, "kernel_cpu_share": _r(self.kernel_cpu_share),
+            "kernel_seconds": _r(self.kernel_seconds),
+            "kernel_kthread_seconds": _r(self.kernel_kthread_seconds),
+            "app_cpu": self.app_cpu, "app_cpu_share": _r(self.app_cpu_share),
+            "app_seconds": _r(self.app_seconds),
+            "app_nested_softirq_seconds": _r(self.app_nested_seconds),
+            "app_bytes": self.app_bytes, "app_calls": self.app_calls,
+            "app_pid": self.app_pid, "app_comm": self.app_comm,
+            "class": self.placement.cls, "shared_llc": self.placement.shared_llc,
+            "kernel_seconds_per_gb": _r(self.kernel_seconds_per_gb),
+            "app_seconds_per_gb": _r(self.app_seconds_per_gb),
+            "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
+            "kernel_cpus": {str(c): _r(s) for c, s in sorted(self.kernel_cpus.items())},
+            "app_cpus": {str(c): _r(s) for c, s in sorted(self.app_cpus.items())},
+        }
+
+
+def _r(v, digits=9):
+    return None if v is None else round(v, digits)
+
+
+@dataclass(frozen=True)
+class CpuReport:
+    cpu: int
+    net_rx_events: int
+    net_rx_seconds: float
+    net_rx_unattributed_seconds: float
+    kthread_seconds: float
+    app_seconds: float
+    llc_misses_kernel: int | None
+    llc_misses_app: int | None
+
+    def as_json(self) -> dict:
+        return {"cpu": self.cpu, "net_rx_events": self.net_rx_events,
+                "net_rx_seconds": _r(self.net_rx_seconds),
+                "net_rx_unattributed_seconds": _r(self.net_rx_unattributed_seconds),
+                "kthread_seconds": _r(self.kthread_seconds), "app_seconds": _r(self.app_seconds),
+                "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    duration: float
+    flows: list[FlowReport]        # by rate, highest first
+    cpus: list[CpuReport]
+    capabilities: Capabilities
+    live_entries: int
+    max_entries: int
+    evictions: int
+    flow_failures: int
+    untimed_skbs: int
+
+    def as_json(self) -> dict:
+        return {
+            "duration": round(self.duration, 3),
+            "capabilities": self.capabilities.as_dict(),
+            "flows": [f.as_json() for f in self.flows],
+            "cpus": [c.as_json() for c in self.cpus],
+            "tracer": {"live_entries": self.live_entries, "max_entries": self.max_entries,
+                       "evictions": self.evictions, "map_update_failures": self.flow_failures,
+                       "untimed_skbs": self.untimed_skbs},
+        }
+
+
+def _is_wildcard(f: FlowId) -> bool:
+    return f.sport == 0 and f.src in ("0.0.0.0", "::")
+
+
+def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topology,
+                   caps: Capabilities) -> Snapshot:
+    """What happened between BEFORE (None: since the tracer started) and AFTER."""
+    duration = (after.monotonic_ns - before.monotonic_ns) / NS if before else 0.0
+    per_flow: dict[FlowId, list[FlowCpuSample]] = defaultdict(list)
+    for key, b in after.entries.items():
+        d = _delta(before.entries.get(key) if before else None, b)
+        if d.rx_bytes or d.rx_skbs or d.app_calls or d.kernel_ns or d.kthread_ns or d.app_ns:
+            per_flow[d.flow].append(d)
+
+    # an unconnected UDP socket knows no peer: give its reads to the one flow to that port
+    for fid in [f for f in per_flow if _is_wildcard(f)]:
+        peers = [f for f in per_flow if not _is_wildcard(f) and
+                 (f.proto, f.dst, f.dport) == (fid.proto, fid.dst, fid.dport)]
+        if len(peers) == 1:
+            per_flow[peers[0]].extend(replace(s, flow=peers[0], rx_bytes=0, rx_packets=0, rx_skbs=0,
+                                              kernel_ns=0, kthread_ns=0, llc_kernel=0)
+                                      for s in per_flow.pop(fid))
+
+    llc = caps.llc_available
+    reports = []
+    for fid, parts in per_flow.items():
+        kcpu: dict[int, float] = defaultdict(float)
+        acpu: dict[int, float] = defaultdict(float)
+        kskb: dict[int, float] = defaultdict(float)
+        acalls: dict[int, float] = defaultdict(float)
+        for p in parts:
+            kcpu[p.cpu] += (p.kernel_ns + p.kthread_ns) / NS
+            kskb[p.cpu] += p.rx_skbs
+            acpu[p.cpu] += p.app_ns / NS
+            acalls[p.cpu] += p.app_calls
+        kernel_cpu, kshare = _dominant(kcpu)
+        if kernel_cpu is None:
+            kernel_cpu, kshare = _dominant(kskb)
+        app_cpu, ashare = _dominant(acpu)
+        if app_cpu is None:
+            app_cpu, ashare = _dominant(acalls)
+        reader = max((p for p in parts if p.app_pid), key=lambda p: p.app_calls, default=None)
+        reports.append(FlowReport(
+            flow=fid, duration=duration,
+            rx_bytes=sum(p.rx_bytes for p in parts), rx_packets=sum(p.rx_packets for p in parts),
+            kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
+            kernel_seconds=sum(kcpu.values()),
+            kernel_kthread_seconds=sum(p.kthread_ns for p in parts) / NS,
+            app_cpu=app_cpu, app_cpu_share=ashare, app_seconds=sum(acpu.values()),
+            app_nested_seconds=sum(p.app_nested_ns for p in parts) / NS,
+            app_bytes=sum(p.app_bytes for p in parts), app_calls=sum(p.app_calls for p in parts),
+            app_pid=reader.app_pid if reader else None, app_comm=reader.app_comm if reader else None,
+            llc_misses_kernel=sum(p.llc_kernel for p in parts) if llc else None,
+            llc_misses_app=sum(p.llc_app for p in parts) if llc else None,
+            placement=classify(kernel_cpu, app_cpu, topo),
+            kernel_cpus={c: s for c, s in kcpu.items() if s},
+            app_cpus={c: s for c, s in acpu.items() if s}))
+    reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
+
+    cpus = []
+    before_cpus = {c.cpu: c for c in before.cpus} if before else {}
+    for c in after.cpus:
+        b = before_cpus.get(c.cpu, CpuSample(c.cpu))
+        if c.cpu not in topo.cpus:
+            continue   # possible but never present
+        cpus.append(CpuReport(
+            cpu=c.cpu, net_rx_events=c.net_rx_events - b.net_rx_events,
+            net_rx_seconds=(c.net_rx_ns - b.net_rx_ns) / NS,
+            net_rx_unattributed_seconds=(c.net_rx_unattributed_ns - b.net_rx_unattributed_ns) / NS,
+            kthread_seconds=(c.kthread_ns - b.kthread_ns) / NS,
+            app_seconds=(c.app_ns - b.app_ns) / NS,
+            llc_misses_kernel=c.llc_kernel - b.llc_kernel if llc else None,
+            llc_misses_app=c.llc_app - b.llc_app if llc else None))
+    return Snapshot(duration=duration, flows=reports, cpus=cpus, capabilities=caps,
+                    live_entries=after.live_entries, max_entries=after.max_entries,
+                    evictions=after.evictions,
+                    flow_failures=sum(c.flow_failures for c in after.cpus),
+                    untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
+                                     for c in after.cpus))

@@ -1,0 +1,41 @@
+"""Python mirror of bpf/flowtrace.h. tests/test_abi.py checks every size and offset against the
+BTF of the built object, so the two sides cannot drift apart silently."""
+import ctypes
+
+u8, u16, u32, u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
+FT_COMM_LEN = 16
+
+
+class FlowKey(ctypes.Structure):
+    _fields_ = [("saddr", u8 * 16), ("daddr", u8 * 16), ("sport", u16), ("dport", u16),
+                ("proto", u8), ("family", u8), ("pad", u16)]
+
+
+class FlowCpuKey(ctypes.Structure):
+    _fields_ = [("flow", FlowKey), ("cpu", u32)]
+
+
+class FlowStats(ctypes.Structure):
+    _fields_ = [("rx_bytes", u64), ("rx_packets", u64), ("rx_skbs", u64), ("kernel_ns", u64),
+                ("kthread_ns", u64), ("app_bytes", u64), ("app_calls", u64), ("app_ns", u64),
+                ("app_nested_ns", u64), ("llc_kernel", u64), ("llc_app", u64),
+                ("last_seen_ns", u64), ("app_pid", u32), ("pad", u32),
+                ("app_comm", ctypes.c_char * FT_COMM_LEN)]
+
+
+class CpuStats(ctypes.Structure):
+    _fields_ = [(name, u64) for name in (
+        "net_rx_events", "net_rx_ns", "net_rx_unattributed_ns", "kthread_ns",
+        "kthread_unattributed_ns", "softirq_ns", "softirq_llc", "app_ns", "app_nested_ns",
+        "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs")]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [("llc_enabled", u32), ("pad", u32)]
+
+
+# C struct name -> mirror, for the BTF check
+MIRRORS = {
+    "ft_flow_key": FlowKey, "ft_flow_cpu_key": FlowCpuKey, "ft_flow_stats": FlowStats,
+    "ft_cpu_stats": CpuStats, "ft_config": Config,
+}

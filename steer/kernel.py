@@ -1,0 +1,419 @@
+"""The one gateway to the kernel: libbpf (ctypes over the system libbpf.so.1), perf_event_open,
+setns and mount. Everything else in steer sees plain Python objects and KernelError.
+
+libbpf >= 1.0 is assumed: functions return NULL or a negative errno and set errno, and nothing
+here needs libbpf_get_error().
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import platform
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = [
+    "KernelError", "BpfObject", "BpfMap", "PerfCounter", "libbpf_version",
+    "possible_cpus", "setns", "ensure_bpffs", "vmlinux_has_type",
+]
+
+
+class KernelError(Exception):
+    """A kernel or libbpf operation failed; str() is one line a user can act on."""
+
+    def __init__(self, message: str, err: int = 0):
+        super().__init__(message)
+        self.errno = err
+
+
+_lib = None
+_lib_lock = threading.Lock()
+_libbpf_log: deque[str] = deque(maxlen=200)
+
+# int (*)(enum libbpf_print_level, const char *fmt, va_list ap); va_list is passed as a pointer
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+
+
+@_PRINT_FN
+def _libbpf_print(level, fmt, args):
+    buf = ctypes.create_string_buffer(1024)
+    _libc.vsnprintf(buf, len(buf), fmt, args)
+    line = buf.value.decode(errors="replace").rstrip()
+    if line:
+        _libbpf_log.append(line)
+    if os.environ.get("STEER_LIBBPF_DEBUG"):
+        os.write(2, (line + "\n").encode())
+    return 0
+
+
+def _libbpf():
+    """Load libbpf.so.1 once and declare the functions steer uses."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        name = ctypes.util.find_library("bpf") or "libbpf.so.1"
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+        except OSError as e:
+            raise KernelError(f"cannot load the system libbpf ({name}): {e}; "
+                              "apt-get install libbpf1") from None
+        vp, cp, i, u32, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_size_t
+        for fn, res, args in [
+            ("libbpf_set_print", vp, [_PRINT_FN]),
+            ("libbpf_major_version", u32, []),
+            ("libbpf_minor_version", u32, []),
+            ("bpf_object__open_file", vp, [cp, vp]),  # opts: _OpenOpts
+            ("bpf_object__load", i, [vp]),
+            ("bpf_object__close", None, [vp]),
+            ("bpf_object__find_map_by_name", vp, [vp, cp]),
+            ("bpf_object__find_program_by_name", vp, [vp, cp]),
+            ("bpf_object__next_program", vp, [vp, vp]),
+            ("bpf_program__name", cp, [vp]),
+            ("bpf_program__set_autoload", i, [vp, ctypes.c_bool]),
+            ("bpf_program__autoload", ctypes.c_bool, [vp]),
+            ("bpf_program__attach", vp, [vp]),
+            ("bpf_program__fd", i, [vp]),
+            ("bpf_link__destroy", i, [vp]),
+            ("bpf_map__set_max_entries", i, [vp, u32]),
+            ("bpf_map__max_entries", u32, [vp]),
+            ("bpf_map__set_initial_value", i, [vp, vp, sz]),
+            ("bpf_map__fd", i, [vp]),
+            ("bpf_map__key_size", u32, [vp]),
+            ("bpf_map__value_size", u32, [vp]),
+            ("bpf_map__type", i, [vp]),
+            ("bpf_map_lookup_elem", i, [i, vp, vp]),
+            ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
+            ("bpf_map_delete_elem", i, [i, vp]),
+            ("bpf_map_get_next_key", i, [i, vp, vp]),
+            ("bpf_map_lookup_batch", i, [i, vp, vp, vp, vp, ctypes.POINTER(u32), vp]),
+            ("libbpf_num_possible_cpus", i, []),
+            ("btf__load_vmlinux_btf", vp, []),
+            ("btf__find_by_name_kind", ctypes.c_int32, [vp, cp, u32]),
+            ("btf__free", None, [vp]),
+        ]:
+            f = getattr(lib, fn)
+            f.restype, f.argtypes = res, args
+        lib.libbpf_set_print(_libbpf_print)
+        _lib = lib
+        return lib
+
+
+def libbpf_version() -> str:
+    lib = _libbpf()
+    return f"{lib.libbpf_major_version()}.{lib.libbpf_minor_version()}"
+
+
+def _last_libbpf_error() -> str:
+    """The most telling libbpf log line: verifier and relocation failures come before the summary."""
+    for line in reversed(_libbpf_log):
+        if "libbpf:" in line and ("failed" in line or "error" in line.lower()):
+            return line.replace("libbpf: ", "")
+    return _libbpf_log[-1] if _libbpf_log else ""
+
+
+def _fail(what: str, err: int) -> KernelError:
+    err = abs(err) or ctypes.get_errno()
+    detail = _last_libbpf_error()
+    msg = f"{what}: {os.strerror(err)}"
+    if detail:
+        msg += f" ({detail})"
+    return KernelError(msg, err)
+
+
+def possible_cpus() -> int:
+    n = _libbpf().libbpf_num_possible_cpus()
+    if n < 0:
+        raise _fail("cannot count possible CPUs", n)
+    return n
+
+
+BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH = 5, 6, 10
+_PERCPU_TYPES = {BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH}
+BPF_ANY, BPF_NOEXIST, BPF_EXIST = 0, 1, 2
+BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 4, 8
+
+
+class BpfMap:
+    """A loaded map, read and written with bytes keys and values (per-CPU maps: a list per CPU)."""
+
+    def __init__(self, handle, name: str):
+        lib = _libbpf()
+        self.name = name
+        self.fd = lib.bpf_map__fd(handle)
+        self.key_size = lib.bpf_map__key_size(handle)
+        self.value_size = lib.bpf_map__value_size(handle)
+        self.max_entries = lib.bpf_map__max_entries(handle)
+        self.percpu = lib.bpf_map__type(handle) in _PERCPU_TYPES
+        self._ncpu = possible_cpus() if self.percpu else 1
+        # per-CPU values are laid out at 8-byte strides (kernel/bpf/syscall.c, bpf_map_value_size)
+        self._stride = (self.value_size + 7) & ~7 if self.percpu else self.value_size
+
+    def _split(self, raw: bytes) -> bytes | list[bytes]:
+        if not self.percpu:
+            return raw
+        return [raw[i * self._stride: i * self._stride + self.value_size] for i in range(self._ncpu)]
+
+    def lookup(self, key: bytes) -> bytes | list[bytes] | None:
+        k = ctypes.create_string_buffer(key, self.key_size)
+        v = ctypes.create_string_buffer(self._stride * self._ncpu)
+        rc = _libbpf().bpf_map_lookup_elem(self.fd, k, v)
+        if rc == -errno.ENOENT:
+            return None
+        if rc < 0:
+            raise _fail(f"lookup in map {self.name}", rc)
+        return self._split(v.raw)
+
+    def update(self, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
+        k = ctypes.create_string_buffer(key, self.key_size)
+        v = ctypes.create_string_buffer(value, max(len(value), self.value_size))
+        rc = _libbpf().bpf_map_update_elem(self.fd, k, v, flags)
+        if rc < 0:
+            raise _fail(f"update of map {self.name}", rc)
+
+    def items(self, batch: int = 4096) -> list[tuple[bytes, bytes | list[bytes]]]:
+        """Every entry, by batch lookup where the kernel has it (5.6+), else key by key."""
+        try:
+            return self._items_batch(batch)
+        except KernelError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+        return self._items_iter()
+
+    def _items_batch(self, batch: int):
+        lib = _libbpf()
+        out = []
+        vsize = self._stride * self._ncpu
+        keys = ctypes.create_string_buffer(self.key_size * batch)
+        vals = ctypes.create_string_buffer(vsize * batch)
+        token = ctypes.create_string_buffer(max(self.key_size, 8))
+        in_batch = None
+        while True:
+            count = ctypes.c_uint32(batch)
+            rc = lib.bpf_map_lookup_batch(self.fd, in_batch, token, keys, vals, ctypes.byref(count), None)
+            err = -rc if rc < 0 else 0
+            if err and err != errno.ENOENT:
+                raise _fail(f"batch lookup in map {self.name}", err)
+            kraw, vraw = keys.raw, vals.raw
+            for i in range(count.value):
+                out.append((kraw[i * self.key_size:(i + 1) * self.key_size],
+                            self._split(vraw[i * vsize:(i + 1) * vsize])))
+            if err == errno.ENOENT:
+                return out
+            in_batch = token
+
+    def _items_iter(self):
+        lib = _libbpf()
+        out = []
+        cur = None
+        nxt = ctypes.create_string_buffer(self.key_size)
+        while lib.bpf_map_get_next_key(self.fd, cur, nxt) == 0:
+            key = nxt.raw
+            val = self.lookup(key)
+            if val is not None:
+                out.append((key, val))
+            cur = ctypes.create_string_buffer(key, self.key_size)
+        return out
+
+
+class _OpenOpts(ctypes.Structure):
+    """struct bpf_object_open_opts of libbpf 1.x, up to kernel_log_level."""
+    _fields_ = [("sz", ctypes.c_size_t), ("object_name", ctypes.c_char_p),
+                ("relaxed_maps", ctypes.c_bool), ("pin_root_path", ctypes.c_char_p),
+                ("_removed_attach_prog_fd", ctypes.c_uint32), ("kconfig", ctypes.c_char_p),
+                ("btf_custom_path", ctypes.c_char_p), ("kernel_log_buf", ctypes.c_char_p),
+                ("kernel_log_size", ctypes.c_size_t), ("kernel_log_level", ctypes.c_uint32)]
+
+
+class BpfObject:
+    """A BPF object file: open, configure, load, attach with links, close.
+
+    Programs are attached with BPF links held by this process: when it exits, however it exits,
+    the kernel detaches them.
+    """
+
+    def __init__(self, path: str, *, rodata: bytes | None = None,
+                 max_entries: dict[str, int] | None = None, disable: set[str] = frozenset(),
+                 btf: str | None = None):
+        lib = _libbpf()
+        if not os.path.exists(path):
+            raise KernelError(f"BPF object {path} not found: build it with `make`")
+        self.path = path
+        self._links: list[tuple[str, int]] = []
+        self._obj = None
+        opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts))
+        if btf:
+            opts.btf_custom_path = btf.encode()
+        self._obj = lib.bpf_object__open_file(path.encode(), ctypes.byref(opts))
+        if not self._obj:
+            raise _fail(f"cannot open {path}", ctypes.get_errno())
+        try:
+            if rodata is not None:
+                m = self._map_handle(".rodata")
+                buf = ctypes.create_string_buffer(rodata, len(rodata))
+                rc = lib.bpf_map__set_initial_value(m, buf, len(rodata))
+                if rc < 0:
+                    raise _fail("cannot set the BPF configuration", rc)
+            for name, n in (max_entries or {}).items():
+                rc = lib.bpf_map__set_max_entries(self._map_handle(name), n)
+                if rc < 0:
+                    raise _fail(f"cannot size map {name}", rc)
+            for name in disable:
+                lib.bpf_program__set_autoload(self._prog_handle(name), False)
+            rc = lib.bpf_object__load(self._obj)
+            if rc < 0:
+                raise _fail(f"cannot load {os.path.basename(path)} into the kernel", rc)
+        except BaseException:
+            self.close()
+            raise
+
+    def _map_handle(self, name: str):
+        m = _libbpf().bpf_object__find_map_by_name(self._obj, name.encode())
+        if not m:
+            raise KernelError(f"{self.path} has no map {name}")
+        return m
+
+    def _prog_handle(self, name: str):
+        p = _libbpf().bpf_object__find_program_by_name(self._obj, name.encode())
+        if not p:
+            raise KernelError(f"{self.path} has no program {name}")
+        return p
+
+    def programs(self) -> list[str]:
+        lib = _libbpf()
+        out, p = [], None
+        while True:
+            p = lib.bpf_object__next_program(self._obj, p)
+            if not p:
+                return out
+            if lib.bpf_program__autoload(p):
+                out.append(lib.bpf_program__name(p).decode())
+
+    def map(self, name: str) -> BpfMap:
+        return BpfMap(self._map_handle(name), name)
+
+    def attach(self, name: str) -> None:
+        lib = _libbpf()
+        link = lib.bpf_program__attach(self._prog_handle(name))
+        if not link:
+            raise _fail(f"cannot attach {name}", ctypes.get_errno())
+        self._links.append((name, link))
+
+    def attach_all(self) -> None:
+        for name in self.programs():
+            self.attach(name)
+
+    @property
+    def attached(self) -> list[str]:
+        return [n for n, _ in self._links]
+
+    def close(self) -> None:
+        lib = _libbpf()
+        while self._links:
+            _, link = self._links.pop()
+            lib.bpf_link__destroy(link)
+        if self._obj:
+            lib.bpf_object__close(self._obj)
+            self._obj = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def vmlinux_has_type(name: str, kind: int = BTF_KIND_TYPEDEF) -> bool:
+    """Whether the running kernel's BTF defines NAME (a tracepoint exists as btf_trace_<name>)."""
+    lib = _libbpf()
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf:
+        return False
+    try:
+        return lib.btf__find_by_name_kind(btf, name.encode(), kind) > 0
+    finally:
+        lib.btf__free(btf)
+
+
+# perf_event_open: the fields up to config1 (PERF_ATTR_SIZE_VER0, 64 bytes) are all steer sets
+class _PerfEventAttr(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+                ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+                ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64),
+                ("wakeup_events", ctypes.c_uint32), ("bp_type", ctypes.c_uint32),
+                ("config1", ctypes.c_uint64)]
+
+
+PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE = 0, 1
+PERF_COUNT_HW_CACHE_MISSES = 3     # the generic "LLC miss" event (LONGEST_LAT_CACHE.MISS on Intel)
+PERF_COUNT_SW_CPU_CLOCK = 0
+_PERF_FLAG_FD_CLOEXEC = 1 << 3
+_SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+_SYS_SETNS = {"x86_64": 308, "aarch64": 268}
+
+
+@dataclass
+class PerfCounter:
+    """One counting perf event per CPU, kept open for as long as the map refers to them."""
+    cpu: int
+    fd: int
+
+    @staticmethod
+    def open(ptype: int, config: int, cpu: int) -> "PerfCounter":
+        attr = _PerfEventAttr(type=ptype, size=ctypes.sizeof(_PerfEventAttr), config=config)
+        nr = _SYS_PERF_EVENT_OPEN.get(platform.machine())
+        if nr is None:
+            raise KernelError(f"perf_event_open: unknown syscall number on {platform.machine()}")
+        fd = _libc.syscall(ctypes.c_long(nr), ctypes.byref(attr), ctypes.c_int(-1), ctypes.c_int(cpu),
+                           ctypes.c_int(-1), ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise KernelError(f"perf_event_open on CPU {cpu}: {os.strerror(err)}", err)
+        return PerfCounter(cpu, fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
+    """Move the calling thread into a namespace (os.setns arrived only in Python 3.12)."""
+    nr = _SYS_SETNS.get(platform.machine())
+    rc = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(fd), ctypes.c_int(nstype)) if nr else -1
+    if rc < 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"setns: {os.strerror(err)}", err)
+
+
+BPFFS = "/sys/fs/bpf"
+_BPF_FS_MAGIC = 0xCAFE4A11
+
+
+def _fs_magic(path: str) -> int | None:
+    class _Statfs(ctypes.Structure):
+        _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112)]
+    st = _Statfs()
+    if _libc.statfs(path.encode(), ctypes.byref(st)) != 0:
+        return None
+    return st.f_type & 0xFFFFFFFF
+
+
+def ensure_bpffs(path: str = BPFFS) -> str:
+    """Mount bpffs at PATH unless it is there already; the pins of steer live below it."""
+    if _fs_magic(path) == _BPF_FS_MAGIC:
+        return path
+    os.makedirs(path, exist_ok=True)
+    _libc.mount.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_ulong, ctypes.c_void_p]
+    if _libc.mount(b"bpf", path.encode(), b"bpf", None, 0, None) != 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"no bpffs at {path} and mounting one failed: {os.strerror(err)}", err)
+    return path

@@ -1,0 +1,284 @@
+"""The built-in lab: two network namespaces joined by a veth pair, addressed from 198.18.0.0/15
+(the benchmarking range), with iperf3 flows whose sender and receiver CPUs are chosen.
+
+Without XDP or GRO a veth has no NAPI: the sender's transmit enqueues to the receive backlog of
+its own CPU, so the receiving kernel work of a lab flow runs on the sender's CPU (RPS or cpumap
+steering move it elsewhere). The sender's CPU is therefore the lab's "flow affinity" knob and the
+receiver's CPU its "application affinity" knob.
+
+Everything is torn down on exit, on Ctrl-C and on exceptions; a lab left behind by a killed
+process (its pid is in the namespace name) is removed by the next lab that starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from .kernel import CLONE_NEWNET, setns
+
+PREFIX = "steerlab"
+NETNS_DIR = "/run/netns"
+SENDER_ADDR, RECEIVER_ADDR, PREFIXLEN = "198.18.0.1", "198.18.0.2", 30
+BASE_PORT = 5201
+
+
+class LabError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class LabFlow:
+    """One iperf3 TCP flow: the sender's CPU (where the receive softirq runs) and the reader's."""
+    kernel_cpu: int
+    app_cpu: int
+    port: int = 0   # 0: assigned in order from BASE_PORT
+
+
+@dataclass
+class FlowResult:
+    flow: LabFlow
+    sender_port: int | None = None
+    received_bytes: int | None = None
+    receiver_pid: int | None = None
+    error: str | None = None
+    raw: dict | None = None
+
+
+def _ns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def _in_netns(name: str, cpu: int | None):
+    """preexec_fn: enter the lab namespace (network only) and pin to CPU before exec."""
+    path = _ns_path(name)
+
+    def enter():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            setns(fd, CLONE_NEWNET)
+        finally:
+            os.close(fd)
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        os.setpgid(0, 0)   # own process group: teardown kills it whole
+    return enter
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lab_namespaces() -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(PREFIX + "-"))
+    except OSError:
+        return []
+
+
+def remove_stale_labs() -> list[str]:
+    """Remove lab namespaces whose creating process is gone (a kill -9 leaves them)."""
+    from pyroute2 import netns
+    removed = []
+    for name in lab_namespaces():
+        parts = name.split("-")
+        if len(parts) >= 3 and parts[1].isdigit() and not _pid_alive(int(parts[1])):
+            _kill_ns_processes(name)
+            netns.remove(name)
+            removed.append(name)
+    return removed
+
+
+def _kill_ns_processes(name: str) -> None:
+    """Kill every process whose network namespace is the lab's (iperf3 left by a killed lab)."""
+    try:
+        target = os.stat(_ns_path(name))
+    except OSError:
+        return
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = os.stat(f"/proc/{pid}/ns/net")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@dataclass
+class Lab:
+    flows: list[LabFlow]
+    seconds: float = 10.0
+    tag: str = field(default_factory=lambda: str(os.getpid()))
+
+    def __post_init__(self):
+        self.tx = f"{PREFIX}-{self.tag}-tx"
+        self.rx = f"{PREFIX}-{self.tag}-rx"
+        self._procs: list[subprocess.Popen] = []
+        self._servers: dict[int, subprocess.Popen] = {}
+        self._clients: dict[int, subprocess.Popen] = {}
+        self._up = False
+        self.flows = [f if f.port else LabFlow(f.kernel_cpu, f.app_cpu, BASE_PORT + i)
+                      for i, f in enumerate(self.flows)]
+
+    # -- network -----------------------------------------------------------------------------
+    def up(self) -> "Lab":
+        if not shutil.which("iperf3"):
+            raise LabError("iperf3 not found: apt-get install iperf3")
+        ncpu = os.cpu_count() or 1
+        online = os.sched_getaffinity(0)
+        for f in self.flows:
+            for c in (f.kernel_cpu, f.app_cpu):
+                if c not in online:
+                    raise LabError(f"lab CPU {c} is not usable here (CPUs: 0-{ncpu - 1})")
+        from pyroute2 import NetNS, netns
+        remove_stale_labs()
+        self._up = True
+        try:
+            netns.create(self.tx)
+            netns.create(self.rx)
+            with NetNS(self.tx) as tx:
+                tx.link("add", ifname="veth-tx", kind="veth", peer={"ifname": "veth-rx",
+                                                                   "net_ns_fd": self.rx})
+                idx = tx.link_lookup(ifname="veth-tx")[0]
+                tx.addr("add", index=idx, address=SENDER_ADDR, prefixlen=PREFIXLEN)
+                tx.link("set", index=idx, state="up")
+                tx.link("set", index=tx.link_lookup(ifname="lo")[0], state="up")
+            with NetNS(self.rx) as rx:
+                idx = rx.link_lookup(ifname="veth-rx")[0]
+                rx.addr("add", index=idx, address=RECEIVER_ADDR, prefixlen=PREFIXLEN)
+                rx.link("set", index=idx, state="up")
+                rx.link("set", index=rx.link_lookup(ifname="lo")[0], state="up")
+        except Exception as e:
+            self.down()
+            raise LabError(f"lab network setup failed: {e}") from None
+        return self
+
+    def ifindex(self, side: str = "rx") -> int:
+        from pyroute2 import NetNS
+        with NetNS(self.rx if side == "rx" else self.tx) as ns:
+            return ns.link_lookup(ifname=f"veth-{side}")[0]
+
+    # -- traffic -----------------------------------------------------------------------------
+    def start_servers(self) -> None:
+        for f in self.flows:
+            p = subprocess.Popen(["iperf3", "-s", "-1", "-B", RECEIVER_ADDR, "-p", str(f.port)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 preexec_fn=_in_netns(self.rx, f.app_cpu))
+            self._procs.append(p)
+            self._servers[f.port] = p
+        deadline = time.monotonic() + 5
+        for f in self.flows:   # wait until each server listens, so no client is refused
+            while not self._listening(f.port):
+                if self._servers[f.port].poll() is not None or time.monotonic() > deadline:
+                    err = self._servers[f.port].stderr.read().decode().strip()
+                    raise LabError(f"iperf3 server on port {f.port} did not start: {err}")
+                time.sleep(0.02)
+
+    def _listening(self, port: int) -> bool:
+        pid = self._servers[port].pid
+        try:
+            with open(f"/proc/{pid}/net/tcp") as fh:   # the server's own namespace view
+                return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
+                           for line in fh.readlines()[1:])
+        except OSError:
+            return False
+
+    def start_clients(self, seconds: float | None = None) -> None:
+        secs = max(1, round(seconds or self.seconds))
+        for f in self.flows:
+            p = subprocess.Popen(["iperf3", "-c", RECEIVER_ADDR, "-p", str(f.port), "-t", str(secs),
+                                  "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 preexec_fn=_in_netns(self.tx, f.kernel_cpu))
+            self._procs.append(p)
+            self._clients[f.port] = p
+
+    def start(self, seconds: float | None = None) -> None:
+        self.start_servers()
+        self.start_clients(seconds)
+
+    def receiver_pid(self, port: int) -> int:
+        return self._servers[port].pid
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self._clients.values())
+
+    def wait(self, timeout: float | None = None) -> list[FlowResult]:
+        out = []
+        for f in self.flows:
+            c = self._clients.get(f.port)
+            r = FlowResult(f, receiver_pid=self._servers[f.port].pid if f.port in self._servers else None)
+            if c is None:
+                r.error = "not started"
+                out.append(r)
+                continue
+            try:
+                stdout, stderr = c.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                r.error = "iperf3 client did not finish"
+                out.append(r)
+                continue
+            try:
+                j = json.loads(stdout)
+            except ValueError:
+                r.error = (stderr.decode().strip() or "iperf3 printed no JSON")
+                out.append(r)
+                continue
+            r.raw = j
+            if "error" in j:
+                r.error = j["error"]
+            else:
+                r.sender_port = j["start"]["connected"][0]["local_port"]
+                r.received_bytes = j["end"]["sum_received"]["bytes"]
+            out.append(r)
+        return out
+
+    # -- teardown ----------------------------------------------------------------------------
+    def stop_traffic(self) -> None:
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for p in self._procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            for s in (p.stdout, p.stderr):
+                if s:
+                    s.close()
+        self._procs.clear()
+
+    def down(self) -> None:
+        self.stop_traffic()
+        if not self._up:
+            return
+        from pyroute2 import netns
+        for name in (self.tx, self.rx):
+            _kill_ns_processes(name)
+            if os.path.exists(_ns_path(name)):
+                try:
+                    netns.remove(name)
+                except OSError:
+                    pass
+        self._up = False
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.down()

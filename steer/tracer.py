@@ -1,0 +1,298 @@
+"""The flow tracer: loads bpf/flowtrace.bpf.c, attaches it with BPF links, and hands out immutable
+samples of its maps. Only this module and steer.kernel know the BPF side exists."""
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import flowtrace_abi as abi
+from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
+                     PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, possible_cpus,
+                     vmlinux_has_type)
+
+DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+PROTOS = {6: "tcp", 17: "udp"}
+
+# LLC event choices: cache-misses is the real thing; cpu-clock is a software stand-in that exercises
+# the same counter path on hosts without a PMU (its "misses" are nanoseconds of CPU clock)
+LLC_EVENTS = {
+    "cache-misses": (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES),
+    "cpu-clock": (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK),
+}
+
+
+class TracerError(Exception):
+    """A precondition of tracing is not met; str() is the one line to show."""
+
+
+def bpf_dir() -> Path:
+    """Where the built objects are: $STEER_BPF_DIR, else build/ beside the package."""
+    env = os.environ.get("STEER_BPF_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "build"
+
+
+# capability bits (include/uapi/linux/capability.h)
+CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 12, 21, 38, 39
+CAP_NAMES = {CAP_NET_ADMIN: "CAP_NET_ADMIN", CAP_SYS_ADMIN: "CAP_SYS_ADMIN",
+             CAP_PERFMON: "CAP_PERFMON", CAP_BPF: "CAP_BPF"}
+
+
+def effective_caps(status: str = "/proc/self/status") -> int:
+    with open(status) as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def missing_caps(needed: list[int], caps: int | None = None) -> list[str]:
+    """Capabilities among NEEDED that this process lacks; CAP_SYS_ADMIN stands in for BPF and
+    PERFMON, as on kernels before 5.8."""
+    caps = effective_caps() if caps is None else caps
+    has = lambda c: bool(caps >> c & 1)  # noqa: E731
+    if has(CAP_SYS_ADMIN):
+        needed = [c for c in needed if c not in (CAP_BPF, CAP_PERFMON)]
+    return [CAP_NAMES[c] for c in needed if not has(c)]
+
+
+def require_caps(needed: list[int], what: str) -> None:
+    missing = missing_caps(needed)
+    if missing:
+        raise TracerError(f"{what} needs {' and '.join(missing)}: run as root "
+                          f"(or grant {', '.join(missing)})")
+
+
+@dataclass(frozen=True, order=True)
+class FlowId:
+    """Receive-direction 5-tuple: src is the remote peer, dst this host."""
+    proto: str
+    src: str
+    sport: int
+    dst: str
+    dport: int
+
+    def __str__(self):
+        fmt = lambda a, p: f"[{a}]:{p}" if ":" in a else f"{a}:{p}"  # noqa: E731
+        return f"{self.proto} {fmt(self.src, self.sport)} -> {fmt(self.dst, self.dport)}"
+
+
+def _addr(raw, family: int) -> str:
+    b = bytes(raw)
+    return str(ipaddress.IPv4Address(b[:4]) if family == 4 else ipaddress.IPv6Address(b))
+
+
+def flow_id(k: abi.FlowKey) -> FlowId:
+    return FlowId(PROTOS.get(k.proto, str(k.proto)), _addr(k.saddr, k.family), k.sport,
+                  _addr(k.daddr, k.family), k.dport)
+
+
+_STATS_FIELDS = [n for n, _ in abi.FlowStats._fields_ if n not in ("pad", "app_comm", "app_pid")]
+_CPU_FIELDS = [n for n, _ in abi.CpuStats._fields_]
+
+
+@dataclass(frozen=True)
+class FlowCpuSample:
+    """Cumulative counters of one flow on one CPU since the tracer started."""
+    flow: FlowId
+    cpu: int
+    rx_bytes: int = 0
+    rx_packets: int = 0
+    rx_skbs: int = 0
+    kernel_ns: int = 0
+    kthread_ns: int = 0
+    app_bytes: int = 0
+    app_calls: int = 0
+    app_ns: int = 0
+    app_nested_ns: int = 0
+    llc_kernel: int = 0
+    llc_app: int = 0
+    last_seen_ns: int = 0
+    app_pid: int = 0
+    app_comm: str = ""
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    cpu: int
+    net_rx_events: int = 0
+    net_rx_ns: int = 0
+    net_rx_unattributed_ns: int = 0
+    kthread_ns: int = 0
+    kthread_unattributed_ns: int = 0
+    softirq_ns: int = 0
+    softirq_llc: int = 0
+    app_ns: int = 0
+    app_nested_ns: int = 0
+    llc_kernel: int = 0
+    llc_app: int = 0
+    flow_inserts: int = 0
+    flow_failures: int = 0
+    untimed_skbs: int = 0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Each mechanism: 'available ...' or 'unavailable: why'."""
+    kernel_side: str
+    app_side: str
+    cpumap_context: str
+    llc: str
+
+    @property
+    def llc_available(self) -> bool:
+        return self.llc.startswith("available")
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class TraceSample:
+    """One read of all maps: cumulative counters, and when they were read."""
+    monotonic_ns: int
+    entries: dict[tuple[FlowId, int], FlowCpuSample]
+    cpus: tuple[CpuSample, ...]
+    live_entries: int
+    max_entries: int
+
+    @property
+    def evictions(self) -> int:
+        """Entries the LRU pushed out: every insert that is no longer there."""
+        return max(0, sum(c.flow_inserts for c in self.cpus) - self.live_entries)
+
+
+@dataclass
+class Tracer:
+    max_flows: int = DEFAULT_MAX_FLOWS
+    llc_event: str = "auto"     # auto | cache-misses | cpu-clock | off
+    btf: str | None = None
+    capabilities: Capabilities | None = field(default=None, init=False)
+
+    def __post_init__(self):
+        self._obj: BpfObject | None = None
+        self._counters: list[PerfCounter] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "Tracer":
+        require_caps([CAP_BPF, CAP_PERFMON], "tracing")
+        if self.max_flows < 1:
+            raise TracerError(f"--max-flows must be at least 1, not {self.max_flows}")
+        btf = self.btf or VMLINUX_BTF
+        if not os.path.exists(btf):
+            raise TracerError(
+                f"no kernel BTF at {btf}: CO-RE needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+                + ("" if self.btf else " (or pass --btf FILE)"))
+        obj_path = bpf_dir() / "flowtrace.bpf.o"
+        if not obj_path.exists():
+            raise TracerError(f"{obj_path} is not built: run `make` in the steer checkout "
+                              "(needs clang, bpftool and libbpf-dev)")
+        disable = set()
+        app = "available (sock:sock_recv_length + receive syscalls)"
+        if not vmlinux_has_type("btf_trace_sock_recv_length"):
+            disable |= {"sock_recv_length", "sys_enter", "sys_exit", "sched_switch"}
+            app = "unavailable: kernel lacks the sock:sock_recv_length tracepoint (added in 6.3)"
+        cpumap = "available (xdp:xdp_cpumap_kthread)"
+        if not vmlinux_has_type("btf_trace_xdp_cpumap_kthread"):
+            disable.add("xdp_cpumap_kthread")
+            cpumap = "unavailable: kernel lacks the xdp:xdp_cpumap_kthread tracepoint"
+
+        llc_status, counters = self._open_counters()
+        cfg = abi.Config(llc_enabled=1 if counters else 0)
+        try:
+            self._obj = BpfObject(str(obj_path), rodata=bytes(cfg),
+                                  max_entries={"flows": self.max_flows}, disable=disable,
+                                  btf=self.btf)
+            if counters:
+                m = self._obj.map("llc_counters")
+                for c in counters:
+                    m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+            self._obj.attach_all()
+        except KernelError as e:
+            for c in counters:
+                c.close()
+            self.stop()
+            if e.errno == errno.EPERM:
+                raise TracerError(f"{e} (is a security policy denying BPF?)") from None
+            raise TracerError(str(e)) from None
+        self._counters = counters
+        self.capabilities = Capabilities(
+            kernel_side="available (irq:softirq_entry/exit + net:netif_receive_skb)",
+            app_side=app, cpumap_context=cpumap, llc=llc_status)
+        self._flows = self._obj.map("flows")
+        self._cpus = self._obj.map("cpu_totals")
+        return self
+
+    def _open_counters(self) -> tuple[str, list[PerfCounter]]:
+        if self.llc_event == "off":
+            return "unavailable: turned off (--llc-event off)", []
+        names = ["cache-misses"] if self.llc_event == "auto" else [self.llc_event]
+        if names[0] not in LLC_EVENTS:
+            raise TracerError(f"unknown --llc-event {self.llc_event!r}: choose from auto, "
+                              f"{', '.join(LLC_EVENTS)}, off")
+        ptype, config = LLC_EVENTS[names[0]]
+        counters: list[PerfCounter] = []
+        online = _online_cpus()
+        try:
+            for cpu in online:
+                counters.append(PerfCounter.open(ptype, config, cpu))
+        except KernelError as e:
+            for c in counters:
+                c.close()
+            why = e.errno == errno.ENOENT and "no hardware PMU (perf_event_open: ENOENT)" or str(e)
+            if self.llc_event == "auto":
+                return f"unavailable: {why}", []
+            raise TracerError(f"--llc-event {names[0]}: {why}") from None
+        label = "hardware cache-misses" if names[0] == "cache-misses" else \
+            "software cpu-clock stand-in, not LLC misses"
+        return f"available ({label})", counters
+
+    def stop(self) -> None:
+        if self._obj:
+            self._obj.close()
+            self._obj = None
+        for c in self._counters:
+            c.close()
+        self._counters = []
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def attached_programs(self) -> list[str]:
+        return self._obj.attached if self._obj else []
+
+    # -- reading -----------------------------------------------------------------------------
+    def sample(self) -> TraceSample:
+        if not self._obj:
+            raise TracerError("tracer is not running")
+        entries = {}
+        for kraw, vraw in self._flows.items():
+            k = abi.FlowCpuKey.from_buffer_copy(kraw)
+            v = abi.FlowStats.from_buffer_copy(vraw)
+            fid = flow_id(k.flow)
+            entries[(fid, k.cpu)] = FlowCpuSample(
+                fid, k.cpu, **{n: getattr(v, n) for n in _STATS_FIELDS},
+                app_pid=v.app_pid, app_comm=v.app_comm.decode(errors="replace"))
+        per_cpu = self._cpus.lookup(struct.pack("I", 0))
+        cpus = tuple(CpuSample(i, **{n: getattr(abi.CpuStats.from_buffer_copy(raw), n)
+                                     for n in _CPU_FIELDS})
+                     for i, raw in enumerate(per_cpu))
+        return TraceSample(time.monotonic_ns(), entries, cpus, len(entries), self._flows.max_entries)
+
+
+def _online_cpus(root: str = "/sys/devices/system/cpu") -> list[int]:
+    from .topology import parse_cpulist
+    try:
+        with open(f"{root}/online") as f:
+            return parse_cpulist(f.read())
+    except OSError:
+        return list(range(possible_cpus()))
