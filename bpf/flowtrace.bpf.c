@@ -301,7 +301,7 @@ static __always_inline int current_is_cpumap_kthread(void)
 }
 
 SEC("tp_btf/softirq_entry")
-int BPF_PROG(softirq_entry, unsigned int vec_nr)
+int BPF_PROG(ft_softirq_entry, unsigned int vec_nr)
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
@@ -323,7 +323,7 @@ int BPF_PROG(softirq_entry, unsigned int vec_nr)
 }
 
 SEC("tp_btf/softirq_exit")
-int BPF_PROG(softirq_exit, unsigned int vec_nr)
+int BPF_PROG(ft_softirq_exit, unsigned int vec_nr)
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
@@ -345,7 +345,7 @@ int BPF_PROG(softirq_exit, unsigned int vec_nr)
 }
 
 SEC("tp_btf/netif_receive_skb")
-int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
+int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
@@ -403,7 +403,7 @@ int BPF_PROG(netif_receive_skb, struct sk_buff *skb)
 }
 
 SEC("tp_btf/xdp_cpumap_kthread")
-int BPF_PROG(xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned int drops, int sched)
+int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned int drops, int sched)
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
@@ -455,7 +455,7 @@ static __always_inline int sock_flow(struct sock *sk, struct ft_flow_key *k)
 }
 
 SEC("tp_btf/sock_recv_length")
-int BPF_PROG(sock_recv_length, struct sock *sk, int ret, int flags)
+int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
 {
 	struct ft_cpu_stats *tot = totals();
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -513,7 +513,7 @@ static __always_inline int is_recv_syscall(long id)
 }
 
 SEC("tp_btf/sys_enter")
-int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+int BPF_PROG(ft_sys_enter, struct pt_regs *regs, long id)
 {
 	struct ft_cpu_stats *tot;
 	struct recv_state *r;
@@ -534,7 +534,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 }
 
 SEC("tp_btf/sys_exit")
-int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+int BPF_PROG(ft_sys_exit, struct pt_regs *regs, long ret)
 {
 	struct ft_cpu_stats *tot;
 	struct ft_flow_stats *st;
@@ -567,7 +567,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 }
 
 SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct ft_cpu_stats *tot = totals();
 	struct recv_state *r;

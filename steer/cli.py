@@ -138,10 +138,9 @@ def _start_tracer(args):
 
 
 def cmd_flows(args) -> int:
-    from rich.console import Console
     from .flows import build_snapshot
     from .topology import read_topology
-    from .view import render
+    from .view import make_console, render
     topo = read_topology()
     tracer = _start_tracer(args)
     try:
@@ -153,7 +152,7 @@ def cmd_flows(args) -> int:
     if args.json:
         print(json.dumps(snap.as_json(), indent=2))
     else:
-        Console().print(render(snap, topo, args.limit))
+        make_console().print(render(snap, topo, args.limit))
     return 0
 
 
@@ -205,10 +204,9 @@ def _parse_lab_flows(specs: list[str] | None):
 
 
 def cmd_demo(args) -> int:
-    from rich.console import Console
     from .lab import Lab
     from .topology import read_topology
-    from .view import render, run_live
+    from .view import make_console, render, run_live
     topo = read_topology()
     flows = _parse_lab_flows(args.flows)
     for f in flows:
@@ -217,7 +215,7 @@ def cmd_demo(args) -> int:
                 topo.check_online(c)
             except ValueError as e:
                 raise UserError(f"--flow {f.kernel_cpu}:{f.app_cpu}: {e}") from None
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     tracer = _start_tracer(args)
     lab = Lab(flows, seconds=args.duration)
     interrupted = False

@@ -195,11 +195,11 @@ class Tracer:
         disable = set()
         app = "available (sock:sock_recv_length + receive syscalls)"
         if not vmlinux_has_type("btf_trace_sock_recv_length"):
-            disable |= {"sock_recv_length", "sys_enter", "sys_exit", "sched_switch"}
+            disable |= {"ft_sock_recv_length", "ft_sys_enter", "ft_sys_exit", "ft_sched_switch"}
             app = "unavailable: kernel lacks the sock:sock_recv_length tracepoint (added in 6.3)"
         cpumap = "available (xdp:xdp_cpumap_kthread)"
         if not vmlinux_has_type("btf_trace_xdp_cpumap_kthread"):
-            disable.add("xdp_cpumap_kthread")
+            disable.add("ft_xdp_cpumap_kthread")
             cpumap = "unavailable: kernel lacks the xdp:xdp_cpumap_kthread tracepoint"
 
         llc_status, counters = self._open_counters()

@@ -94,6 +94,12 @@ def render(snap: Snapshot, topo: Topology, limit: int = 20) -> Group:
     return Group(flow_table(snap, limit), cpu_table(snap), status_line(snap, topo))
 
 
+def make_console(stderr: bool = False) -> Console:
+    """A console for the views: off a terminal (logs, pipes) wide enough that no column folds."""
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=200)
+
+
 def run_live(next_snapshot: Callable[[], Snapshot], topo: Topology, *, interval: float,
              duration: float | None, limit: int = 20, console: Console | None = None,
              keep_going: Callable[[], bool] = lambda: True) -> Snapshot | None:
@@ -101,7 +107,7 @@ def run_live(next_snapshot: Callable[[], Snapshot], topo: Topology, *, interval:
 
     On a terminal the view redraws in place; anywhere else each interval is printed once, as
     plain text, so logs and pipes stay readable."""
-    console = console or Console()
+    console = console or make_console()
     end = None if duration is None else time.monotonic() + duration
     last = None
 

@@ -1,0 +1,100 @@
+"""Build and layout: the BPF object builds, its BTF matches the Python mirror, and the build
+names what is missing when it cannot run."""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from steer import flowtrace_abi as abi
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OBJ = os.path.join(ROOT, "build", "flowtrace.bpf.o")
+
+
+def btf_structs(path):
+    """{struct name: (size, {member: byte offset})} from the object's BTF, read by bpftool."""
+    out = subprocess.run(["bpftool", "btf", "dump", "file", path, "format", "raw"],
+                         capture_output=True, text=True, check=True).stdout
+    structs, cur = {}, None
+    for line in out.splitlines():
+        m = re.match(r"\[\d+\] STRUCT '(\w+)' size=(\d+)", line)
+        if m:
+            cur = structs.setdefault(m.group(1), (int(m.group(2)), {}))
+            continue
+        m = re.match(r"\s+'(\w+)' type_id=\d+ bits_offset=(\d+)", line)
+        if m and cur is not None:
+            cur[1][m.group(1)] = int(m.group(2)) // 8
+        elif not line.startswith("\t"):
+            cur = None
+    return structs
+
+
+@pytest.fixture(scope="module")
+def built():
+    subprocess.run(["make", "-s", "-C", ROOT], check=True)
+    return OBJ
+
+
+def test_object_is_bpf_elf(built):
+    with open(built, "rb") as f:
+        head = f.read(20)
+    assert head[:4] == b"\x7fELF"
+    assert int.from_bytes(head[18:20], "little") == 247   # EM_BPF
+
+
+@pytest.mark.parametrize("name", sorted(abi.MIRRORS))
+def test_python_mirror_matches_btf(built, name):
+    structs = btf_structs(built)
+    assert name in structs, f"{name} is not in the object's BTF"
+    size, members = structs[name]
+    mirror = abi.MIRRORS[name]
+    assert ctypes.sizeof(mirror) == size
+    py = {n: getattr(mirror, n).offset for n, _ in mirror._fields_}
+    assert py == members
+
+
+def test_rodata_is_the_config_alone(built):
+    """userspace writes .rodata whole as struct ft_config: nothing else may live there"""
+    out = subprocess.run(["bpftool", "btf", "dump", "file", built, "format", "raw"],
+                         capture_output=True, text=True, check=True).stdout
+    m = re.search(r"DATASEC '\.rodata' size=\d+ vlen=(\d+)\n\s+type_id=\d+ offset=(\d+) "
+                  r"size=(\d+) \(VAR 'cfg'\)", out)
+    assert m and tuple(map(int, m.groups())) == (1, 0, ctypes.sizeof(abi.Config))
+
+
+@pytest.mark.parametrize("var,value,message", [
+    ("CLANG", "no-such-clang", "clang not found"),
+    ("BPFTOOL", "no-such-bpftool", "bpftool not found"),
+    ("BTF", "/nonexistent/vmlinux", "the kernel has no BTF"),
+])
+def test_build_names_what_is_missing(tmp_path, var, value, message):
+    r = subprocess.run(["make", "-s", "-C", ROOT, f"BUILD={tmp_path}/b", f"{var}={value}"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert message in r.stderr
+
+
+def test_layout():
+    for d in ("bpf", "steer", "dashboards", "tests", "bench"):
+        assert os.path.isdir(os.path.join(ROOT, d)), d
+    for f in ("setup.cfg", "pyproject.toml", "Makefile", "README.md", ".ci/run"):
+        assert os.path.isfile(os.path.join(ROOT, f)), f
+
+
+def test_ci_runs_the_readme_test_command():
+    with open(os.path.join(ROOT, ".ci/run")) as f:
+        ci = [l.strip() for l in f if l.strip() and not l.startswith("#") and not l.startswith("set ")
+              and not l.startswith("cd ")]
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert ci and all(line in readme for line in ci)
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="clang not installed")
+def test_unknown_arch_is_refused(tmp_path):
+    r = subprocess.run(["make", "-s", "-C", ROOT, f"BUILD={tmp_path}/b", "UNAME_M=sparc64"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "unsupported architecture" in r.stderr

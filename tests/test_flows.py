@@ -1,0 +1,70 @@
+"""Snapshot logic on synthetic tracer samples: deltas, dominant CPUs, classes, the UDP join."""
+import os
+
+from steer.flows import build_snapshot
+from steer.topology import read_topology
+from steer.tracer import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+
+VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
+A = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
+B = FlowId("udp", "198.18.0.1", 40001, "198.18.0.2", 9000)
+UDP_SOCKET = FlowId("udp", "0.0.0.0", 0, "198.18.0.2", 9000)
+
+
+def sample(t_ns, entries, cpus=None):
+    e = {(s.flow, s.cpu): s for s in entries}
+    return TraceSample(t_ns, e, tuple(cpus or (CpuSample(0), CpuSample(1))), len(e), 1024)
+
+
+def test_deltas_dominant_cpus_and_class():
+    before = sample(0, [FlowCpuSample(A, 0, rx_bytes=1000, kernel_ns=10, app_calls=1)])
+    after = sample(2_000_000_000, [
+        FlowCpuSample(A, 0, rx_bytes=1000 + 10**9, rx_skbs=100, kernel_ns=10 + 900_000_000,
+                      app_calls=1),
+        FlowCpuSample(A, 1, kernel_ns=100_000_000, app_ns=500_000_000, app_calls=50,
+                      app_bytes=10**9, app_pid=42, app_comm="iperf3"),
+    ])
+    snap = build_snapshot(before, after, read_topology(VM), CAPS)
+    (f,) = snap.flows
+    assert snap.duration == 2.0
+    assert f.rx_bytes == 10**9 and f.rate_bps == 4e9
+    assert f.kernel_cpu == 0 and abs(f.kernel_cpu_share - 0.9) < 1e-9
+    assert abs(f.kernel_seconds - 1.0) < 1e-9
+    assert f.app_cpu == 1 and f.app_cpu_share == 1.0 and f.app_pid == 42
+    assert f.placement.cls == "same-socket" and f.placement.shared_llc is True
+    assert abs(f.kernel_seconds_per_gb - 1.0) < 1e-9
+    assert f.llc_misses_kernel is None   # unavailable is not zero
+    j = f.as_json()
+    assert j["class"] == "same-socket" and j["llc_misses_app"] is None
+
+
+def test_reader_not_seen_is_unknown():
+    after = sample(10**9, [FlowCpuSample(A, 1, rx_bytes=5, rx_skbs=1, kernel_ns=7)])
+    (f,) = build_snapshot(sample(0, []), after, read_topology(VM), CAPS).flows
+    assert f.kernel_cpu == 1 and f.app_cpu is None and f.placement.cls == "unknown"
+
+
+def test_evicted_entry_counts_from_zero():
+    before = sample(0, [FlowCpuSample(A, 0, rx_bytes=10**6, app_calls=9)])
+    after = sample(10**9, [FlowCpuSample(A, 0, rx_bytes=100, rx_skbs=1, app_calls=1)])
+    (f,) = build_snapshot(before, after, read_topology(VM), CAPS).flows
+    assert f.rx_bytes == 100
+
+
+def test_unconnected_udp_reader_joins_its_only_flow():
+    after = sample(10**9, [
+        FlowCpuSample(B, 0, rx_bytes=3000, rx_skbs=3, kernel_ns=30),
+        FlowCpuSample(UDP_SOCKET, 1, app_bytes=3000, app_calls=3, app_ns=90, app_pid=7),
+    ])
+    (f,) = build_snapshot(sample(0, []), after, read_topology(VM), CAPS).flows
+    assert f.flow == B and f.app_bytes == 3000 and f.app_cpu == 1 and f.kernel_cpu == 0
+
+
+def test_cpu_reports_and_evictions():
+    cpus_before = (CpuSample(0, net_rx_events=5, net_rx_ns=100), CpuSample(1))
+    cpus_after = (CpuSample(0, net_rx_events=25, net_rx_ns=1100, flow_inserts=3), CpuSample(1))
+    snap = build_snapshot(sample(0, [], cpus_before), sample(10**9, [], cpus_after),
+                          read_topology(VM), CAPS)
+    assert snap.cpus[0].net_rx_events == 20 and snap.cpus[0].net_rx_seconds == 1e-6
+    assert snap.evictions == 3   # three inserts, none left
