@@ -69,6 +69,18 @@ def _in_netns(name: str, cpu: int | None):
     return enter
 
 
+def _wait_link(ns, ifname: str, timeout: float = 3.0) -> int:
+    """ifindex of IFNAME, which the peer namespace may show a moment after the veth is made."""
+    end = time.monotonic() + timeout
+    while True:
+        found = ns.link_lookup(ifname=ifname)
+        if found:
+            return found[0]
+        if time.monotonic() > end:
+            raise LabError(f"{ifname} did not appear in its namespace")
+        time.sleep(0.02)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -152,12 +164,12 @@ class Lab:
             with NetNS(self.tx) as tx:
                 tx.link("add", ifname="veth-tx", kind="veth", peer={"ifname": "veth-rx",
                                                                    "net_ns_fd": self.rx})
-                idx = tx.link_lookup(ifname="veth-tx")[0]
+                idx = _wait_link(tx, "veth-tx")
                 tx.addr("add", index=idx, address=SENDER_ADDR, prefixlen=PREFIXLEN)
                 tx.link("set", index=idx, state="up")
                 tx.link("set", index=tx.link_lookup(ifname="lo")[0], state="up")
             with NetNS(self.rx) as rx:
-                idx = rx.link_lookup(ifname="veth-rx")[0]
+                idx = _wait_link(rx, "veth-rx")
                 rx.addr("add", index=idx, address=RECEIVER_ADDR, prefixlen=PREFIXLEN)
                 rx.link("set", index=idx, state="up")
                 rx.link("set", index=rx.link_lookup(ifname="lo")[0], state="up")

@@ -1,0 +1,43 @@
+"""Shared by the test modules: running the real `steer` command, and the skip conditions of the
+live tier (each skip says why)."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEER = [sys.executable, "-m", "steer"]
+
+
+def steer(*args, env=None, timeout=120, prefix=()):
+    e = dict(os.environ, PYTHONPATH=ROOT)
+    e.update(env or {})
+    return subprocess.run([*prefix, *STEER, *args], capture_output=True, text=True, env=e,
+                          timeout=timeout, cwd=ROOT)
+
+
+def assert_one_line_error(r, *fragments, code=1):
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def live_skip_reason():
+    if os.geteuid() != 0:
+        return "live tier needs root (BPF programs, namespaces)"
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return "kernel has no BTF"
+    for tool in ("iperf3", "bpftool"):
+        if not shutil.which(tool):
+            return f"{tool} not installed (make setup installs it)"
+    if not os.path.exists(os.path.join(ROOT, "build", "flowtrace.bpf.o")):
+        return "BPF object not built (make)"
+    return None
+
+
+live = pytest.mark.skipif(live_skip_reason() is not None, reason=live_skip_reason() or "")

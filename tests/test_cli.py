@@ -1,0 +1,96 @@
+"""The command line: bad input and missing preconditions give one line and a non-zero exit."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT, assert_one_line_error, live, steer
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["flows", "--duration", "0"], "--duration: must be greater than 0"),
+    (["flows", "--duration", "abc"], "not a number"),
+    (["flows", "--max-flows", "-3"], "--max-flows"),
+    (["flows", "--llc-event", "l3"], "invalid choice"),
+    (["top", "--interval", "0"], "--interval"),
+    (["nonsense"], "invalid choice"),
+    ([], "required"),
+])
+def test_bad_arguments(args, fragment):
+    assert_one_line_error(steer(*args), fragment, code=2)
+
+
+def test_help_explains_every_option():
+    for cmd in ("flows", "top", "demo", "topology"):
+        r = steer(cmd, "--help")
+        assert r.returncode == 0 and "default" in r.stdout.lower()
+
+
+def test_topology_json_is_this_machine():
+    r = steer("topology", "--json")
+    assert r.returncode == 0
+    cpus = json.loads(r.stdout)["cpus"]
+    assert [c["cpu"] for c in cpus if c["online"]] == sorted(os.sched_getaffinity(0)) or \
+        len(cpus) >= len(os.sched_getaffinity(0))
+
+
+def test_topology_unreadable_root(tmp_path):
+    assert_one_line_error(steer("topology", "--sysfs", str(tmp_path)), "cannot read the CPU topology")
+
+
+def _without_caps():
+    """Run as root but with every capability dropped, or as the unprivileged user we are."""
+    if os.geteuid() != 0:
+        return ()
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) missing: cannot drop capabilities")
+    return ("setpriv", "--bounding-set=-all", "--inh-caps=-all", "--")
+
+
+def test_no_privilege_names_the_missing_capabilities():
+    r = steer("flows", "--duration", "1", prefix=_without_caps())
+    assert_one_line_error(r, "CAP_BPF", "CAP_PERFMON", "run as root")
+
+
+@live
+def test_objects_not_built(tmp_path):
+    r = steer("flows", "--duration", "1", env={"STEER_BPF_DIR": str(tmp_path)})
+    assert_one_line_error(r, "is not built", "make")
+
+
+@live
+def test_no_btf():
+    r = steer("flows", "--duration", "1", "--btf", "/nonexistent/vmlinux")
+    assert_one_line_error(r, "no kernel BTF at /nonexistent/vmlinux")
+
+
+@live
+def test_llc_event_without_pmu_is_refused_or_works():
+    """Asking for the hardware event explicitly: works on a PMU host, one line elsewhere."""
+    r = steer("flows", "--duration", "0.2", "--json", "--llc-event", "cache-misses")
+    if r.returncode == 0:
+        assert json.loads(r.stdout)["capabilities"]["llc"].startswith("available")
+    else:
+        assert_one_line_error(r, "--llc-event cache-misses")
+
+
+@live
+def test_demo_refuses_a_cpu_that_does_not_exist():
+    r = steer("demo", "--flow", "0:4096", "--duration", "1")
+    assert_one_line_error(r, "CPU 4096 does not exist")
+    r = steer("demo", "--flow", "zero:1", "--duration", "1")
+    assert_one_line_error(r, "expected KCPU:APPCPU")
+
+
+@live
+def test_bpffs_is_mounted_when_missing(tmp_path):
+    """ensure_bpffs mounts a bpffs where there is none (in a private mount namespace here)."""
+    code = ("import sys; from steer.kernel import ensure_bpffs, _fs_magic, _BPF_FS_MAGIC; "
+            f"p = ensure_bpffs('{tmp_path}/bpf'); assert _fs_magic(p) == _BPF_FS_MAGIC; "
+            f"ensure_bpffs('{tmp_path}/bpf'); print('ok')")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", code],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.stdout.strip() == "ok", r.stderr
