@@ -246,6 +246,7 @@ class BpfObject:
         self.path = path
         self._links: list[tuple[str, int]] = []
         self._obj = None
+        _libbpf_log.clear()   # so that an error quotes this object's log, not an older one
         opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts))
         if btf:
             opts.btf_custom_path = btf.encode()
