@@ -338,3 +338,19 @@ def test_demo_interrupted_tears_down():
     assert p.wait(timeout=30) == 0
     assert not any(f"-{p.pid}-" in n for n in lab_namespaces())
     assert subprocess.run(["pgrep", "-f", "iperf3 -s -1 -B 198.18"], capture_output=True).returncode == 1
+
+
+def test_small_flow_map_evicts_and_counts():
+    """A map bound below the live (flow, CPU) pairs: the LRU evicts, the count says so, no error."""
+    tracer = Tracer(max_flows=4).start()
+    try:
+        with Lab([LabFlow(0, 0), LabFlow(0, 0)], seconds=2) as lab:
+            lab.start(seconds=2)
+            lab.wait(timeout=30)
+        s = tracer.sample()
+    finally:
+        tracer.stop()
+    print(f"live entries {s.live_entries}/{s.max_entries}, evictions {s.evictions}")
+    assert s.max_entries == 4 and s.live_entries <= 4
+    assert s.evictions > 0
+    assert sum(c.flow_failures for c in s.cpus) == 0
