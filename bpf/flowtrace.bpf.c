@@ -84,7 +84,8 @@ struct cpu_state {
 	struct ft_flow_key cur;
 	__u8 ctx;		/* CTX_* */
 	__u8 cur_valid;		/* cur holds the flow of the last skb */
-	__u8 pad[6];
+	__u8 skb_counted;	/* the last event counted an rx_skb for cur on this CPU */
+	__u8 pad[5];
 };
 
 #define CTX_NONE	0
@@ -358,6 +359,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 
 	if (!s || !tot)
 		return 0;
+	s->skb_counted = 0;
 	parsed = skb_flow(skb, &k, &payload) == 0;
 
 	if (s->ctx == CTX_NONE && s->softirq_start == 0 && current_is_cpumap_kthread()) {
@@ -388,17 +390,43 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 		tot->untimed_skbs++;
 	}
 
-	if (!parsed || second_pass)
+	if (!parsed)
 		return 0;
 	st = flow_entry(&k, cpu, tot);
 	if (!st)
 		return 0;
-	st->rx_bytes += payload;
 	st->rx_skbs++;
+	s->skb_counted = 1;
+	st->last_seen_ns = now;
+	if (second_pass)
+		return 0;	/* bytes and packets were counted on the arrival CPU */
+	st->rx_bytes += payload;
 	/* a GRO aggregate stands for gso_segs wire packets (skb_shinfo: head + end offset) */
 	segs = BPF_CORE_READ((struct skb_shared_info *)(skb->head + skb->end), gso_segs);
 	st->rx_packets += segs ? segs : 1;
-	st->last_seen_ns = now;
+	return 0;
+}
+
+/* generic XDP runs inside netif_receive_skb, after the event above: when it redirects that skb to
+ * a cpumap, the stack work happens on the target CPU, which counts the skb in its own pass */
+SEC("tp_btf/xdp_redirect")
+int BPF_PROG(ft_xdp_redirect, const struct net_device *dev, const struct bpf_prog *xdp,
+	     const void *tgt, int err, enum bpf_map_type map_type)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	struct ft_flow_stats *st;
+
+	if (!s || !tot || err || map_type != BPF_MAP_TYPE_CPUMAP || !s->skb_counted || !s->cur_valid)
+		return 0;
+	if (!BPF_CORE_READ(dev, xdp_prog))
+		return 0;	/* native XDP: no skb existed yet, nothing was counted */
+	st = flow_entry(&s->cur, bpf_get_smp_processor_id(), tot);
+	if (st) {
+		st->rx_skbs--;
+		st->redirected_skbs++;
+	}
+	s->skb_counted = 0;
 	return 0;
 }
 

@@ -28,7 +28,9 @@ struct ft_flow_cpu_key {
 struct ft_flow_stats {
 	__u64 rx_bytes;		/* transport payload seen on the kernel receive path */
 	__u64 rx_packets;	/* wire packets (GRO aggregates count their segments) */
-	__u64 rx_skbs;		/* netif_receive_skb events */
+	__u64 rx_skbs;		/* skbs whose stack processing ran on this CPU: an skb that generic
+				 * XDP redirects to a cpumap counts on the target CPU only */
+	__u64 redirected_skbs;	/* skbs XDP redirected away from this CPU to a cpumap */
 	__u64 kernel_ns;	/* NET_RX softirq time charged to this flow */
 	__u64 kthread_ns;	/* cpumap kthread time charged to this flow (steered flows) */
 	__u64 app_bytes;	/* bytes returned to the reader (sock_recv_length) */

@@ -104,6 +104,58 @@ def build_parser() -> argparse.ArgumentParser:
                         "one same-core flow and one on another core)")
     d.add_argument("--json", action="store_true", help="print the final summary as JSON")
     _tracer_options(d)
+    def steer_target(sp):
+        sp.add_argument("--dev", required=True, metavar="IFACE", help="receiving interface")
+        sp.add_argument("--netns", metavar="NAME",
+                        help="network namespace of IFACE (a name under /run/netns, or a path)")
+
+    pin = sub.add_parser("pin", formatter_class=fmt, help="steer flows to a CPU (XDP + cpumap)",
+                         description="Redirect the flows matching FLOWSPEC, as they arrive on "
+                         "IFACE, to CPU N, where the kernel's receive processing then runs. The "
+                         "rule stays after the command exits, pinned under /sys/fs/bpf/steer, "
+                         "until steer unpin or steer reset. Pinning a FLOWSPEC again moves it.")
+    pin.add_argument("flowspec", metavar="FLOWSPEC",
+                     help="comma-separated key=value from proto, src, sport, dst, dport, in the "
+                          "receive direction (src = the sender); all five make an exact rule. "
+                          "Example: proto=tcp,dport=5201")
+    pin.add_argument("--cpu", required=True, type=int, help="target CPU (must be online)")
+    steer_target(pin)
+    pin.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
+                     help="XDP attach mode; auto picks native where the driver has it, generic on "
+                          "veth (native veth XDP drops locally generated packets unless the peer "
+                          "has tx checksum offload off)")
+
+    unpin = sub.add_parser("unpin", formatter_class=fmt, help="remove a steering rule",
+                           description="Remove the rule of FLOWSPEC; with the last rule of a "
+                           "device its XDP program is detached and its pins removed.")
+    unpin.add_argument("flowspec", metavar="FLOWSPEC", help="as given to steer pin")
+    steer_target(unpin)
+
+    rules = sub.add_parser("rules", formatter_class=fmt, help="list pinned steering rules",
+                           description="Every device with pinned steering: mode, rules with their "
+                           "packet and byte counters, and the passed/unparsed/redirect counters.")
+    rules.add_argument("--json", action="store_true", help="JSON instead of a table")
+
+    app = sub.add_parser("app", formatter_class=fmt, help="pin an application to CPUs",
+                         description="Set the CPU affinity of every thread of a process.")
+    app.add_argument("--pid", required=True, type=int, help="process id")
+    app.add_argument("--cpu", required=True, metavar="LIST", help="CPU list, e.g. 2 or 2-3,6")
+
+    irq = sub.add_parser("irq", formatter_class=fmt, help="point a device's IRQs at CPUs",
+                         description="Write smp_affinity_list of every IRQ of IFACE (its queues). "
+                         "The old values are kept in /run/steer and restored by steer reset.")
+    irq.add_argument("--dev", required=True, metavar="IFACE")
+    irq.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
+
+    rps = sub.add_parser("rps", formatter_class=fmt, help="set RPS CPUs of a device",
+                         description="Write rps_cpus of every RX queue of IFACE. The old values "
+                         "are restored by steer reset.")
+    steer_target(rps)
+    rps.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
+
+    sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
+                   description="Detach and unpin every pinned steering program, restore IRQ and "
+                   "RPS settings steer changed, and remove lab namespaces of dead processes.")
     return p
 
 
@@ -265,7 +317,129 @@ def cmd_demo(args) -> int:
     return 0
 
 
-COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo}
+def _cpus_online(text: str, what: str = "--cpu") -> list[int]:
+    from .topology import parse_cpulist, read_topology
+    try:
+        cpus = parse_cpulist(text)
+    except ValueError as e:
+        raise UserError(f"{what}: {e}") from None
+    if not cpus:
+        raise UserError(f"{what}: no CPU given")
+    topo = read_topology()
+    for c in cpus:
+        try:
+            topo.check_online(c)
+        except ValueError as e:
+            raise UserError(f"{what}: {e}") from None
+    return cpus
+
+
+def _spec(text: str):
+    from .flowspec import FlowSpec, FlowSpecError
+    try:
+        return FlowSpec.parse(text)
+    except FlowSpecError as e:
+        raise UserError(f"FLOWSPEC {text!r}: {e}") from None
+
+
+def cmd_pin(args) -> int:
+    from .steering import XdpSteering
+    spec = _spec(args.flowspec)
+    (cpu,) = _cpus_online(str(args.cpu))
+    with XdpSteering(args.dev, args.netns, mode=args.mode) as st:
+        old, rid = st.pin(spec, cpu)
+        where = f"{args.dev}" + (f" in {args.netns}" if args.netns else "")
+        moved = f" (was CPU {old})" if old is not None and old != cpu else ""
+        print(f"pinned {spec} on {where} to CPU {cpu}{moved}: rule {rid}, {st.attached_mode} XDP")
+    return 0
+
+
+def cmd_unpin(args) -> int:
+    from .steering import XdpSteering, pin_root, _dir_name
+    spec = _spec(args.flowspec)
+    if not os.path.isdir(os.path.join(pin_root(), _dir_name(args.dev, args.netns))):
+        raise UserError(f"no pinned steering on {args.dev}" + (f" in {args.netns}" if args.netns else ""))
+    with XdpSteering(args.dev, args.netns) as st:
+        cpu = st.unpin(spec)
+        left = st.rules()
+        if not left:
+            st.detach()
+    print(f"unpinned {spec} (was CPU {cpu})" + ("; no rules left: XDP detached" if not left else ""))
+    return 0
+
+
+def cmd_rules(args) -> int:
+    from .steering import XdpSteering, pinned_devices, require_steering_caps
+    require_steering_caps()
+    out = []
+    for dev, ns in pinned_devices():
+        try:
+            with XdpSteering(dev, ns) as st:
+                out.append({"dev": dev, "netns": ns, "mode": st.attached_mode,
+                            "rules": [r.as_json() for r in st.rules()], "counters": st.counters()})
+        except Exception as e:  # noqa: BLE001 - a vanished device must not hide the others
+            out.append({"dev": dev, "netns": ns, "error": str(e)})
+    if args.json:
+        print(json.dumps({"devices": out}, indent=2))
+        return 0
+    if not out:
+        print("no pinned steering rules")
+    for d in out:
+        where = d["dev"] + (f" in {d['netns']}" if d["netns"] else "")
+        if "error" in d:
+            print(f"{where}: {d['error']}")
+            continue
+        c = d["counters"]
+        print(f"{where} ({d['mode']} XDP): redirected {c['redirected']:,}, passed {c['passed']:,}, "
+              f"unparsed {c['unparsed']:,}, failed redirects {c['redirect_failed']:,}")
+        for r in d["rules"]:
+            print(f"  rule {r['id']:>4}  {r['spec']:<60} -> CPU {r['cpu']:<4} "
+                  f"{r['packets']:>12,} packets {r['bytes']:>16,} bytes")
+    return 0
+
+
+def cmd_app(args) -> int:
+    from .steering import set_app_affinity
+    cpus = _cpus_online(args.cpu)
+    before = set_app_affinity(args.pid, set(cpus))
+    from .topology import format_cpulist
+    olds = {format_cpulist(v) for v in before.values()}
+    print(f"pid {args.pid}: {len(before)} thread(s) now on CPU {format_cpulist(cpus)} "
+          f"(were on {', '.join(sorted(olds))})")
+    return 0
+
+
+def cmd_irq(args) -> int:
+    from .steering import set_irq_affinity
+    from .tracer import CAP_SYS_ADMIN, require_caps
+    require_caps([CAP_SYS_ADMIN], "changing IRQ affinity")
+    cpus = _cpus_online(args.cpu)
+    before = set_irq_affinity(args.dev, cpus)
+    print(f"{args.dev}: IRQs {', '.join(map(str, before))} now on CPU {args.cpu}")
+    return 0
+
+
+def cmd_rps(args) -> int:
+    from .steering import set_rps
+    from .tracer import CAP_SYS_ADMIN, require_caps
+    require_caps([CAP_SYS_ADMIN], "changing RPS")
+    cpus = _cpus_online(args.cpu)
+    before = set_rps(args.dev, cpus, args.netns)
+    print(f"{args.dev}: RPS of {', '.join(sorted(before))} now CPU {args.cpu}")
+    return 0
+
+
+def cmd_reset(args) -> int:
+    from .steering import require_steering_caps, reset
+    require_steering_caps()
+    done = reset()
+    print("\n".join(done) if done else "nothing to reset")
+    return 0
+
+
+COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
+            "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
+            "irq": cmd_irq, "rps": cmd_rps, "reset": cmd_reset}
 
 
 def _sigterm(signum, frame):
@@ -277,10 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     from .kernel import KernelError
     from .lab import LabError
+    from .steering import SteerError
     from .tracer import TracerError
     try:
         return COMMANDS[args.command](args)
-    except (UserError, TracerError, KernelError, LabError) as e:
+    except (UserError, TracerError, KernelError, LabError, SteerError) as e:
         print(f"steer {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -16,7 +16,7 @@ def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:
     if a is None or b.rx_bytes < a.rx_bytes or b.app_calls < a.app_calls:
         return b   # new, or evicted and re-created since the earlier sample
     fields = {n: getattr(b, n) - getattr(a, n) for n in (
-        "rx_bytes", "rx_packets", "rx_skbs", "kernel_ns", "kthread_ns", "app_bytes", "app_calls",
+        "rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns", "app_bytes", "app_calls",
         "app_ns", "app_nested_ns", "llc_kernel", "llc_app")}
     return replace(b, **fields)
 

@@ -16,7 +16,8 @@ class FlowCpuKey(ctypes.Structure):
 
 
 class FlowStats(ctypes.Structure):
-    _fields_ = [("rx_bytes", u64), ("rx_packets", u64), ("rx_skbs", u64), ("kernel_ns", u64),
+    _fields_ = [("rx_bytes", u64), ("rx_packets", u64), ("rx_skbs", u64), ("redirected_skbs", u64),
+                ("kernel_ns", u64),
                 ("kthread_ns", u64), ("app_bytes", u64), ("app_calls", u64), ("app_ns", u64),
                 ("app_nested_ns", u64), ("llc_kernel", u64), ("llc_app", u64),
                 ("last_seen_ns", u64), ("app_pid", u32), ("pad", u32),

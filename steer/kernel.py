@@ -74,6 +74,7 @@ def _libbpf():
             ("bpf_object__find_map_by_name", vp, [vp, cp]),
             ("bpf_object__find_program_by_name", vp, [vp, cp]),
             ("bpf_object__next_program", vp, [vp, vp]),
+            ("bpf_object__next_map", vp, [vp, vp]),
             ("bpf_program__name", cp, [vp]),
             ("bpf_program__set_autoload", i, [vp, ctypes.c_bool]),
             ("bpf_program__autoload", ctypes.c_bool, [vp]),
@@ -96,6 +97,12 @@ def _libbpf():
             ("btf__load_vmlinux_btf", vp, []),
             ("btf__find_by_name_kind", ctypes.c_int32, [vp, cp, u32]),
             ("btf__free", None, [vp]),
+            ("bpf_map__set_pin_path", i, [vp, cp]),
+            ("bpf_obj_get", i, [cp]),
+            ("bpf_obj_pin", i, [i, cp]),
+            ("bpf_obj_get_info_by_fd", i, [i, vp, ctypes.POINTER(u32)]),
+            ("bpf_link_create", i, [i, i, ctypes.c_int, vp]),
+            ("bpf_prog_test_run_opts", i, [i, vp]),
         ]:
             f = getattr(lib, fn)
             f.restype, f.argtypes = res, args
@@ -114,7 +121,7 @@ def _last_libbpf_error() -> str:
     for line in reversed(_libbpf_log):
         if "libbpf:" in line and ("failed" in line or "error" in line.lower()):
             return line.replace("libbpf: ", "")
-    return _libbpf_log[-1] if _libbpf_log else ""
+    return ""
 
 
 def _fail(what: str, err: int) -> KernelError:
@@ -139,6 +146,13 @@ BPF_ANY, BPF_NOEXIST, BPF_EXIST = 0, 1, 2
 BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 4, 8
 
 
+class _MapInfo(ctypes.Structure):
+    """The head of struct bpf_map_info (uapi/linux/bpf.h)."""
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("key_size", ctypes.c_uint32),
+                ("value_size", ctypes.c_uint32), ("max_entries", ctypes.c_uint32),
+                ("map_flags", ctypes.c_uint32), ("name", ctypes.c_char * 16)]
+
+
 class BpfMap:
     """A loaded map, read and written with bytes keys and values (per-CPU maps: a list per CPU)."""
 
@@ -146,10 +160,36 @@ class BpfMap:
         lib = _libbpf()
         self.name = name
         self.fd = lib.bpf_map__fd(handle)
-        self.key_size = lib.bpf_map__key_size(handle)
-        self.value_size = lib.bpf_map__value_size(handle)
-        self.max_entries = lib.bpf_map__max_entries(handle)
-        self.percpu = lib.bpf_map__type(handle) in _PERCPU_TYPES
+        self._owned = False
+        self._setup(lib.bpf_map__key_size(handle), lib.bpf_map__value_size(handle),
+                    lib.bpf_map__max_entries(handle), lib.bpf_map__type(handle))
+
+    @classmethod
+    def from_pin(cls, path: str) -> "BpfMap":
+        """A map pinned in bpffs, opened by path; its sizes come from the kernel."""
+        lib = _libbpf()
+        fd = lib.bpf_obj_get(path.encode())
+        if fd < 0:
+            raise _fail(f"cannot open pinned map {path}", fd)
+        info = _MapInfo()
+        n = ctypes.c_uint32(ctypes.sizeof(info))
+        rc = lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(n))
+        if rc < 0:
+            os.close(fd)
+            raise _fail(f"cannot inspect pinned map {path}", rc)
+        m = cls.__new__(cls)
+        m.name, m.fd, m._owned = os.path.basename(path), fd, True
+        m._setup(info.key_size, info.value_size, info.max_entries, info.type)
+        return m
+
+    def close(self) -> None:
+        if self._owned and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _setup(self, key_size, value_size, max_entries, map_type):
+        self.key_size, self.value_size, self.max_entries = key_size, value_size, max_entries
+        self.percpu = map_type in _PERCPU_TYPES
         self._ncpu = possible_cpus() if self.percpu else 1
         # per-CPU values are laid out at 8-byte strides (kernel/bpf/syscall.c, bpf_map_value_size)
         self._stride = (self.value_size + 7) & ~7 if self.percpu else self.value_size
@@ -168,6 +208,15 @@ class BpfMap:
         if rc < 0:
             raise _fail(f"lookup in map {self.name}", rc)
         return self._split(v.raw)
+
+    def delete(self, key: bytes) -> bool:
+        k = ctypes.create_string_buffer(key, self.key_size)
+        rc = _libbpf().bpf_map_delete_elem(self.fd, k)
+        if rc == -errno.ENOENT:
+            return False
+        if rc < 0:
+            raise _fail(f"delete from map {self.name}", rc)
+        return True
 
     def update(self, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
         k = ctypes.create_string_buffer(key, self.key_size)
@@ -239,7 +288,7 @@ class BpfObject:
 
     def __init__(self, path: str, *, rodata: bytes | None = None,
                  max_entries: dict[str, int] | None = None, disable: set[str] = frozenset(),
-                 btf: str | None = None):
+                 btf: str | None = None, pin_root: str | None = None, no_pin: bool = False):
         lib = _libbpf()
         if not os.path.exists(path):
             raise KernelError(f"BPF object {path} not found: build it with `make`")
@@ -250,6 +299,9 @@ class BpfObject:
         opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts))
         if btf:
             opts.btf_custom_path = btf.encode()
+        if pin_root:
+            # maps marked LIBBPF_PIN_BY_NAME are pinned here at load, or reused when already there
+            opts.pin_root_path = pin_root.encode()
         self._obj = lib.bpf_object__open_file(path.encode(), ctypes.byref(opts))
         if not self._obj:
             raise _fail(f"cannot open {path}", ctypes.get_errno())
@@ -266,6 +318,14 @@ class BpfObject:
                     raise _fail(f"cannot size map {name}", rc)
             for name in disable:
                 lib.bpf_program__set_autoload(self._prog_handle(name), False)
+            if no_pin:
+                # a process-owned instance: its maps die with it instead of landing in bpffs
+                m = None
+                while True:
+                    m = lib.bpf_object__next_map(self._obj, m)
+                    if not m:
+                        break
+                    lib.bpf_map__set_pin_path(m, None)
             rc = lib.bpf_object__load(self._obj)
             if rc < 0:
                 raise _fail(f"cannot load {os.path.basename(path)} into the kernel", rc)
@@ -297,6 +357,9 @@ class BpfObject:
 
     def map(self, name: str) -> BpfMap:
         return BpfMap(self._map_handle(name), name)
+
+    def prog_fd(self, name: str) -> int:
+        return _libbpf().bpf_program__fd(self._prog_handle(name))
 
     def attach(self, name: str) -> None:
         lib = _libbpf()
@@ -417,4 +480,98 @@ def ensure_bpffs(path: str = BPFFS) -> str:
     if _libc.mount(b"bpf", path.encode(), b"bpf", None, 0, None) != 0:
         err = ctypes.get_errno()
         raise KernelError(f"no bpffs at {path} and mounting one failed: {os.strerror(err)}", err)
+    return path
+
+
+BPF_XDP = 37                       # enum bpf_attach_type
+XDP_FLAGS_SKB_MODE, XDP_FLAGS_DRV_MODE = 1 << 1, 1 << 2
+
+
+class _LinkCreateOpts(ctypes.Structure):
+    """struct bpf_link_create_opts of libbpf 1.x; steer sets sz and flags and leaves the rest 0."""
+    _fields_ = [("sz", ctypes.c_size_t), ("flags", ctypes.c_uint32), ("iter_info", ctypes.c_void_p),
+                ("iter_info_len", ctypes.c_uint32), ("target_btf_id", ctypes.c_uint32),
+                ("_union", ctypes.c_uint64 * 4)]
+
+
+def xdp_link(prog_fd: int, ifindex: int, flags: int) -> int:
+    """Attach an XDP program to IFINDEX (of the calling thread's netns) through a BPF link; the
+    returned fd owns the attachment: close it, or unlink its pin, and the program is detached."""
+    opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=flags)
+    fd = _libbpf().bpf_link_create(prog_fd, ifindex, BPF_XDP, ctypes.byref(opts))
+    if fd < 0:
+        raise KernelError(f"XDP attach: {os.strerror(-fd)}", -fd)
+    return fd
+
+
+def obj_pin(fd: int, path: str) -> None:
+    rc = _libbpf().bpf_obj_pin(fd, path.encode())
+    if rc < 0:
+        raise _fail(f"cannot pin {path}", rc)
+
+
+class _TestRunOpts(ctypes.Structure):
+    """struct bpf_test_run_opts of libbpf 1.x, up to the fields steer uses."""
+    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p), ("data_out", ctypes.c_void_p),
+                ("data_size_in", ctypes.c_uint32), ("data_size_out", ctypes.c_uint32),
+                ("ctx_in", ctypes.c_void_p), ("ctx_out", ctypes.c_void_p),
+                ("ctx_size_in", ctypes.c_uint32), ("ctx_size_out", ctypes.c_uint32),
+                ("retval", ctypes.c_uint32), ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32), ("batch_size", ctypes.c_uint32)]
+
+
+def prog_test_run(prog_fd: int, packet: bytes, out_size: int = 16384) -> tuple[int, bytes]:
+    """Run a program once on PACKET through BPF_PROG_TEST_RUN: (return code, packet after)."""
+    din = ctypes.create_string_buffer(packet, len(packet))
+    dout = ctypes.create_string_buffer(out_size)
+    opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), data_in=ctypes.addressof(din),
+                        data_out=ctypes.addressof(dout), data_size_in=len(packet),
+                        data_size_out=out_size, repeat=1)
+    rc = _libbpf().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts))
+    if rc < 0:
+        raise _fail("BPF_PROG_TEST_RUN", rc)
+    return opts.retval, dout.raw[:opts.data_size_out]
+
+
+class netns_of:
+    """Context manager: the calling thread in the network namespace at PATH, then back."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+
+    def __enter__(self):
+        if not self.path:
+            return self
+        self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as e:
+            os.close(self._home)
+            raise KernelError(f"network namespace {self.path}: {e.strerror}", e.errno) from None
+        try:
+            setns(fd, CLONE_NEWNET)
+        finally:
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc):
+        if self.path:
+            try:
+                setns(self._home, CLONE_NEWNET)
+            finally:
+                os.close(self._home)
+
+
+TRACEFS = "/sys/kernel/tracing"
+_TRACEFS_MAGIC = 0x74726163
+
+
+def ensure_tracefs(path: str = TRACEFS) -> str:
+    """Mount tracefs at PATH unless it is there already (classic tracepoints need it)."""
+    if _fs_magic(path) == _TRACEFS_MAGIC:
+        return path
+    _libc.mount.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_ulong, ctypes.c_void_p]
+    if _libc.mount(b"tracefs", path.encode(), b"tracefs", None, 0, None) != 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"no tracefs at {path} and mounting one failed: {os.strerror(err)}", err)
     return path

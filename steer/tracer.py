@@ -104,6 +104,7 @@ class FlowCpuSample:
     rx_bytes: int = 0
     rx_packets: int = 0
     rx_skbs: int = 0
+    redirected_skbs: int = 0
     kernel_ns: int = 0
     kthread_ns: int = 0
     app_bytes: int = 0
@@ -198,8 +199,9 @@ class Tracer:
             disable |= {"ft_sock_recv_length", "ft_sys_enter", "ft_sys_exit", "ft_sched_switch"}
             app = "unavailable: kernel lacks the sock:sock_recv_length tracepoint (added in 6.3)"
         cpumap = "available (xdp:xdp_cpumap_kthread)"
-        if not vmlinux_has_type("btf_trace_xdp_cpumap_kthread"):
-            disable.add("ft_xdp_cpumap_kthread")
+        if not (vmlinux_has_type("btf_trace_xdp_cpumap_kthread")
+                and vmlinux_has_type("btf_trace_xdp_redirect")):
+            disable |= {"ft_xdp_cpumap_kthread", "ft_xdp_redirect"}
             cpumap = "unavailable: kernel lacks the xdp:xdp_cpumap_kthread tracepoint"
 
         llc_status, counters = self._open_counters()

@@ -9,9 +9,13 @@ import subprocess
 import pytest
 
 from steer import flowtrace_abi as abi
+from steer import steer_abi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ = os.path.join(ROOT, "build", "flowtrace.bpf.o")
+STEER_OBJ = os.path.join(ROOT, "build", "steer.bpf.o")
+ALL_MIRRORS = [(OBJ, n, m) for n, m in sorted(abi.MIRRORS.items())] + \
+    [(STEER_OBJ, n, m) for n, m in sorted(steer_abi.MIRRORS.items())]
 
 
 def btf_structs(path):
@@ -45,12 +49,11 @@ def test_object_is_bpf_elf(built):
     assert int.from_bytes(head[18:20], "little") == 247   # EM_BPF
 
 
-@pytest.mark.parametrize("name", sorted(abi.MIRRORS))
-def test_python_mirror_matches_btf(built, name):
-    structs = btf_structs(built)
-    assert name in structs, f"{name} is not in the object's BTF"
+@pytest.mark.parametrize("obj,name,mirror", ALL_MIRRORS, ids=[n for _, n, _ in ALL_MIRRORS])
+def test_python_mirror_matches_btf(built, obj, name, mirror):
+    structs = btf_structs(obj)
+    assert name in structs, f"{name} is not in the BTF of {obj}"
     size, members = structs[name]
-    mirror = abi.MIRRORS[name]
     assert ctypes.sizeof(mirror) == size
     py = {n: getattr(mirror, n).offset for n, _ in mirror._fields_}
     assert py == members

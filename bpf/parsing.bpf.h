@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Packet parsing for XDP with a cursor.
+ *
+ * The contract: every parse_* helper takes the cursor and data_end, checks bounds before it reads,
+ * advances the cursor past the header, and returns the next protocol (an EtherType or an IP
+ * protocol number), or -1 when the packet is too short or malformed. A caller that gets -1 must
+ * leave the packet alone.
+ */
+#ifndef __PARSING_BPF_H
+#define __PARSING_BPF_H
+
+#include <bpf/bpf_endian.h>
+
+#define ETH_P_IP	0x0800
+#define ETH_P_IPV6	0x86DD
+#define ETH_P_8021Q	0x8100
+#define ETH_P_8021AD	0x88A8
+#define IPPROTO_HOPOPTS	0
+#define IPPROTO_TCP	6
+#define IPPROTO_UDP	17
+#define IPPROTO_ROUTING	43
+#define IPPROTO_FRAGMENT 44
+#define IPPROTO_AH	51
+#define IPPROTO_DSTOPTS	60
+#define MAX_VLAN_TAGS	2	/* 802.1ad outer + 802.1Q inner: the stacks switches build */
+#define MAX_IPV6_EXT	6	/* enough for hop-by-hop, routing, two destination options, AH */
+
+struct cursor {
+	void *pos;
+};
+
+struct vlan_tag {
+	__be16 tci;
+	__be16 proto;
+};
+
+static __always_inline int parse_ethhdr(struct cursor *c, void *end)
+{
+	struct ethhdr *eth = c->pos;
+	__u16 proto;
+	int i;
+
+	if ((void *)(eth + 1) > end)
+		return -1;
+	c->pos = eth + 1;
+	proto = eth->h_proto;
+#pragma unroll
+	for (i = 0; i < MAX_VLAN_TAGS; i++) {
+		struct vlan_tag *v = c->pos;
+
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		if ((void *)(v + 1) > end)
+			return -1;
+		proto = v->proto;
+		c->pos = v + 1;
+	}
+	return bpf_ntohs(proto);
+}
+
+/* IPv4 with options; a fragment returns -1: only its first piece would carry the ports, and
+ * steering the pieces of one datagram to different CPUs would reorder them */
+static __always_inline int parse_iphdr(struct cursor *c, void *end, struct iphdr **out)
+{
+	struct iphdr *ip = c->pos;
+	__u32 hl;
+
+	if ((void *)(ip + 1) > end)
+		return -1;
+	if (ip->version != 4 || ip->ihl < 5)
+		return -1;
+	hl = ip->ihl * 4;
+	if (c->pos + hl > end)
+		return -1;
+	if (bpf_ntohs(ip->tot_len) < hl)
+		return -1;
+	if (ip->frag_off & bpf_htons(0x3FFF))	/* MF or a fragment offset */
+		return -1;
+	c->pos += hl;
+	*out = ip;
+	return ip->protocol;
+}
+
+/* IPv6 with the common extension headers skipped; fragments return -1 as for IPv4 */
+static __always_inline int parse_ip6hdr(struct cursor *c, void *end, struct ipv6hdr **out)
+{
+	struct ipv6hdr *ip6 = c->pos;
+	__u8 next;
+	int i;
+
+	if ((void *)(ip6 + 1) > end)
+		return -1;
+	if (ip6->version != 6)
+		return -1;
+	c->pos = ip6 + 1;
+	next = ip6->nexthdr;
+#pragma unroll
+	for (i = 0; i < MAX_IPV6_EXT; i++) {
+		__u8 *h = c->pos;
+		__u32 len;
+
+		if (next == IPPROTO_FRAGMENT)
+			return -1;
+		if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS &&
+		    next != IPPROTO_AH)
+			break;
+		if ((void *)(h + 2) > end)
+			return -1;
+		/* AH counts its length in 4-byte units minus 2, the others in 8-byte units minus 1 */
+		len = next == IPPROTO_AH ? (h[1] + 2) * 4 : (h[1] + 1) * 8;
+		if (c->pos + len > end)
+			return -1;
+		next = h[0];
+		c->pos += len;
+	}
+	*out = ip6;
+	return next;
+}
+
+static __always_inline int parse_tcphdr(struct cursor *c, void *end, struct tcphdr **out)
+{
+	struct tcphdr *th = c->pos;
+	__u32 hl;
+
+	if ((void *)(th + 1) > end)
+		return -1;
+	hl = th->doff * 4;
+	if (hl < sizeof(*th) || c->pos + hl > end)
+		return -1;
+	c->pos += hl;
+	*out = th;
+	return 0;
+}
+
+static __always_inline int parse_udphdr(struct cursor *c, void *end, struct udphdr **out)
+{
+	struct udphdr *uh = c->pos;
+
+	if ((void *)(uh + 1) > end)
+		return -1;
+	if (bpf_ntohs(uh->len) < sizeof(*uh))
+		return -1;
+	c->pos = uh + 1;
+	*out = uh;
+	return 0;
+}
+
+#endif /* __PARSING_BPF_H */

@@ -1,0 +1,500 @@
+"""Steering: move a flow's receive processing to a chosen CPU (XDP + cpumap), and the other knobs
+of the papers (application affinity, IRQ affinity, RPS).
+
+XDP steering of one device is either *pinned* (`steer pin`: the link and maps live under
+/sys/fs/bpf/steer/<dev>@<netns> and outlive the command until `steer unpin` or `steer reset`) or
+*owned* by a process (`steer auto`: a plain BPF link that the kernel drops when the process dies).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from dataclasses import dataclass, field
+
+from . import steer_abi as abi
+from .flowspec import FlowSpec, mask_order
+from .kernel import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, BpfMap, BpfObject,
+                     KernelError, ensure_bpffs, netns_of, obj_pin, possible_cpus, xdp_link)
+from .tracer import CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN, bpf_dir, require_caps
+
+PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
+STATE_DIR = "/run/steer"           # original IRQ/RPS settings, restored by `steer reset`
+CPUMAP_QSIZE = 2048                # frames queued per target CPU: absorbs a NAPI budget (64) of
+                                   # bulk-enqueued (8) batches from several RX queues at once
+MAP_NAMES = ("rules", "masks", "rule_stats", "counters", "cpu_map")
+MODES = ("auto", "generic", "native")
+
+
+class SteerError(Exception):
+    """A steering request that cannot be done; str() is one line."""
+
+
+def pin_root() -> str:
+    return os.path.join(BPFFS, PIN_DIR)
+
+
+def netns_path(name: str | None) -> str | None:
+    if not name:
+        return None
+    path = name if "/" in name else os.path.join("/run/netns", name)
+    if not os.path.exists(path):
+        raise SteerError(f"network namespace {name!r} not found (looked for {path})")
+    return path
+
+
+def device_info(dev: str, netns: str | None) -> tuple[int, str | None]:
+    """(ifindex, link kind such as 'veth', or None) of DEV in NETNS."""
+    from pyroute2 import IPRoute, NetNS
+    with (NetNS(netns) if netns else IPRoute()) as ipr:
+        found = ipr.link_lookup(ifname=dev)
+        if not found:
+            where = f" in network namespace {netns}" if netns else ""
+            raise SteerError(f"no interface {dev!r}{where}")
+        link = ipr.get_links(found[0])[0]
+        info = link.get_attr("IFLA_LINKINFO")
+        return found[0], info.get_attr("IFLA_INFO_KIND") if info else None
+
+
+def _dir_name(dev: str, netns: str | None) -> str:
+    return f"{dev}@{netns or 'root'}"
+
+
+@dataclass
+class RuleView:
+    spec: FlowSpec
+    cpu: int
+    id: int
+    packets: int
+    bytes: int
+
+    def as_json(self) -> dict:
+        return {"spec": str(self.spec), "cpu": self.cpu, "id": self.id, "packets": self.packets,
+                "bytes": self.bytes, "exact": self.spec.exact}
+
+
+@dataclass
+class XdpSteering:
+    """The steering program of one device: its maps, its rules, its attachment."""
+    dev: str
+    netns: str | None = None
+    mode: str = "auto"
+    pinned: bool = True
+    ifindex: int = field(default=0, init=False)
+    attached_mode: str | None = field(default=None, init=False)
+
+    def __post_init__(self):
+        self._maps: dict[str, BpfMap] = {}
+        self._obj: BpfObject | None = None
+        self._link_fd = -1
+
+    @property
+    def pin_dir(self) -> str:
+        return os.path.join(pin_root(), _dir_name(self.dev, self.netns))
+
+    # -- attach ------------------------------------------------------------------------------
+    def open(self) -> "XdpSteering":
+        """Attach the program (or find the pinned one) and open its maps."""
+        require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
+        if self.mode not in MODES:
+            raise SteerError(f"unknown XDP mode {self.mode!r}: choose from {', '.join(MODES)}")
+        ns_path = netns_path(self.netns)
+        self.ifindex, kind = device_info(self.dev, ns_path)
+        existing = self._pinned_link()
+        if existing and not self.pinned:
+            raise SteerError(f"{self.dev} has pinned steering rules (steer rules); remove them with "
+                             "steer unpin or steer reset first")
+        if existing:
+            self.attached_mode = existing.rsplit("-", 1)[1]
+            for name in MAP_NAMES:
+                self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name))
+            return self
+        obj_path = bpf_dir() / "steer.bpf.o"
+        if not obj_path.exists():
+            raise SteerError(f"{obj_path} is not built: run `make` in the steer checkout")
+        if self.pinned:
+            ensure_bpffs()
+            os.makedirs(self.pin_dir, exist_ok=True)
+        try:
+            self._obj = BpfObject(str(obj_path), max_entries={"cpu_map": possible_cpus()},
+                                  pin_root=self.pin_dir if self.pinned else None,
+                                  no_pin=not self.pinned)
+            for name in MAP_NAMES:
+                self._maps[name] = self._obj.map(name)
+            self._attach(ns_path, kind)
+        except (KernelError, SteerError):
+            self.close()
+            if self.pinned:
+                self._remove_pins()
+            raise
+        if self.pinned:
+            self._obj.close()     # the pinned link and maps keep the program alive
+            self._obj = None
+            for name in MAP_NAMES:
+                self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name))
+        return self
+
+    def _attach(self, ns_path: str | None, kind: str | None) -> None:
+        mode = self.mode
+        if mode == "auto":
+            # native XDP on a veth drops locally generated CHECKSUM_PARTIAL packets unless the
+            # peer's tx checksum offload is off (DESIGN.md): generic is the safe choice there
+            mode = "generic" if kind == "veth" else "native"
+        prog_fd = self._obj.prog_fd("steer_xdp")
+        with netns_of(ns_path):
+            try:
+                fd = xdp_link(prog_fd, self.ifindex,
+                              XDP_FLAGS_DRV_MODE if mode == "native" else XDP_FLAGS_SKB_MODE)
+            except KernelError as e:
+                if self.mode == "auto" and mode == "native":
+                    mode = "generic"   # the driver has no native XDP
+                    fd = xdp_link(prog_fd, self.ifindex, XDP_FLAGS_SKB_MODE)
+                elif e.errno in (16,):   # EBUSY
+                    raise SteerError(f"{self.dev} already has an XDP program attached by "
+                                     "another tool; steer does not replace it") from None
+                else:
+                    raise SteerError(f"cannot attach XDP ({mode}) to {self.dev}: {e}") from None
+        self.attached_mode = mode
+        if self.pinned:
+            obj_pin(fd, os.path.join(self.pin_dir, f"link-{mode}"))
+            os.close(fd)
+        else:
+            self._link_fd = fd
+
+    def _pinned_link(self) -> str | None:
+        for m in ("generic", "native"):
+            p = os.path.join(self.pin_dir, f"link-{m}")
+            if os.path.exists(p):
+                return p
+        return None
+
+    def _remove_pins(self) -> None:
+        remove_pin_dir(self.pin_dir)
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            m.close()
+        self._maps.clear()
+        if self._link_fd >= 0:
+            os.close(self._link_fd)
+            self._link_fd = -1
+        if self._obj:
+            self._obj.close()
+            self._obj = None
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- rules -------------------------------------------------------------------------------
+    def rules(self) -> list[RuleView]:
+        stats = self._maps["rule_stats"]
+        out = []
+        for kraw, vraw in self._maps["rules"].items():
+            k, r = abi.RuleKey.from_buffer_copy(kraw), abi.Rule.from_buffer_copy(vraw)
+            s = abi.RuleStats.from_buffer_copy(stats.lookup(struct.pack("I", r.id)))
+            out.append(RuleView(FlowSpec.from_key(k), r.cpu, r.id, s.packets, s.bytes))
+        return sorted(out, key=lambda v: v.id)
+
+    def counters(self) -> dict[str, int]:
+        per_cpu = self._maps["counters"].lookup(struct.pack("I", 0))
+        total = {n: 0 for n, _ in abi.Counters._fields_}
+        for raw in per_cpu:
+            c = abi.Counters.from_buffer_copy(raw)
+            for n in total:
+                total[n] += getattr(c, n)
+        return total
+
+    def pin(self, spec: FlowSpec, cpu: int) -> tuple[int | None, int]:
+        """Steer SPEC to CPU; returns (previous CPU or None, rule id)."""
+        rules = {str(r.spec): r for r in self.rules()}
+        old = rules.get(str(spec))
+        if old is None and len(rules) >= abi.MAX_RULES:
+            raise SteerError(f"{self.dev} already has {abi.MAX_RULES} rules")
+        used = {r.id for r in rules.values()}
+        rid = old.id if old else next(i for i in range(abi.MAX_RULES) if i not in used)
+        self._ensure_cpu(cpu)
+        if not old:
+            self._maps["rule_stats"].update(struct.pack("I", rid), bytes(abi.RuleStats()))
+        self._maps["rules"].update(bytes(spec.key()), bytes(abi.Rule(cpu=cpu, id=rid)))
+        self._write_masks([r.spec.mask for r in rules.values()] + [spec.mask])
+        if old and old.cpu != cpu:
+            self._drop_unused_cpus()
+        return (old.cpu if old else None), rid
+
+    def unpin(self, spec: FlowSpec) -> int:
+        """Remove SPEC's rule; returns the CPU it steered to."""
+        rules = {str(r.spec): r for r in self.rules()}
+        old = rules.pop(str(spec), None)
+        if old is None:
+            have = ", ".join(rules) or "none"
+            raise SteerError(f"no rule {spec} on {self.dev} (rules: {have})")
+        self._write_masks([r.spec.mask for r in rules.values()])
+        self._maps["rules"].delete(bytes(spec.key()))
+        self._maps["rule_stats"].update(struct.pack("I", old.id), bytes(abi.RuleStats()))
+        self._drop_unused_cpus()
+        return old.cpu
+
+    def _write_masks(self, masks) -> None:
+        order = mask_order(masks)
+        m = abi.Masks(count=len(order))
+        for i, v in enumerate(order):
+            m.mask[i] = v
+        self._maps["masks"].update(struct.pack("I", 0), bytes(m))
+
+    def _ensure_cpu(self, cpu: int) -> None:
+        cm = self._maps["cpu_map"]
+        if cm.lookup(struct.pack("I", cpu)) is None:
+            try:
+                cm.update(struct.pack("I", cpu), bytes(abi.CpumapVal(qsize=CPUMAP_QSIZE)))
+            except KernelError as e:
+                raise SteerError(f"cannot add CPU {cpu} to the cpumap: {e}") from None
+
+    def _drop_unused_cpus(self) -> None:
+        """Delete cpumap entries no rule uses: each one is a kernel thread."""
+        used = {r.cpu for r in self.rules()}
+        cm = self._maps["cpu_map"]
+        for cpu in range(cm.max_entries):
+            if cpu not in used and cm.lookup(struct.pack("I", cpu)) is not None:
+                cm.delete(struct.pack("I", cpu))
+
+    def detach(self) -> None:
+        """Remove the pinned program of this device, maps and all."""
+        self.close()
+        self._remove_pins()
+
+
+def remove_pin_dir(path: str) -> None:
+    """Unlink every pin of one device directory: the link pin first, which detaches XDP."""
+    if not os.path.isdir(path):
+        return
+    names = sorted(os.listdir(path), key=lambda n: not n.startswith("link-"))
+    for name in names:
+        os.unlink(os.path.join(path, name))
+    os.rmdir(path)
+
+
+def pinned_devices() -> list[tuple[str, str | None]]:
+    """(dev, netns) of every device with pinned steering."""
+    root = pin_root()
+    out = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        dev, _, ns = name.rpartition("@")
+        out.append((dev, None if ns == "root" else ns))
+    return out
+
+
+# -- the other knobs ------------------------------------------------------------------------------
+def set_app_affinity(pid: int, cpus: set[int]) -> dict[int, list[int]]:
+    """Pin every thread of PID to CPUS; returns each thread's previous CPUs."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        raise SteerError(f"no process {pid}") from None
+    before = {}
+    for tid in tids:
+        try:
+            before[tid] = sorted(os.sched_getaffinity(tid))
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:
+            continue   # the thread ended meanwhile
+        except PermissionError:
+            raise SteerError(f"not allowed to set the affinity of {pid} (needs CAP_SYS_NICE "
+                             "or the same user)") from None
+    return before
+
+
+def _state() -> dict:
+    try:
+        with open(os.path.join(STATE_DIR, "restore.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"irq": {}, "rps": {}}
+
+
+def _save_state(state: dict) -> None:
+    os.makedirs(STATE_DIR, exist_ok=True)
+    tmp = os.path.join(STATE_DIR, "restore.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, os.path.join(STATE_DIR, "restore.json"))
+
+
+def device_irqs(dev: str) -> list[int]:
+    """IRQs of DEV: its MSI vectors, else the /proc/interrupts lines that name it."""
+    msi = f"/sys/class/net/{dev}/device/msi_irqs"
+    if os.path.isdir(msi):
+        return sorted(int(n) for n in os.listdir(msi) if n.isdigit())
+    irqs = []
+    with open("/proc/interrupts") as f:
+        for line in f:
+            head, _, rest = line.partition(":")
+            if head.strip().isdigit() and any(dev == w or w.startswith(dev + "-")
+                                              for w in rest.split()):
+                irqs.append(int(head))
+    return irqs
+
+
+def set_irq_affinity(dev: str, cpus: list[int]) -> dict[int, str]:
+    """Point every IRQ of DEV at CPUS (smp_affinity_list); the originals are kept for reset."""
+    from .topology import format_cpulist
+    irqs = device_irqs(dev)
+    if not irqs:
+        raise SteerError(f"{dev} has no IRQs of its own (a virtual device?): use `steer pin` (XDP) "
+                         "or `steer rps`")
+    state = _state()
+    before = {}
+    for irq in irqs:
+        path = f"/proc/irq/{irq}/smp_affinity_list"
+        with open(path) as f:
+            before[irq] = f.read().strip()
+        state["irq"].setdefault(str(irq), before[irq])
+        try:
+            with open(path, "w") as f:
+                f.write(format_cpulist(cpus))
+        except OSError as e:
+            raise SteerError(f"IRQ {irq}: cannot set affinity: {e.strerror}") from None
+    _save_state(state)
+    return before
+
+
+def _rps_files(sysfs: str, dev: str) -> list[str]:
+    qdir = os.path.join(sysfs, "class/net", dev, "queues")
+    try:
+        return sorted(os.path.join(qdir, q, "rps_cpus") for q in os.listdir(qdir) if q.startswith("rx-"))
+    except OSError:
+        raise SteerError(f"no interface {dev!r} (no {qdir})") from None
+
+
+def _cpu_mask(cpus: list[int]) -> str:
+    """CPU list -> the comma-separated 32-bit hex words of a sysfs cpumask."""
+    bits = sum(1 << c for c in cpus)
+    words = []
+    while True:
+        words.append(f"{bits & 0xFFFFFFFF:08x}")
+        bits >>= 32
+        if not bits:
+            break
+    return ",".join(reversed(words))
+
+
+def set_rps(dev: str, cpus: list[int], netns: str | None = None) -> dict[str, str]:
+    """Spread DEV's receive processing over CPUS with RPS; the originals are kept for reset.
+    A device in another namespace is only visible to a sysfs mounted there: that is done in a
+    child process with its own mount namespace."""
+    mask = _cpu_mask(cpus)
+    ns_path = netns_path(netns)
+    results = _in_netns_sysfs(ns_path, _write_rps, dev, mask)
+    state = _state()
+    for path, old in results.items():
+        state["rps"].setdefault(f"{netns or ''}|{dev}|{path}", old)
+    _save_state(state)
+    return results
+
+
+def _write_rps(sysfs: str, dev: str, mask: str) -> dict[str, str]:
+    out = {}
+    for path in _rps_files(sysfs, dev):
+        with open(path) as f:
+            out[os.path.basename(os.path.dirname(path))] = f.read().strip()
+        with open(path, "w") as f:
+            f.write(mask)
+    return out
+
+
+def _restore_rps(sysfs: str, dev: str, queue: str, mask: str) -> dict:
+    path = os.path.join(sysfs, "class/net", dev, "queues", queue, "rps_cpus")
+    if os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(mask)
+    return {}
+
+
+def _in_netns_sysfs(ns_path: str | None, fn, *args):
+    """Run fn(sysfs_root, *args) with a sysfs of NS_PATH's network namespace; returns its dict."""
+    if not ns_path:
+        return fn("/sys", *args)
+    import ctypes
+    import tempfile
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # child: own mount namespace, sysfs of the target netns
+        code = 1
+        try:
+            os.close(r)
+            from .kernel import CLONE_NEWNET, setns
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(ns_path, os.O_RDONLY)
+            setns(fd, CLONE_NEWNET)
+            if libc.unshare(0x00020000) != 0:   # CLONE_NEWNS
+                raise OSError(ctypes.get_errno(), "unshare")
+            libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None)   # MS_REC | MS_PRIVATE
+            mnt = tempfile.mkdtemp(prefix="steer-sysfs-")
+            if libc.mount(b"sysfs", mnt.encode(), b"sysfs", 0, None) != 0:
+                raise OSError(ctypes.get_errno(), "mount sysfs")
+            out = fn(mnt, *args)
+            os.write(w, json.dumps({"ok": out}).encode())
+            code = 0
+        except BaseException as e:   # noqa: BLE001 - reported to the parent as one line
+            os.write(w, json.dumps({"error": str(e)}).encode())
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    reply = json.loads(data or b'{"error": "child died"}')
+    if "error" in reply:
+        raise SteerError(reply["error"])
+    return reply["ok"]
+
+
+def reset() -> list[str]:
+    """Remove everything steer pinned, restore the IRQ and RPS settings it changed, and remove lab
+    namespaces whose process is gone. Returns what was done, one line each."""
+    done = []
+    root = pin_root()
+    for dev, ns in pinned_devices():
+        remove_pin_dir(os.path.join(root, _dir_name(dev, ns)))
+        done.append(f"removed XDP steering of {dev}" + (f" in {ns}" if ns else ""))
+    if os.path.isdir(root):
+        shutil.rmtree(root, ignore_errors=True)
+    state = _state()
+    for irq, cpus in state["irq"].items():
+        try:
+            with open(f"/proc/irq/{irq}/smp_affinity_list", "w") as f:
+                f.write(cpus)
+            done.append(f"restored IRQ {irq} affinity to {cpus}")
+        except OSError:
+            pass
+    for key, mask in state["rps"].items():
+        ns, dev, queue = key.split("|")
+        try:
+            _in_netns_sysfs(netns_path(ns) if ns else None, _restore_rps, dev, queue, mask)
+            done.append(f"restored RPS of {dev} {queue} to {mask}")
+        except SteerError:
+            pass
+    try:
+        os.unlink(os.path.join(STATE_DIR, "restore.json"))
+    except FileNotFoundError:
+        pass
+    from .lab import remove_stale_labs
+    done += [f"removed stale lab namespace {n}" for n in remove_stale_labs()]
+    return done
+
+
+def require_steering_caps() -> None:
+    require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
+
+
+__all__ = ["XdpSteering", "SteerError", "set_app_affinity", "set_irq_affinity", "set_rps",
+           "reset", "pinned_devices", "CAP_SYS_ADMIN"]
