@@ -153,6 +153,30 @@ def build_parser() -> argparse.ArgumentParser:
     steer_target(rps)
     rps.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
 
+    auto = sub.add_parser("auto", formatter_class=fmt, help="steer flows by a policy, continuously",
+                          description="Every INTERVAL, trace the flows, ask the policy where each "
+                          "should be processed, and move the ones it wants elsewhere (exact XDP "
+                          "rules on IFACE). A move needs the same answer CONFIRM times in a row "
+                          "and HOLD seconds since the flow's last move. Every change is logged. "
+                          "The rules live as long as this process: Ctrl-C or kill removes them.")
+    auto.add_argument("--policy", default="llc-peer", metavar="NAME|FILE",
+                      help="llc-peer, same-core, spread, static:FILE.toml (or FILE.toml), or "
+                           "FILE.py defining place(snapshot, topology)")
+    steer_target(auto)
+    auto.add_argument("--interval", type=_positive(), default=2.0, metavar="SECONDS")
+    auto.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
+                      help="stop after this long (default: until Ctrl-C)")
+    auto.add_argument("--confirm", type=_positive(int, 0), default=2, metavar="N",
+                      help="intervals in a row a move must be asked for")
+    auto.add_argument("--hold", type=float, default=10.0, metavar="SECONDS",
+                      help="minimum time between two moves of one flow")
+    auto.add_argument("--min-rate", type=float, default=1e6, metavar="BPS",
+                      help="flows slower than this (bit/s) are left alone")
+    auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
+    auto.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
+                      help="XDP attach mode, as for steer pin")
+    _tracer_options(auto)
+
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
                    "RPS settings steer changed, and remove lab namespaces of dead processes.")
@@ -429,6 +453,43 @@ def cmd_rps(args) -> int:
     return 0
 
 
+def cmd_auto(args) -> int:
+    from .auto import AutoSteer
+    from .policies import PolicyError, load_policy
+    from .steering import XdpSteering
+    from .topology import read_topology
+    try:
+        name, policy = load_policy(args.policy, args.min_rate)
+    except PolicyError as e:
+        raise UserError(str(e)) from None
+    topo = read_topology()
+    steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
+                                                      pinned=False).open()
+    tracer = None
+    try:
+        tracer = _start_tracer(args)
+        interval = _Interval(tracer, topo)
+        engine = AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
+                           log=lambda line: print(line, flush=True))
+        mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
+        print(f"steer auto: policy {name}, every {args.interval:g} s, {mode}", flush=True)
+        end = None if args.duration is None else time.monotonic() + args.duration
+        try:
+            while end is None or time.monotonic() < end:
+                time.sleep(args.interval if end is None else
+                           max(0.0, min(args.interval, end - time.monotonic())))
+                engine.step(interval())
+        except KeyboardInterrupt:
+            pass
+    finally:
+        if tracer:
+            tracer.stop()
+        if steering:
+            steering.close()
+    print(f"steer auto: stopped; {len(engine.placed) if tracer else 0} rule(s) removed with it")
+    return 0
+
+
 def cmd_reset(args) -> int:
     from .steering import require_steering_caps, reset
     require_steering_caps()
@@ -439,7 +500,7 @@ def cmd_reset(args) -> int:
 
 COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
             "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
-            "irq": cmd_irq, "rps": cmd_rps, "reset": cmd_reset}
+            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "reset": cmd_reset}
 
 
 def _sigterm(signum, frame):

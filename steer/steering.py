@@ -189,18 +189,46 @@ class XdpSteering:
     def __exit__(self, *exc):
         self.close()
 
-    # -- rules -------------------------------------------------------------------------------
+    # -- rules: the table of this device ------------------------------------------------------
+    @property
+    def table(self) -> "RuleTable":
+        return RuleTable(self._maps, self.dev)
+
     def rules(self) -> list[RuleView]:
-        stats = self._maps["rule_stats"]
+        return self.table.rules()
+
+    def counters(self) -> dict[str, int]:
+        return self.table.counters()
+
+    def pin(self, spec: FlowSpec, cpu: int) -> tuple[int | None, int]:
+        return self.table.pin(spec, cpu)
+
+    def unpin(self, spec: FlowSpec) -> int:
+        return self.table.unpin(spec)
+
+    def detach(self) -> None:
+        """Remove the pinned program of this device, maps and all."""
+        self.close()
+        self._remove_pins()
+
+
+@dataclass
+class RuleTable:
+    """The rules, masks, counters and cpumap entries of one loaded steering program."""
+    maps: dict[str, BpfMap]
+    label: str
+
+    def rules(self) -> list[RuleView]:
+        stats = self.maps["rule_stats"]
         out = []
-        for kraw, vraw in self._maps["rules"].items():
+        for kraw, vraw in self.maps["rules"].items():
             k, r = abi.RuleKey.from_buffer_copy(kraw), abi.Rule.from_buffer_copy(vraw)
             s = abi.RuleStats.from_buffer_copy(stats.lookup(struct.pack("I", r.id)))
             out.append(RuleView(FlowSpec.from_key(k), r.cpu, r.id, s.packets, s.bytes))
         return sorted(out, key=lambda v: v.id)
 
     def counters(self) -> dict[str, int]:
-        per_cpu = self._maps["counters"].lookup(struct.pack("I", 0))
+        per_cpu = self.maps["counters"].lookup(struct.pack("I", 0))
         total = {n: 0 for n, _ in abi.Counters._fields_}
         for raw in per_cpu:
             c = abi.Counters.from_buffer_copy(raw)
@@ -213,13 +241,13 @@ class XdpSteering:
         rules = {str(r.spec): r for r in self.rules()}
         old = rules.get(str(spec))
         if old is None and len(rules) >= abi.MAX_RULES:
-            raise SteerError(f"{self.dev} already has {abi.MAX_RULES} rules")
+            raise SteerError(f"{self.label} already has {abi.MAX_RULES} rules")
         used = {r.id for r in rules.values()}
         rid = old.id if old else next(i for i in range(abi.MAX_RULES) if i not in used)
         self._ensure_cpu(cpu)
         if not old:
-            self._maps["rule_stats"].update(struct.pack("I", rid), bytes(abi.RuleStats()))
-        self._maps["rules"].update(bytes(spec.key()), bytes(abi.Rule(cpu=cpu, id=rid)))
+            self.maps["rule_stats"].update(struct.pack("I", rid), bytes(abi.RuleStats()))
+        self.maps["rules"].update(bytes(spec.key()), bytes(abi.Rule(cpu=cpu, id=rid)))
         self._write_masks([r.spec.mask for r in rules.values()] + [spec.mask])
         if old and old.cpu != cpu:
             self._drop_unused_cpus()
@@ -231,10 +259,10 @@ class XdpSteering:
         old = rules.pop(str(spec), None)
         if old is None:
             have = ", ".join(rules) or "none"
-            raise SteerError(f"no rule {spec} on {self.dev} (rules: {have})")
+            raise SteerError(f"no rule {spec} on {self.label} (rules: {have})")
         self._write_masks([r.spec.mask for r in rules.values()])
-        self._maps["rules"].delete(bytes(spec.key()))
-        self._maps["rule_stats"].update(struct.pack("I", old.id), bytes(abi.RuleStats()))
+        self.maps["rules"].delete(bytes(spec.key()))
+        self.maps["rule_stats"].update(struct.pack("I", old.id), bytes(abi.RuleStats()))
         self._drop_unused_cpus()
         return old.cpu
 
@@ -243,10 +271,10 @@ class XdpSteering:
         m = abi.Masks(count=len(order))
         for i, v in enumerate(order):
             m.mask[i] = v
-        self._maps["masks"].update(struct.pack("I", 0), bytes(m))
+        self.maps["masks"].update(struct.pack("I", 0), bytes(m))
 
     def _ensure_cpu(self, cpu: int) -> None:
-        cm = self._maps["cpu_map"]
+        cm = self.maps["cpu_map"]
         if cm.lookup(struct.pack("I", cpu)) is None:
             try:
                 cm.update(struct.pack("I", cpu), bytes(abi.CpumapVal(qsize=CPUMAP_QSIZE)))
@@ -256,15 +284,17 @@ class XdpSteering:
     def _drop_unused_cpus(self) -> None:
         """Delete cpumap entries no rule uses: each one is a kernel thread."""
         used = {r.cpu for r in self.rules()}
-        cm = self._maps["cpu_map"]
+        cm = self.maps["cpu_map"]
         for cpu in range(cm.max_entries):
             if cpu not in used and cm.lookup(struct.pack("I", cpu)) is not None:
                 cm.delete(struct.pack("I", cpu))
 
-    def detach(self) -> None:
-        """Remove the pinned program of this device, maps and all."""
-        self.close()
-        self._remove_pins()
+
+def load_unattached() -> tuple[BpfObject, RuleTable]:
+    """The steering program loaded but attached nowhere, for BPF_PROG_TEST_RUN (tests, bench)."""
+    obj = BpfObject(str(bpf_dir() / "steer.bpf.o"), max_entries={"cpu_map": possible_cpus()},
+                    no_pin=True)
+    return obj, RuleTable({n: obj.map(n) for n in MAP_NAMES}, "test run")
 
 
 def remove_pin_dir(path: str) -> None:

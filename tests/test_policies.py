@@ -1,0 +1,205 @@
+"""Policies and the auto loop's hysteresis, on fixture topologies and synthetic snapshots."""
+import os
+
+import pytest
+
+from steer.auto import AutoSteer
+from steer.classify import Placement
+from steer.flows import CpuReport, FlowReport, Snapshot
+from steer.policies import (Decision, PolicyError, llc_peer, load_policy, same_core, spread,
+                            static)
+from steer.topology import read_topology
+from steer.tracer import Capabilities, FlowId
+from sysfs import FakeCpu, epyc_chiplet, sandy_bridge_2s_6c, write_tree, xeon_2s_smt
+
+VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+CAPS = Capabilities("available", "available", "available", "unavailable")
+
+
+def flow(n, kernel_cpu, app_cpu, rate_bps=10e9, port=5201):
+    fid = FlowId("tcp", "198.18.0.1", 40000 + n, "198.18.0.2", port)
+    return FlowReport(fid, 1.0, int(rate_bps / 8), 1000, kernel_cpu, 1.0, 0.1, 0.0, app_cpu, 1.0,
+                      0.3, 0.0, int(rate_bps / 8), 100, 4242, "iperf3", None, None,
+                      Placement("same-core", True), {}, {})
+
+
+def snap(flows, busy=None, ncpu=2):
+    busy = busy or {}
+    cpus = [CpuReport(c, 0, busy.get(c, 0.0), 0.0, 0.0, 0.0, None, None) for c in range(ncpu)]
+    return Snapshot(1.0, flows, cpus, CAPS, 0, 1024, 0, 0, 0)
+
+
+def test_llc_peer_this_vm():
+    (d,) = llc_peer(snap([flow(1, 0, 0)]), read_topology(VM))
+    assert d.cpu == 1 and "L3" in d.reason
+
+
+def test_llc_peer_never_the_readers_core_or_sibling(tmp_path):
+    t = read_topology(xeon_2s_smt(str(tmp_path)))
+    (d,) = llc_peer(snap([flow(1, 3, 3)], ncpu=48), t)
+    assert d.cpu not in (3, 27) and t.cpus[d.cpu].socket == 0 and d.cpu == 0
+    (d,) = llc_peer(snap([flow(1, 27, 27)], {0: 0.9}, ncpu=48), t)
+    assert d.cpu == 1   # CPU 0 is busy: the least loaded peer
+    (d,) = llc_peer(snap([flow(1, 12, 3)], ncpu=48), t)   # cross socket now
+    assert t.cpus[d.cpu].socket == 0
+
+
+def test_llc_peer_keeps_a_good_placement(tmp_path):
+    t = read_topology(xeon_2s_smt(str(tmp_path)))
+    (d,) = llc_peer(snap([flow(1, 5, 3)], ncpu=48), t)
+    assert d.cpu == 5 and d.reason.startswith("already")
+
+
+def test_llc_peer_chiplet_stays_in_the_ccx(tmp_path):
+    t = read_topology(epyc_chiplet(str(tmp_path)))
+    (d,) = llc_peer(snap([flow(1, 0, 5)], ncpu=32), t)
+    assert d.cpu in (4, 6, 7, 20, 22, 23)
+    assert t.cpus[d.cpu].llc == t.cpus[5].llc
+
+
+def test_llc_peer_papers_machine(tmp_path):
+    t = read_topology(sandy_bridge_2s_6c(str(tmp_path)))
+    (d,) = llc_peer(snap([flow(1, 1, 0)], ncpu=12), t)
+    assert d.cpu == 2   # even CPUs are socket 0
+
+
+def test_llc_peer_spreads_several_flows(tmp_path):
+    t = read_topology(xeon_2s_smt(str(tmp_path)))
+    ds = llc_peer(snap([flow(1, 3, 3), flow(2, 3, 3)], ncpu=48), t)
+    assert len({d.cpu for d in ds}) == 2
+
+
+def test_llc_peer_single_core_socket_has_no_answer(tmp_path):
+    root = write_tree(str(tmp_path), [FakeCpu(0, 0, 0, [0], [0], [0], 0, 0),
+                                      FakeCpu(1, 1, 0, [1], [1], [1], 1, 1)])
+    assert llc_peer(snap([flow(1, 0, 0)]), read_topology(root)) == []
+
+
+def test_slow_and_readerless_flows_are_left_alone():
+    t = read_topology(VM)
+    assert llc_peer(snap([flow(1, 0, 0, rate_bps=1000), flow(2, 0, None)]), t) == []
+
+
+def test_same_core_and_spread():
+    t = read_topology(VM)
+    assert [d.cpu for d in same_core(snap([flow(1, 1, 0)]), t)] == [0]
+    ds = spread(snap([flow(1, 0, 0), flow(2, 0, 0)]), t)
+    assert sorted(d.cpu for d in ds) == [0, 1]
+
+
+def _write(tmp_path, name, text, mode=0o644):
+    p = tmp_path / name
+    p.write_text(text)
+    os.chmod(p, mode)
+    return str(p)
+
+
+def test_static_rules(tmp_path):
+    path = _write(tmp_path, "r.toml", '[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = 1\n')
+    (d,) = static(path)(snap([flow(1, 0, 0), flow(2, 0, 0, port=80)]), read_topology(VM))
+    assert d.cpu == 1 and d.flow.dport == 5201
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("[[rule]\n", "not valid TOML"),
+    ("x = 1\n", r"expected one or more \[\[rule\]\]"),
+    ('[[rule]]\nflow = "proto=tcp"\ncpu = "one"\n', "cpu must be a CPU number"),
+    ('[[rule]]\nflow = 5\ncpu = 1\n', "flow must be a string"),
+    ('[[rule]]\nflow = "proto=icmp"\ncpu = 1\n', "tcp or udp"),
+    ('[[rule]]\nflow = "proto=tcp"\ncpu = 1\nprio = 2\n', "exactly the keys"),
+])
+def test_static_rules_errors(tmp_path, text, msg):
+    with pytest.raises(PolicyError, match=msg):
+        load_policy(_write(tmp_path, "bad.toml", text))
+
+
+def test_user_policy_file(tmp_path):
+    path = _write(tmp_path, "p.py", "from steer.policies import Decision\n"
+                  "def place(snapshot, topology):\n"
+                  "    return [Decision(f.flow, 1, 'mine') for f in snapshot.flows]\n")
+    name, place = load_policy(path)
+    assert [d.cpu for d in place(snap([flow(1, 0, 0)]), read_topology(VM))] == [1]
+
+
+@pytest.mark.parametrize("text,mode,msg", [
+    ("def place(s, t): return []\n", 0o666, "writable by group or others"),
+    ("import nonexistent_module_x\n", 0o644, "failed to load: ModuleNotFoundError"),
+    ("def plac(s, t): return []\n", 0o644, "no place"),
+    ("def place(:\n", 0o644, "SyntaxError"),
+])
+def test_user_policy_file_refused(tmp_path, text, mode, msg):
+    with pytest.raises(PolicyError, match=msg):
+        load_policy(_write(tmp_path, "p.py", text, mode))
+
+
+def test_unknown_policy():
+    with pytest.raises(PolicyError, match="unknown policy"):
+        load_policy("fastest")
+
+
+class Recorder:
+    """Stands in for the XDP rule table: records what the engine asks for."""
+
+    def __init__(self):
+        self.calls = []
+
+    def pin(self, spec, cpu):
+        self.calls.append(("pin", str(spec), cpu))
+        return None, 0
+
+    def unpin(self, spec):
+        self.calls.append(("unpin", str(spec)))
+        return 0
+
+
+def test_hysteresis_confirm_and_hold():
+    t = read_topology(VM)
+    want = {"cpu": 1}
+    policy = lambda s, topo: [Decision(f.flow, want["cpu"], "test") for f in s.flows]  # noqa: E731
+    rec, lines = Recorder(), []
+    eng = AutoSteer(policy, rec, t, confirm=2, hold=10, expire=3, log=lines.append)
+    s = snap([flow(1, 0, 0)])
+    assert eng.step(s, now=0) == []                     # asked once: not yet
+    (c,) = eng.step(s, now=1)                           # asked twice: move
+    assert (c.old_cpu, c.new_cpu) == (0, 1) and rec.calls[-1][0] == "pin"
+    assert "kernel CPU 0 -> CPU 1: test" in lines[-1]
+    want["cpu"] = 0
+    assert eng.step(s, now=2) == [] and eng.step(s, now=3) == []   # confirmed, but held
+    (c,) = eng.step(s, now=12)
+    assert (c.old_cpu, c.new_cpu) == (1, 0)
+
+
+def test_flapping_answers_never_confirm():
+    t = read_topology(VM)
+    answers = iter([1, 0, 1, 0, 1, 0])
+    policy = lambda s, topo: [Decision(f.flow, next(answers), "flap") for f in s.flows]  # noqa: E731
+    rec = Recorder()
+    eng = AutoSteer(policy, rec, t, confirm=2, hold=0, log=lambda _: None)
+    s = snap([flow(1, 0, 0)])
+    assert all(eng.step(s, now=i) == [] for i in range(6)) and rec.calls == []
+
+
+def test_policy_error_keeps_placement_and_logs():
+    t = read_topology(VM)
+
+    def broken(s, topo):
+        raise RuntimeError("boom")
+    rec, lines = Recorder(), []
+    eng = AutoSteer(broken, rec, t, log=lines.append)
+    assert eng.step(snap([flow(1, 0, 0)]), now=0) == [] and rec.calls == []
+    assert "policy error: RuntimeError: boom; keeping the last good placement" in lines[0]
+
+
+def test_offline_cpu_decisions_are_ignored_and_gone_flows_expire():
+    t = read_topology(VM)
+    rec, lines = Recorder(), []
+    eng = AutoSteer(lambda s, topo: [Decision(f.flow, 7, "x") for f in s.flows], rec, t,
+                    confirm=1, log=lines.append)
+    eng.step(snap([flow(1, 0, 0)]), now=0)
+    assert rec.calls == [] and "not online" in lines[0]
+    eng = AutoSteer(lambda s, topo: [Decision(f.flow, 1, "x") for f in s.flows], rec, t,
+                    confirm=1, expire=2, log=lines.append)
+    eng.step(snap([flow(1, 0, 0)]), now=0)
+    eng.step(snap([]), now=1)
+    (c,) = eng.step(snap([]), now=2)
+    assert c.new_cpu is None and rec.calls[-1][0] == "unpin" and not eng.placed
