@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang/llvm/bpftool/libbpf-dev build the CO-RE objects; libbpf1 is loaded at run time; iperf3 and
-# iproute2 drive the lab; libbpf-tools (softirqs) and tmux are independent witnesses in the tests
-PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux
+# iproute2 drive the lab; libbpf-tools (softirqs), tmux and prometheus (server and promtool) are
+# independent witnesses in the tests
+PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux prometheus
           python3 python3-venv python3-pip make)
 
 missing=()

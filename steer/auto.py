@@ -45,6 +45,7 @@ class AutoSteer:
     expire: int = 10
     log: Callable[[str], None] = print
     placed: dict[FlowId, int] = field(default_factory=dict)       # the rules we installed
+    moves: int = 0
     _pending: dict[FlowId, tuple[int, int]] = field(default_factory=dict)
     _moved_at: dict[FlowId, float] = field(default_factory=dict)
     _absent: dict[FlowId, int] = field(default_factory=dict)
@@ -104,6 +105,7 @@ class AutoSteer:
         else:
             self.placed[c.flow] = c.new_cpu
             self._moved_at[c.flow] = now
+            self.moves += 1
         self._pending.pop(c.flow, None)
         old = "-" if c.old_cpu is None else c.old_cpu
         new = "unsteered" if c.new_cpu is None else f"CPU {c.new_cpu}"

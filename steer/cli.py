@@ -51,6 +51,9 @@ def _tracer_options(p: argparse.ArgumentParser) -> None:
                         "the host has a PMU and reports 'unavailable' otherwise; cpu-clock is a "
                         "software stand-in that checks the counter path on hosts without a PMU "
                         "(default: %(default)s)")
+    g.add_argument("--idle-timeout", type=_positive(), default=60.0, metavar="SECONDS",
+                   help="drop a flow's entries after this long without packets or reads (they are "
+                        "reported one last time first)")
     g.add_argument("--btf", metavar="FILE",
                    help="kernel BTF for CO-RE relocations, for kernels without "
                         "/sys/kernel/btf/vmlinux (default: the running kernel's)")
@@ -177,6 +180,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="XDP attach mode, as for steer pin")
     _tracer_options(auto)
 
+    auto.add_argument("--listen", metavar="HOST:PORT",
+                      help="also serve Prometheus metrics here, with steer_auto_moves_total")
+    auto.add_argument("--top-k", type=_positive(int, 0), default=20, help="per-flow series with --listen")
+
+    ex = sub.add_parser("export", formatter_class=fmt, help="Prometheus exporter",
+                        description="Serve Prometheus metrics, read from the BPF maps at every "
+                        "scrape: per-class and per-CPU totals, the top-K flows, steering rule "
+                        "counters, tracer health and capabilities. Listens on loopback unless "
+                        "another address is given.")
+    ex.add_argument("--listen", default="127.0.0.1:9435", metavar="HOST:PORT",
+                    help="address to serve /metrics on")
+    ex.add_argument("--top-k", type=_positive(int, 0), default=20, metavar="K",
+                    help="flows (by rate) that get per-flow series")
+    ex.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
+                    help="stop after this long (default: until Ctrl-C or SIGTERM)")
+    _tracer_options(ex)
+
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
                    "RPS settings steer changed, and remove lab namespaces of dead processes.")
@@ -210,7 +230,8 @@ def cmd_topology(args) -> int:
 
 def _start_tracer(args):
     from .tracer import Tracer
-    return Tracer(max_flows=args.max_flows, llc_event=args.llc_event, btf=args.btf).start()
+    return Tracer(max_flows=args.max_flows, llc_event=args.llc_event, btf=args.btf,
+                  idle_timeout=args.idle_timeout).start()
 
 
 def cmd_flows(args) -> int:
@@ -453,6 +474,13 @@ def cmd_rps(args) -> int:
     return 0
 
 
+def _auto_steering_state(steering, args) -> list[dict]:
+    if steering is None:
+        return []
+    return [{"dev": args.dev, "netns": args.netns, "mode": steering.attached_mode,
+             "rules": [r.as_json() for r in steering.rules()], "counters": steering.counters()}]
+
+
 def cmd_auto(args) -> int:
     from .auto import AutoSteer
     from .policies import PolicyError, load_policy
@@ -471,6 +499,11 @@ def cmd_auto(args) -> int:
         interval = _Interval(tracer, topo)
         engine = AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
                            log=lambda line: print(line, flush=True))
+        if args.listen:
+            from .exporter import SteerCollector
+            _serve(SteerCollector(tracer, topo, top_k=args.top_k,
+                                  steering=lambda: _auto_steering_state(steering, args),
+                                  actions=lambda: {name: engine.moves}), args.listen)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
         print(f"steer auto: policy {name}, every {args.interval:g} s, {mode}", flush=True)
         end = None if args.duration is None else time.monotonic() + args.duration
@@ -490,6 +523,38 @@ def cmd_auto(args) -> int:
     return 0
 
 
+def _serve(collector, listen):
+    from .exporter import serve
+    try:
+        return serve(collector, listen)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def cmd_export(args) -> int:
+    from .exporter import SteerCollector, parse_listen, pinned_steering_state
+    from .topology import read_topology
+    try:
+        parse_listen(args.listen)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    topo = read_topology()
+    tracer = _start_tracer(args)
+    try:
+        collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_steering_state)
+        _serve(collector, args.listen)
+        print(f"steer export: serving http://{args.listen}/metrics", flush=True)
+        end = None if args.duration is None else time.monotonic() + args.duration
+        try:
+            while end is None or time.monotonic() < end:
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        tracer.stop()
+    return 0
+
+
 def cmd_reset(args) -> int:
     from .steering import require_steering_caps, reset
     require_steering_caps()
@@ -500,7 +565,8 @@ def cmd_reset(args) -> int:
 
 COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
             "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
-            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "reset": cmd_reset}
+            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export,
+            "reset": cmd_reset}
 
 
 def _sigterm(signum, frame):

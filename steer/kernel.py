@@ -11,6 +11,7 @@ import ctypes.util
 import errno
 import os
 import platform
+import struct
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -502,6 +503,19 @@ def xdp_link(prog_fd: int, ifindex: int, flags: int) -> int:
     if fd < 0:
         raise KernelError(f"XDP attach: {os.strerror(-fd)}", -fd)
     return fd
+
+
+def prog_run_stats(prog_fd: int) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of a program: non-zero only while kernel.bpf_stats_enabled is 1.
+    Offsets 192 and 200 of struct bpf_prog_info are uapi, stable since 5.1."""
+    buf = ctypes.create_string_buffer(256)
+    n = ctypes.c_uint32(len(buf))
+    rc = _libbpf().bpf_obj_get_info_by_fd(prog_fd, buf, ctypes.byref(n))
+    if rc < 0:
+        raise _fail("cannot read program info", rc)
+    if n.value < 208:
+        return 0, 0
+    return struct.unpack_from("QQ", buf.raw, 192)
 
 
 def obj_pin(fd: int, path: str) -> None:

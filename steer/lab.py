@@ -11,6 +11,7 @@ process (its pid is in the namespace name) is removed by the next lab that start
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ PREFIX = "steerlab"
 NETNS_DIR = "/run/netns"
 SENDER_ADDR, RECEIVER_ADDR, PREFIXLEN = "198.18.0.1", "198.18.0.2", 30
 BASE_PORT = 5201
+_instances = itertools.count(1)   # several labs of one process get names of their own
 
 
 class LabError(Exception):
@@ -133,7 +135,7 @@ def _kill_ns_processes(name: str) -> None:
 class Lab:
     flows: list[LabFlow]
     seconds: float = 10.0
-    tag: str = field(default_factory=lambda: str(os.getpid()))
+    tag: str = field(default_factory=lambda: f"{os.getpid()}-{next(_instances)}")
 
     def __post_init__(self):
         self.tx = f"{PREFIX}-{self.tag}-tx"

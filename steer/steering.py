@@ -45,9 +45,11 @@ def netns_path(name: str | None) -> str | None:
 
 
 def device_info(dev: str, netns: str | None) -> tuple[int, str | None]:
-    """(ifindex, link kind such as 'veth', or None) of DEV in NETNS."""
-    from pyroute2 import IPRoute, NetNS
-    with (NetNS(netns) if netns else IPRoute()) as ipr:
+    """(ifindex, link kind such as 'veth', or None) of DEV in the namespace at path NETNS.
+    The netlink socket is opened inside the namespace by this thread (pyroute2's NetNS would fork
+    a helper process, which does not mix with the exporter's threads)."""
+    from pyroute2 import IPRoute
+    with netns_of(netns), IPRoute() as ipr:
         found = ipr.link_lookup(ifname=dev)
         if not found:
             where = f" in network namespace {netns}" if netns else ""
@@ -99,17 +101,17 @@ class XdpSteering:
         require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
         if self.mode not in MODES:
             raise SteerError(f"unknown XDP mode {self.mode!r}: choose from {', '.join(MODES)}")
-        ns_path = netns_path(self.netns)
-        self.ifindex, kind = device_info(self.dev, ns_path)
         existing = self._pinned_link()
         if existing and not self.pinned:
             raise SteerError(f"{self.dev} has pinned steering rules (steer rules); remove them with "
                              "steer unpin or steer reset first")
-        if existing:
+        if existing:   # the pins are all it takes: no need to look at the device
             self.attached_mode = existing.rsplit("-", 1)[1]
             for name in MAP_NAMES:
                 self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name))
             return self
+        ns_path = netns_path(self.netns)
+        self.ifindex, kind = device_info(self.dev, ns_path)
         obj_path = bpf_dir() / "steer.bpf.o"
         if not obj_path.exists():
             raise SteerError(f"{obj_path} is not built: run `make` in the steer checkout")

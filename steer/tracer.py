@@ -16,6 +16,9 @@ from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_T
                      vmlinux_has_type)
 
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
+DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
+                             # short connection (a scrape, a health check) would otherwise sit in
+                             # the map until the LRU pushes it out, and cost every later read
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 PROTOS = {6: "tcp", 17: "udp"}
 
@@ -161,23 +164,26 @@ class TraceSample:
     cpus: tuple[CpuSample, ...]
     live_entries: int
     max_entries: int
+    expired: int = 0   # entries steer removed for being idle, since the tracer started
 
     @property
     def evictions(self) -> int:
-        """Entries the LRU pushed out: every insert that is no longer there."""
-        return max(0, sum(c.flow_inserts for c in self.cpus) - self.live_entries)
+        """Entries the LRU pushed out: every insert that is neither there nor expired by us."""
+        return max(0, sum(c.flow_inserts for c in self.cpus) - self.live_entries - self.expired)
 
 
 @dataclass
 class Tracer:
     max_flows: int = DEFAULT_MAX_FLOWS
     llc_event: str = "auto"     # auto | cache-misses | cpu-clock | off
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     btf: str | None = None
     capabilities: Capabilities | None = field(default=None, init=False)
 
     def __post_init__(self):
         self._obj: BpfObject | None = None
         self._counters: list[PerfCounter] = []
+        self._expired = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -272,11 +278,19 @@ class Tracer:
     def attached_programs(self) -> list[str]:
         return self._obj.attached if self._obj else []
 
+    def program_stats(self) -> dict[str, tuple[int, int]]:
+        """Program -> (run time ns, runs), counted by the kernel while kernel.bpf_stats_enabled=1."""
+        from .kernel import prog_run_stats
+        return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self.attached_programs}
+
     # -- reading -----------------------------------------------------------------------------
     def sample(self) -> TraceSample:
         if not self._obj:
             raise TracerError("tracer is not running")
         entries = {}
+        # bpf_ktime_get_ns() and time.monotonic_ns() read the same clock (CLOCK_MONOTONIC)
+        cutoff = time.monotonic_ns() - int(self.idle_timeout * 1e9)
+        idle = []
         for kraw, vraw in self._flows.items():
             k = abi.FlowCpuKey.from_buffer_copy(kraw)
             v = abi.FlowStats.from_buffer_copy(vraw)
@@ -284,11 +298,19 @@ class Tracer:
             entries[(fid, k.cpu)] = FlowCpuSample(
                 fid, k.cpu, **{n: getattr(v, n) for n in _STATS_FIELDS},
                 app_pid=v.app_pid, app_comm=v.app_comm.decode(errors="replace"))
+            if v.last_seen_ns < cutoff:
+                idle.append(kraw)
+        # an idle entry is in this sample with its final counts, and gone from the next
+        for kraw in idle:
+            if self._flows.delete(kraw):
+                self._expired += 1
+        live = len(entries) - len(idle)
         per_cpu = self._cpus.lookup(struct.pack("I", 0))
         cpus = tuple(CpuSample(i, **{n: getattr(abi.CpuStats.from_buffer_copy(raw), n)
                                      for n in _CPU_FIELDS})
                      for i, raw in enumerate(per_cpu))
-        return TraceSample(time.monotonic_ns(), entries, cpus, len(entries), self._flows.max_entries)
+        return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
+                           self._expired)
 
 
 def _online_cpus(root: str = "/sys/devices/system/cpu") -> list[int]:

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Writes the Grafana dashboards of steer (steer-overview.json, steer-flows.json) beside this file.
+
+The JSON files are committed, so Grafana needs nothing but them; this generator keeps the panels
+consistent (one datasource variable, one instance variable, the same rate interval), and a test
+checks that the committed files are what it writes. Run it after editing the panels below.
+"""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DS = {"type": "prometheus", "uid": "${datasource}"}
+INST = 'instance=~"$instance"'
+RATE = "$__rate_interval"
+
+
+def target(expr, legend, ref, **extra):
+    return {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": ref, **extra}
+
+
+def timeseries(pid, title, targets, unit, x, y, w=12, h=8, description=""):
+    return {"id": pid, "type": "timeseries", "title": title, "description": description,
+            "datasource": DS, "gridPos": {"x": x, "y": y, "w": w, "h": h},
+            "fieldConfig": {"defaults": {"unit": unit, "custom": {"fillOpacity": 10}},
+                            "overrides": []},
+            "options": {"legend": {"displayMode": "table", "placement": "bottom",
+                                   "calcs": ["mean", "max"]},
+                        "tooltip": {"mode": "multi", "sort": "desc"}},
+            "targets": targets}
+
+
+def variables(extra=()):
+    return {"list": [
+        {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+         "current": {}, "hide": 0},
+        {"name": "instance", "label": "host", "type": "query", "datasource": DS,
+         "query": {"query": "label_values(steer_tracer_flow_entries, instance)", "refId": "inst"},
+         "definition": "label_values(steer_tracer_flow_entries, instance)", "refresh": 2,
+         "multi": True, "includeAll": True, "allValue": ".*", "current": {}, "hide": 0,
+         "sort": 1},
+        *extra]}
+
+
+def dashboard(uid, title, description, panels, templating, links=()):
+    return {"uid": uid, "title": title, "description": description, "tags": ["steer", "network"],
+            "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
+            "time": {"from": "now-30m", "to": "now"}, "refresh": "10s", "timezone": "",
+            "templating": templating, "annotations": {"list": []}, "links": list(links),
+            "panels": panels}
+
+
+def overview():
+    by_class_bytes = f"sum by (class) (rate(steer_class_rx_bytes_total{{{INST}}}[{RATE}]))"
+    panels = [
+        timeseries(1, "Receive throughput by affinity class", [
+            target(f"{by_class_bytes} * 8", "{{class}}", "A")], "bps", 0, 0,
+            description="Where the flows' kernel receive work runs relative to their reader: "
+                        "same core, same socket, cross socket."),
+        timeseries(2, "CPU-seconds per GB by class", [
+            target(f"sum by (class) (rate(steer_class_kernel_seconds_total{{{INST}}}[{RATE}])) / "
+                   f"({by_class_bytes} / 1e9)", "kernel {{class}}", "A"),
+            target(f"sum by (class) (rate(steer_class_app_seconds_total{{{INST}}}[{RATE}])) / "
+                   f"({by_class_bytes} / 1e9)", "app {{class}}", "B")], "s", 12, 0,
+            description="Receive cost on each side; the papers found same-core the costliest."),
+        timeseries(3, "Per-CPU kernel vs application receive time", [
+            target(f"sum by (instance, cpu) (rate(steer_cpu_kernel_seconds_total{{{INST}}}[{RATE}]))",
+                   "kernel {{instance}} cpu{{cpu}}", "A"),
+            target(f"sum by (instance, cpu) (rate(steer_cpu_app_seconds_total{{{INST}}}[{RATE}]))",
+                   "app {{instance}} cpu{{cpu}}", "B")], "percentunit", 0, 8,
+            description="Share of each CPU spent in NET_RX softirq + cpumap kthread, and in "
+                        "receive syscalls."),
+        timeseries(4, "Steering actions", [
+            target(f"sum by (instance, policy) (increase(steer_auto_moves_total{{{INST}}}[{RATE}]))",
+                   "moves {{instance}} {{policy}}", "A"),
+            target(f"sum by (instance, dev, rule, cpu) (rate(steer_rule_packets_total{{{INST}}}[{RATE}]))",
+                   "{{dev}} {{rule}} -> cpu{{cpu}} pkt/s", "B")], "short", 12, 8,
+            description="Flows moved by steer auto, and packets redirected by each rule."),
+        timeseries(5, "Flows by class", [
+            target(f"sum by (class) (steer_class_flows{{{INST}}})", "{{class}}", "A")], "short", 0, 16,
+            w=8),
+        timeseries(6, "Unattributed NET_RX time", [
+            target(f"sum by (instance) (rate(steer_cpu_net_rx_unattributed_seconds_total{{{INST}}}[{RATE}])) / "
+                   f"sum by (instance) (rate(steer_cpu_kernel_seconds_total{{{INST}, context=\"softirq\"}}[{RATE}]))",
+                   "{{instance}}", "A")], "percentunit", 8, 16, w=8,
+            description="NET_RX time with no TCP/UDP packet to charge: other protocols, or "
+                        "driver work without packets."),
+        timeseries(7, "Flow map", [
+            target(f"steer_tracer_flow_entries{{{INST}}} / steer_tracer_flow_entries_max{{{INST}}}",
+                   "fill {{instance}}", "A"),
+            target(f"rate(steer_tracer_evictions_total{{{INST}}}[{RATE}])", "evictions/s {{instance}}",
+                   "B")], "short", 16, 16, w=8),
+    ]
+    return dashboard("steer-overview", "steer: receive placement overview",
+                     "Per-class receive throughput and cost, per-CPU time, steering actions.",
+                     panels, variables(),
+                     links=[{"type": "dashboards", "tags": ["steer"], "title": "steer",
+                             "asDropdown": False}])
+
+
+def flows():
+    sel = f'{INST}, dport=~"$dport"'
+    table = {"id": 1, "type": "table", "title": "Top flows: placement", "datasource": DS,
+             "gridPos": {"x": 0, "y": 0, "w": 24, "h": 9},
+             "targets": [target(f"steer_flow_info{{{sel}}}", "", "A", format="table", instant=True)],
+             "transformations": [{"id": "organize", "options": {
+                 "excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True},
+                 "indexByName": {"instance": 0, "proto": 1, "src": 2, "sport": 3, "dst": 4,
+                                 "dport": 5, "kernel_cpu": 6, "app_cpu": 7, "class": 8,
+                                 "shared_llc": 9, "app_comm": 10}}}],
+             "fieldConfig": {"defaults": {}, "overrides": []}, "options": {"showHeader": True}}
+    legend = "{{src}}:{{sport}} -> {{dst}}:{{dport}}"
+    panels = [
+        table,
+        timeseries(2, "Flow receive rate", [
+            target(f"steer_flow_receive_bytes_per_second{{{sel}}} * 8", legend, "A")], "bps", 0, 9),
+        timeseries(3, "Flow kernel and application CPU", [
+            target(f"steer_flow_kernel_cpu_ratio{{{sel}}}", "kernel " + legend, "A"),
+            target(f"steer_flow_app_cpu_ratio{{{sel}}}", "app " + legend, "B")],
+            "percentunit", 12, 9),
+    ]
+    dport = {"name": "dport", "label": "destination port", "type": "query", "datasource": DS,
+             "query": {"query": 'label_values(steer_flow_info{instance=~"$instance"}, dport)',
+                       "refId": "dport"},
+             "definition": 'label_values(steer_flow_info{instance=~"$instance"}, dport)',
+             "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*", "current": {},
+             "hide": 0, "sort": 3}
+    return dashboard("steer-flows", "steer: flows", "The top-K flows of each host: placement, "
+                     "rate and CPU, by destination port.", panels, variables([dport]))
+
+
+DASHBOARDS = {"steer-overview.json": overview, "steer-flows.json": flows}
+
+
+def render(fn) -> str:
+    return json.dumps(fn(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    for name, fn in DASHBOARDS.items():
+        with open(os.path.join(HERE, name), "w") as f:
+            f.write(render(fn))
+    sys.exit(0)

@@ -1,0 +1,251 @@
+"""Prometheus exporter: a Collector that reads the BPF maps at every scrape.
+
+Per-class counters must only go up, yet a flow's class can change between scrapes. So every
+scrape takes what each flow did since the previous scrape, classifies that interval, and adds it
+to the running totals of its class. Per-flow series exist only for the top-K flows by rate of the
+last interval: cardinality stays bounded, and a flow that went away loses its series.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .classify import CLASSES
+from .flows import Snapshot, build_snapshot
+from .topology import Topology
+from .tracer import Tracer, TraceSample
+
+DEFAULT_LISTEN = "127.0.0.1:9435"   # 9435: free in the Prometheus default port allocations list
+DEFAULT_TOP_K = 20
+FLOW_LABELS = ["proto", "src", "sport", "dst", "dport"]
+
+
+def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
+    try:
+        with open(path) as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
+class SteerCollector(Collector):
+    """Yields fresh metric families on every collect(); nothing is cached between scrapes but the
+    per-class running totals, which is what makes them counters."""
+
+    def __init__(self, tracer: Tracer, topo: Topology, top_k: int = DEFAULT_TOP_K,
+                 steering: Callable[[], list[dict]] | None = None,
+                 actions: Callable[[], dict[str, int]] | None = None):
+        self.tracer, self.topo, self.top_k = tracer, topo, top_k
+        self.steering, self.actions = steering, actions
+        self._lock = threading.Lock()
+        self._last: TraceSample | None = None
+        self._class_totals: dict[str, dict[str, float]] = {
+            c: defaultdict(float) for c in CLASSES}
+        self._last_snapshot: Snapshot | None = None
+        self.scrapes = 0
+
+    def _advance(self) -> tuple[TraceSample, Snapshot]:
+        """Read the maps once; fold the interval since the last read into the class totals."""
+        with self._lock:
+            now = self.tracer.sample()
+            snap = build_snapshot(self._last, now, self.topo, self.tracer.capabilities)
+            for f in snap.flows:
+                t = self._class_totals[f.placement.cls]
+                t["rx_bytes"] += f.rx_bytes
+                t["kernel_seconds"] += f.kernel_seconds
+                t["app_seconds"] += f.app_seconds
+                t["llc_kernel"] += f.llc_misses_kernel or 0
+                t["llc_app"] += f.llc_misses_app or 0
+            self._last, self._last_snapshot = now, snap
+            self.scrapes += 1
+            return now, snap
+
+    def collect(self) -> Iterable:
+        sample, snap = self._advance()
+        caps = self.tracer.capabilities
+        yield from self._class_metrics(snap, caps.llc_available)
+        yield from self._cpu_metrics(sample)
+        yield from self._flow_metrics(snap)
+        yield from self._health_metrics(sample, caps)
+        if self.steering:
+            yield from self._steering_metrics(self.steering())
+        if self.actions:
+            moves = CounterMetricFamily("steer_auto_moves", "Flows moved by steer auto.",
+                                        labels=["policy"])
+            for policy, n in self.actions().items():
+                moves.add_metric([policy], n)
+            yield moves
+
+    def _class_metrics(self, snap: Snapshot, llc: bool):
+        spec = [("rx_bytes", "steer_class_rx_bytes", "Transport payload received, by affinity class."),
+                ("kernel_seconds", "steer_class_kernel_seconds",
+                 "Kernel receive processing time (NET_RX softirq and cpumap kthread), by class."),
+                ("app_seconds", "steer_class_app_seconds",
+                 "Application receive syscall time (nested softirq excluded), by class.")]
+        for key, name, doc in spec:
+            m = CounterMetricFamily(name, doc, labels=["class"])
+            for cls in CLASSES:
+                m.add_metric([cls], self._class_totals[cls][key])
+            yield m
+        if llc:
+            m = CounterMetricFamily("steer_class_llc_misses", "LLC misses by class and side.",
+                                    labels=["class", "side"])
+            for cls in CLASSES:
+                m.add_metric([cls, "kernel"], self._class_totals[cls]["llc_kernel"])
+                m.add_metric([cls, "app"], self._class_totals[cls]["llc_app"])
+            yield m
+        flows = GaugeMetricFamily("steer_class_flows",
+                                  "Flows seen since the previous scrape, by class.", labels=["class"])
+        count = defaultdict(int)
+        for f in snap.flows:
+            count[f.placement.cls] += 1
+        for cls in CLASSES:
+            flows.add_metric([cls], count[cls])
+        yield flows
+
+    def _cpu_metrics(self, s: TraceSample):
+        kernel = CounterMetricFamily("steer_cpu_kernel_seconds",
+                                     "Kernel receive processing time per CPU and context.",
+                                     labels=["cpu", "context"])
+        unattr = CounterMetricFamily("steer_cpu_net_rx_unattributed_seconds",
+                                     "NET_RX time with no TCP/UDP skb to charge it to.", labels=["cpu"])
+        app = CounterMetricFamily("steer_cpu_app_seconds", "Application receive syscall time per CPU.",
+                                  labels=["cpu"])
+        events = CounterMetricFamily("steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.",
+                                     labels=["cpu"])
+        for c in s.cpus:
+            if c.cpu not in self.topo.cpus:
+                continue
+            cpu = str(c.cpu)
+            kernel.add_metric([cpu, "softirq"], c.net_rx_ns / 1e9)
+            kernel.add_metric([cpu, "kthread"], c.kthread_ns / 1e9)
+            unattr.add_metric([cpu], c.net_rx_unattributed_ns / 1e9)
+            app.add_metric([cpu], c.app_ns / 1e9)
+            events.add_metric([cpu], c.net_rx_events)
+        yield from (kernel, unattr, app, events)
+
+    def _flow_metrics(self, snap: Snapshot):
+        top = sorted(snap.flows, key=lambda f: -f.rate_bps)[:self.top_k]
+        rate = GaugeMetricFamily("steer_flow_receive_bytes_per_second",
+                                 "Receive rate of a top-K flow over the last scrape interval.",
+                                 labels=FLOW_LABELS)
+        kernel = GaugeMetricFamily("steer_flow_kernel_cpu_ratio",
+                                   "Kernel receive processing time per second of a top-K flow.",
+                                   labels=FLOW_LABELS)
+        app = GaugeMetricFamily("steer_flow_app_cpu_ratio",
+                                "Application receive time per second of a top-K flow.",
+                                labels=FLOW_LABELS)
+        info = GaugeMetricFamily("steer_flow_info", "Placement of a top-K flow (value 1).",
+                                 labels=FLOW_LABELS + ["kernel_cpu", "app_cpu", "class", "shared_llc",
+                                                       "app_comm"])
+        d = snap.duration or 1.0
+        for f in top:
+            fl = f.flow
+            labels = [fl.proto, fl.src, str(fl.sport), fl.dst, str(fl.dport)]
+            rate.add_metric(labels, f.rate_bps / 8)
+            kernel.add_metric(labels, f.kernel_seconds / d)
+            app.add_metric(labels, f.app_seconds / d)
+            info.add_metric(labels + [_s(f.kernel_cpu), _s(f.app_cpu), f.placement.cls,
+                                      _s(f.placement.shared_llc).lower(), f.app_comm or ""], 1)
+        yield from (rate, kernel, app, info)
+
+    def _health_metrics(self, s: TraceSample, caps):
+        g = GaugeMetricFamily("steer_tracer_flow_entries", "Live (flow, CPU) entries in the flow map.")
+        g.add_metric([], s.live_entries)
+        yield g
+        g = GaugeMetricFamily("steer_tracer_flow_entries_max", "Bound of the flow map (--max-flows).")
+        g.add_metric([], s.max_entries)
+        yield g
+        c = CounterMetricFamily("steer_tracer_evictions", "Flow map entries the LRU evicted.")
+        c.add_metric([], s.evictions)
+        yield c
+        c = CounterMetricFamily("steer_tracer_map_update_failures",
+                                "Flow map updates that failed; their time went to unattributed.")
+        c.add_metric([], sum(x.flow_failures for x in s.cpus))
+        yield c
+        cap = GaugeMetricFamily("steer_capability_info",
+                                "Tracing mechanisms: state is available or unavailable (value 1).",
+                                labels=["mechanism", "state", "detail"])
+        for name, text in caps.as_dict().items():
+            state, _, detail = text.partition(" ")
+            cap.add_metric([name, "available" if text.startswith("available") else "unavailable",
+                            detail.strip(" :()")], 1)
+        yield cap
+        if bpf_stats_enabled():
+            runtime = CounterMetricFamily("steer_bpf_program_run_seconds",
+                                          "Time spent in each steer BPF program (bpf_stats_enabled).",
+                                          labels=["program"])
+            runs = CounterMetricFamily("steer_bpf_program_runs", "Runs of each steer BPF program.",
+                                       labels=["program"])
+            for prog, (ns, cnt) in self.tracer.program_stats().items():
+                runtime.add_metric([prog], ns / 1e9)
+                runs.add_metric([prog], cnt)
+            yield from (runtime, runs)
+
+    def _steering_metrics(self, devices: list[dict]):
+        pk = CounterMetricFamily("steer_rule_packets", "Packets a steering rule redirected.",
+                                 labels=["dev", "netns", "rule", "cpu"])
+        by = CounterMetricFamily("steer_rule_bytes", "Bytes a steering rule redirected.",
+                                 labels=["dev", "netns", "rule", "cpu"])
+        xdp = CounterMetricFamily("steer_xdp_packets", "Packets seen by the steering program.",
+                                  labels=["dev", "netns", "result"])
+        mode = GaugeMetricFamily("steer_xdp_info", "Steering program of a device (value 1).",
+                                 labels=["dev", "netns", "mode"])
+        for d in devices:
+            if "error" in d:
+                continue
+            dev, ns = d["dev"], d["netns"] or ""
+            mode.add_metric([dev, ns, d["mode"]], 1)
+            for r in d["rules"]:
+                pk.add_metric([dev, ns, r["spec"], str(r["cpu"])], r["packets"])
+                by.add_metric([dev, ns, r["spec"], str(r["cpu"])], r["bytes"])
+            for result, n in d["counters"].items():
+                xdp.add_metric([dev, ns, result], n)
+        yield from (pk, by, xdp, mode)
+
+
+def _s(v) -> str:
+    return "" if v is None else str(v)
+
+
+def pinned_steering_state() -> list[dict]:
+    """Rules and counters of every device with pinned steering, as `steer rules --json` has them."""
+    from .steering import XdpSteering, pinned_devices
+    out = []
+    for dev, ns in pinned_devices():
+        try:
+            with XdpSteering(dev, ns) as st:
+                out.append({"dev": dev, "netns": ns, "mode": st.attached_mode,
+                            "rules": [r.as_json() for r in st.rules()], "counters": st.counters()})
+        except Exception as e:  # noqa: BLE001 - a vanished device must not break the scrape
+            out.append({"dev": dev, "netns": ns, "error": str(e)})
+    return out
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def serve(collector: SteerCollector, listen: str):
+    """Start the HTTP server on LISTEN with a private registry; returns the server."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    host, port = parse_listen(listen)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        return start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise ValueError(f"--listen {listen}: {e.strerror}") from None
+
+
+def run_forever(should_stop: Callable[[], bool] = lambda: False) -> None:
+    while not should_stop():
+        time.sleep(0.5)
