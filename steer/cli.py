@@ -414,16 +414,9 @@ def cmd_unpin(args) -> int:
 
 
 def cmd_rules(args) -> int:
-    from .steering import XdpSteering, pinned_devices, require_steering_caps
+    from .steering import pinned_state, require_steering_caps
     require_steering_caps()
-    out = []
-    for dev, ns in pinned_devices():
-        try:
-            with XdpSteering(dev, ns) as st:
-                out.append({"dev": dev, "netns": ns, "mode": st.attached_mode,
-                            "rules": [r.as_json() for r in st.rules()], "counters": st.counters()})
-        except Exception as e:  # noqa: BLE001 - a vanished device must not hide the others
-            out.append({"dev": dev, "netns": ns, "error": str(e)})
+    out = pinned_state()
     if args.json:
         print(json.dumps({"devices": out}, indent=2))
         return 0
@@ -474,13 +467,6 @@ def cmd_rps(args) -> int:
     return 0
 
 
-def _auto_steering_state(steering, args) -> list[dict]:
-    if steering is None:
-        return []
-    return [{"dev": args.dev, "netns": args.netns, "mode": steering.attached_mode,
-             "rules": [r.as_json() for r in steering.rules()], "counters": steering.counters()}]
-
-
 def cmd_auto(args) -> int:
     from .auto import AutoSteer
     from .policies import PolicyError, load_policy
@@ -502,7 +488,7 @@ def cmd_auto(args) -> int:
         if args.listen:
             from .exporter import SteerCollector
             _serve(SteerCollector(tracer, topo, top_k=args.top_k,
-                                  steering=lambda: _auto_steering_state(steering, args),
+                                  steering=lambda: [steering.state()] if steering else [],
                                   actions=lambda: {name: engine.moves}), args.listen)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
         print(f"steer auto: policy {name}, every {args.interval:g} s, {mode}", flush=True)
@@ -532,7 +518,8 @@ def _serve(collector, listen):
 
 
 def cmd_export(args) -> int:
-    from .exporter import SteerCollector, parse_listen, pinned_steering_state
+    from .exporter import SteerCollector, parse_listen
+    from .steering import pinned_state
     from .topology import read_topology
     try:
         parse_listen(args.listen)
@@ -541,7 +528,7 @@ def cmd_export(args) -> int:
     topo = read_topology()
     tracer = _start_tracer(args)
     try:
-        collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_steering_state)
+        collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state)
         _serve(collector, args.listen)
         print(f"steer export: serving http://{args.listen}/metrics", flush=True)
         end = None if args.duration is None else time.monotonic() + args.duration

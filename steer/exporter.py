@@ -213,20 +213,6 @@ def _s(v) -> str:
     return "" if v is None else str(v)
 
 
-def pinned_steering_state() -> list[dict]:
-    """Rules and counters of every device with pinned steering, as `steer rules --json` has them."""
-    from .steering import XdpSteering, pinned_devices
-    out = []
-    for dev, ns in pinned_devices():
-        try:
-            with XdpSteering(dev, ns) as st:
-                out.append({"dev": dev, "netns": ns, "mode": st.attached_mode,
-                            "rules": [r.as_json() for r in st.rules()], "counters": st.counters()})
-        except Exception as e:  # noqa: BLE001 - a vanished device must not break the scrape
-            out.append({"dev": dev, "netns": ns, "error": str(e)})
-    return out
-
-
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:

@@ -208,6 +208,11 @@ class XdpSteering:
     def unpin(self, spec: FlowSpec) -> int:
         return self.table.unpin(spec)
 
+    def state(self) -> dict:
+        """Mode, rules and counters, as `steer rules --json` shows a device."""
+        return {"dev": self.dev, "netns": self.netns, "mode": self.attached_mode,
+                "rules": [r.as_json() for r in self.rules()], "counters": self.counters()}
+
     def detach(self) -> None:
         """Remove the pinned program of this device, maps and all."""
         self.close()
@@ -307,6 +312,18 @@ def remove_pin_dir(path: str) -> None:
     for name in names:
         os.unlink(os.path.join(path, name))
     os.rmdir(path)
+
+
+def pinned_state() -> list[dict]:
+    """state() of every device with pinned steering; a device that cannot be read says why."""
+    out = []
+    for dev, ns in pinned_devices():
+        try:
+            with XdpSteering(dev, ns) as st:
+                out.append(st.state())
+        except Exception as e:  # noqa: BLE001 - a vanished device must not hide the others
+            out.append({"dev": dev, "netns": ns, "error": str(e)})
+    return out
 
 
 def pinned_devices() -> list[tuple[str, str | None]]:
