@@ -197,6 +197,29 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stop after this long (default: until Ctrl-C or SIGTERM)")
     _tracer_options(ex)
 
+    sw = sub.add_parser("sweep", formatter_class=fmt, help="the papers' affinity matrix, measured",
+                        description="For every (kernel CPU, app CPU) pair of --cpus: move the flow's "
+                        "kernel receive processing, pin the reader, run traffic, and record "
+                        "throughput, CPU-seconds per GB on each side, LLC misses where a PMU "
+                        "exists, and the class. Writes results.json, results.csv, PNG and SVG "
+                        "figures and report.md to --out. Ctrl-C keeps the finished cells; "
+                        "--resume continues. Without --dev the built-in lab makes the traffic.")
+    sw.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    sw.add_argument("--cpus", metavar="LIST", help="CPUs to sweep (default: every online CPU)")
+    sw.add_argument("--seconds", type=_positive(), default=5.0, help="traffic per run")
+    sw.add_argument("--repeat", type=_positive(int, 0), default=1, help="runs per cell (median kept)")
+    sw.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    sw.add_argument("--method", choices=["rps", "xdp"], default=None,
+                    help="how the kernel side is moved: RPS (lab default: like moving the NIC "
+                         "queue's IRQ) or XDP cpumap steering (the only choice with --dev)")
+    sw.add_argument("--dev", metavar="IFACE", help="sweep a real host: the receiving interface")
+    sw.add_argument("--netns", metavar="NAME", help="network namespace of --dev")
+    sw.add_argument("--server-cmd", metavar="CMD",
+                    help="with --dev: the receiver to start and pin, e.g. 'iperf3 -s -p 5201'; "
+                         "a client on another host must send to it for the whole sweep")
+    sw.add_argument("--port", type=int, default=5201, help="TCP port of the swept flow")
+    _tracer_options(sw)
+
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
                    "RPS settings steer changed, and remove lab namespaces of dead processes.")
@@ -542,6 +565,91 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from .sweep import SweepConfig, SweepError, SweepStopped, describe, run_sweep, write_outputs
+    from .topology import read_topology
+    topo = read_topology()
+    cpus = _cpus_online(args.cpus, "--cpus") if args.cpus else topo.online
+    if bool(args.dev) != bool(args.server_cmd):
+        raise UserError("--dev and --server-cmd go together: a real host needs its receiver command")
+    if args.dev and args.method == "rps":
+        raise UserError("--method rps is for the lab; a real host is swept with --method xdp")
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port {args.port}: not a port number")
+    cfg = SweepConfig(cpus=cpus, seconds=args.seconds, repeat=args.repeat,
+                      method=args.method or ("xdp" if args.dev else "rps"),
+                      mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
+                      server_cmd=args.server_cmd, port=args.port)
+    if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
+        raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
+                        "another --out")
+    console = make_console_for_progress()
+    stop = _GracefulStop(console, "stopping after tearing down the run under way (Ctrl-C again "
+                                  "to stop at once)")
+    tracer = _start_tracer(args)
+    interrupted = False
+    try:
+        console.print(f"steer sweep: {describe(cfg)}")
+        with stop, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                            console=console) as progress:
+            try:
+                results = run_sweep(cfg, args.out, tracer, topo, resume=args.resume,
+                                    progress=progress, should_stop=stop.requested)
+            except (SweepStopped, KeyboardInterrupt):
+                interrupted = True
+    except SweepError as e:
+        raise UserError(str(e)) from None
+    finally:
+        tracer.stop()
+    if interrupted:
+        if not os.path.exists(os.path.join(args.out, "results.json")):
+            console.print("interrupted before the first cell: nothing to keep")
+            return 130
+        with open(os.path.join(args.out, "results.json")) as f:
+            results = json.load(f)
+    files = write_outputs(results, args.out, topo)
+    done = len(results["cells"])
+    if interrupted:
+        console.print(f"interrupted after {done} of {len(cpus) ** 2} cells; the lab is torn down. "
+                      f"`steer sweep --resume --out {args.out}` with the same options continues.")
+        return 130
+    console.print(f"wrote {len(files)} files to {args.out}: " + ", ".join(os.path.basename(f) for f in files))
+    return 0
+
+
+class _GracefulStop:
+    """While active: the first Ctrl-C or SIGTERM asks to stop at the next safe point, a second
+    Ctrl-C interrupts at once."""
+
+    def __init__(self, console, message: str):
+        self.console, self.message, self._asked = console, message, False
+
+    def requested(self) -> bool:
+        return self._asked
+
+    def _handler(self, signum, frame):
+        if self._asked and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self._asked = True
+        self.console.print(self.message)
+
+    def __enter__(self):
+        self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def make_console_for_progress():
+    from rich.console import Console
+    return Console(stderr=False)
+
+
 def cmd_reset(args) -> int:
     from .steering import require_steering_caps, reset
     require_steering_caps()
@@ -552,7 +660,7 @@ def cmd_reset(args) -> int:
 
 COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
             "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
-            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export,
+            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export, "sweep": cmd_sweep,
             "reset": cmd_reset}
 
 

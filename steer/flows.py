@@ -52,6 +52,10 @@ class FlowReport:
     placement: Placement
     kernel_cpus: dict[int, float]  # CPU -> seconds
     app_cpus: dict[int, float]
+    # where most of the flow's skbs went up the stack: with generic XDP steering the arrival CPU
+    # can spend more time (XDP, linearising) than the target spends on the stack itself
+    stack_cpu: int | None = None
+    stack_cpu_share: float | None = None
 
     @property
     def rate_bps(self) -> float:
@@ -87,6 +91,7 @@ class FlowReport:
             "kernel_seconds_per_gb": _r(self.kernel_seconds_per_gb),
             "app_seconds_per_gb": _r(self.app_seconds_per_gb),
             "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
+            "stack_cpu": self.stack_cpu, "stack_cpu_share": _r(self.stack_cpu_share),
             "kernel_cpus": {str(c): _r(s) for c, s in sorted(self.kernel_cpus.items())},
             "app_cpus": {str(c): _r(s) for c, s in sorted(self.app_cpus.items())},
         }
@@ -175,8 +180,9 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             acpu[p.cpu] += p.app_ns / NS
             acalls[p.cpu] += p.app_calls
         kernel_cpu, kshare = _dominant(kcpu)
+        stack_cpu, stack_share = _dominant({c: max(0.0, n) for c, n in kskb.items()})
         if kernel_cpu is None:
-            kernel_cpu, kshare = _dominant(kskb)
+            kernel_cpu, kshare = stack_cpu, stack_share
         app_cpu, ashare = _dominant(acpu)
         if app_cpu is None:
             app_cpu, ashare = _dominant(acalls)
@@ -195,7 +201,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             llc_misses_app=sum(p.llc_app for p in parts) if llc else None,
             placement=classify(kernel_cpu, app_cpu, topo),
             kernel_cpus={c: s for c, s in kcpu.items() if s},
-            app_cpus={c: s for c, s in acpu.items() if s}))
+            app_cpus={c: s for c, s in acpu.items() if s},
+            stack_cpu=stack_cpu, stack_cpu_share=stack_share))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
 
     cpus = []

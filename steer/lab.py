@@ -35,8 +35,9 @@ class LabError(Exception):
 
 @dataclass(frozen=True)
 class LabFlow:
-    """One iperf3 TCP flow: the sender's CPU (where the receive softirq runs) and the reader's."""
-    kernel_cpu: int
+    """One iperf3 TCP flow: the sender's CPU (where the receive softirq runs unless RPS or XDP
+    moves it; None leaves the sender to the scheduler) and the reader's."""
+    kernel_cpu: int | None
     app_cpu: int
     port: int = 0   # 0: assigned in order from BASE_PORT
 
@@ -155,7 +156,7 @@ class Lab:
         online = os.sched_getaffinity(0)
         for f in self.flows:
             for c in (f.kernel_cpu, f.app_cpu):
-                if c not in online:
+                if c is not None and c not in online:
                     raise LabError(f"lab CPU {c} is not usable here (CPUs: 0-{ncpu - 1})")
         from pyroute2 import NetNS, netns
         remove_stale_labs()
@@ -175,9 +176,12 @@ class Lab:
                 rx.addr("add", index=idx, address=RECEIVER_ADDR, prefixlen=PREFIXLEN)
                 rx.link("set", index=idx, state="up")
                 rx.link("set", index=rx.link_lookup(ifname="lo")[0], state="up")
-        except Exception as e:
+        except BaseException as e:
+            # Ctrl-C in the middle of the set-up too: __exit__ never runs when __enter__ raises
             self.down()
-            raise LabError(f"lab network setup failed: {e}") from None
+            if isinstance(e, Exception):
+                raise LabError(f"lab network setup failed: {e}") from None
+            raise
         return self
 
     def ifindex(self, side: str = "rx") -> int:

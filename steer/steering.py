@@ -434,13 +434,17 @@ def _cpu_mask(cpus: list[int]) -> str:
     return ",".join(reversed(words))
 
 
-def set_rps(dev: str, cpus: list[int], netns: str | None = None) -> dict[str, str]:
-    """Spread DEV's receive processing over CPUS with RPS; the originals are kept for reset.
+def set_rps(dev: str, cpus: list[int], netns: str | None = None,
+            remember: bool = True) -> dict[str, str]:
+    """Spread DEV's receive processing over CPUS with RPS; the originals are kept for reset
+    (unless REMEMBER is false: a lab device that goes away with its namespace).
     A device in another namespace is only visible to a sysfs mounted there: that is done in a
     child process with its own mount namespace."""
     mask = _cpu_mask(cpus)
     ns_path = netns_path(netns)
     results = _in_netns_sysfs(ns_path, _write_rps, dev, mask)
+    if not remember:
+        return results
     state = _state()
     for path, old in results.items():
         state["rps"].setdefault(f"{netns or ''}|{dev}|{path}", old)
@@ -486,9 +490,13 @@ def _in_netns_sysfs(ns_path: str | None, fn, *args):
                 raise OSError(ctypes.get_errno(), "unshare")
             libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None)   # MS_REC | MS_PRIVATE
             mnt = tempfile.mkdtemp(prefix="steer-sysfs-")
-            if libc.mount(b"sysfs", mnt.encode(), b"sysfs", 0, None) != 0:
-                raise OSError(ctypes.get_errno(), "mount sysfs")
-            out = fn(mnt, *args)
+            try:
+                if libc.mount(b"sysfs", mnt.encode(), b"sysfs", 0, None) != 0:
+                    raise OSError(ctypes.get_errno(), "mount sysfs")
+                out = fn(mnt, *args)
+                libc.umount2(mnt.encode(), 2)   # MNT_DETACH
+            finally:
+                os.rmdir(mnt)
             os.write(w, json.dumps({"ok": out}).encode())
             code = 0
         except BaseException as e:   # noqa: BLE001 - reported to the parent as one line

@@ -1,0 +1,95 @@
+"""Sweep figures: bubble matrices like Figure 4 of NDM'13 (kernel CPU x app CPU, bubble area =
+the value), and throughput by class. Each figure is written as PNG and SVG."""
+from __future__ import annotations
+
+import os
+import statistics
+
+import matplotlib
+
+matplotlib.use("Agg")   # files only: no display, no GUI toolkit
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .classify import CLASSES  # noqa: E402
+
+CLASS_COLOURS = {"same-core": "#d62728", "same-socket": "#2ca02c", "cross-socket": "#ff7f0e",
+                 "unknown": "#7f7f7f"}
+MAX_BUBBLE = 2200   # points^2 of the largest bubble: fills a cell of a 12x12 matrix without overlap
+
+
+def bubble_matrix(cells: list[dict], key: str, title: str, unit: str, scale: float, path: str) -> list[str]:
+    """One bubble per cell with a value for KEY; writes PATH.png and PATH.svg."""
+    cs = [c for c in cells if c.get(key) is not None]
+    cpus = sorted({c["kernel_cpu"] for c in cells} | {c["app_cpu"] for c in cells})
+    n = max(len(cpus), 1)
+    fig, ax = plt.subplots(figsize=(2.2 + 0.6 * n, 1.8 + 0.6 * n))
+    top = max((c[key] for c in cs), default=0) or 1
+    pos = {cpu: i for i, cpu in enumerate(cpus)}
+    xs = [pos[c["app_cpu"]] for c in cs]
+    ys = [pos[c["kernel_cpu"]] for c in cs]
+    sizes = [MAX_BUBBLE * (c[key] / top) / max(1, n / 4) ** 2 for c in cs]
+    colours = [CLASS_COLOURS.get(c["class"], "#7f7f7f") for c in cs]
+    ax.scatter(xs, ys, s=sizes, c=colours, alpha=0.75, edgecolors="black", linewidths=0.5, gid="cells")
+    for x, y, c in zip(xs, ys, cs):
+        ax.annotate(f"{c[key] * scale:.3g}", (x, y), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(n), [str(c) for c in cpus])
+    ax.set_yticks(range(n), [str(c) for c in cpus])
+    ax.set_xlim(-0.6, n - 0.4)
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlabel("application CPU (reader pinned)")
+    ax.set_ylabel("kernel receive CPU (flow steered)")
+    ax.set_title(f"{title} ({unit})", fontsize=10)
+    ax.grid(True, linestyle=":", linewidth=0.5)
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=CLASS_COLOURS[k], label=k)
+               for k in CLASSES if any(c["class"] == k for c in cs)]
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
+    return _save(fig, path)
+
+
+def by_class_chart(cells: list[dict], path: str) -> list[str]:
+    groups = [(k, [c["throughput_bps"] / 1e9 for c in cells
+                   if c["class"] == k and c.get("throughput_bps") is not None]) for k in CLASSES]
+    groups = [(k, v) for k, v in groups if v]
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for i, (k, vals) in enumerate(groups):
+        ax.scatter([i] * len(vals), vals, color=CLASS_COLOURS[k], alpha=0.8, zorder=3)
+        ax.hlines(statistics.median(vals), i - 0.3, i + 0.3, color="black", zorder=4)
+    ax.set_xticks(range(len(groups)), [k for k, _ in groups])
+    ax.set_ylabel("throughput (Gbit/s)")
+    ax.set_title("Throughput by class (bar: median)", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, axis="y", linestyle=":", linewidth=0.5)
+    return _save(fig, path)
+
+
+def _save(fig, path: str) -> list[str]:
+    fig.tight_layout()
+    out = []
+    for ext in ("png", "svg"):
+        fig.savefig(f"{path}.{ext}", dpi=120)
+        out.append(f"{path}.{ext}")
+    plt.close(fig)
+    return out
+
+
+def write_figures(results: dict, out_dir: str) -> list[str]:
+    cells = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+    files = bubble_matrix(cells, "throughput_bps", "Throughput", "Gbit/s", 1e-9,
+                          os.path.join(out_dir, "throughput"))
+    for c in cells:
+        k, a = c.get("kernel_seconds_per_gb"), c.get("app_seconds_per_gb")
+        c["_cpu_per_gb"] = None if k is None or a is None else k + a
+    files += bubble_matrix(cells, "_cpu_per_gb", "CPU-seconds per GB, kernel + application", "s/GB",
+                           1.0, os.path.join(out_dir, "cpu_per_gb"))
+    if any(c.get("llc_misses_app_per_gb") is not None for c in cells):
+        for c in cells:
+            k, a = c.get("llc_misses_kernel_per_gb"), c.get("llc_misses_app_per_gb")
+            c["_llc_per_gb"] = None if k is None or a is None else k + a
+        files += bubble_matrix(cells, "_llc_per_gb", "LLC misses per GB, kernel + application",
+                               "misses/GB", 1.0, os.path.join(out_dir, "llc_per_gb"))
+    files += by_class_chart(cells, os.path.join(out_dir, "throughput_by_class"))
+    for c in cells:
+        c.pop("_cpu_per_gb", None)
+        c.pop("_llc_per_gb", None)
+    return files

@@ -1,0 +1,148 @@
+"""Sweep results -> results.csv and report.md. Pure functions of the results dictionary, so they are
+tested on synthetic results."""
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+
+from .classify import CLASSES, CROSS_SOCKET, SAME_CORE, SAME_SOCKET, Placement
+from .flows import CpuReport, FlowReport, Snapshot
+from .policies import llc_peer
+from .topology import Topology
+from .tracer import Capabilities, FlowId
+
+# Hanford et al., NDM'13, Figure 4 and its text: one 40 GbE TCP flow, receiver a dual-socket
+# 6-core Intel Sandy Bridge host. Their numbers, on their hardware; shown beside ours, never mixed.
+PAPER = {
+    "source": "Hanford, Ahuja, Balman, Farrens, Ghosal, Pouyoul, Tierney: Characterizing the impact "
+              "of end-system affinities on the end-to-end performance of high-speed flows (NDM'13)",
+    "hardware": "40 GbE, one TCP flow, dual-socket 6-core Intel Sandy Bridge receiver",
+    "gbps": {SAME_CORE: (20, 22), SAME_SOCKET: (35, 39), CROSS_SOCKET: (26, 28)},
+}
+
+CSV_FIELDS = ["kernel_cpu", "app_cpu", "class", "shared_llc", "throughput_bps",
+              "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
+              "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
+              "measured_app_cpu", "runs"]
+
+
+def to_csv(results: dict) -> str:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for c in sorted(results["cells"], key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
+        row = {k: c.get(k) for k in CSV_FIELDS}
+        row["runs"] = len(c.get("runs", []))
+        w.writerow({k: "" if v is None else v for k, v in row.items()})
+    return out.getvalue()
+
+
+def _gbps(bps) -> str:
+    return "-" if bps is None else f"{bps / 1e9:.2f}"
+
+
+def _num(v, fmt="{:.3f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def by_class(cells: list[dict]) -> dict[str, dict]:
+    """Per class: number of cells, median/min/max throughput, median CPU-seconds per GB."""
+    out = {}
+    for cls in CLASSES:
+        cs = [c for c in cells if c["class"] == cls and c.get("throughput_bps") is not None]
+        if not cs:
+            continue
+        t = [c["throughput_bps"] for c in cs]
+
+        def med(key):
+            vals = [c[key] for c in cs if c.get(key) is not None]
+            return statistics.median(vals) if vals else None
+        out[cls] = {"cells": len(cs), "median_bps": statistics.median(t), "min_bps": min(t),
+                    "max_bps": max(t), "kernel_seconds_per_gb": med("kernel_seconds_per_gb"),
+                    "app_seconds_per_gb": med("app_seconds_per_gb")}
+    return out
+
+
+def llc_peer_choice(app_cpu: int, topo: Topology) -> tuple[int | None, str]:
+    """Where the llc-peer policy puts the kernel side of a flow read on APP_CPU (from a start on
+    the reader's own core, with no other load)."""
+    fid = FlowId("tcp", "198.18.0.1", 1, "198.18.0.2", 5201)
+    flow = FlowReport(flow=fid, duration=1.0, rx_bytes=10**9, rx_packets=1, kernel_cpu=app_cpu,
+                      kernel_cpu_share=1.0, kernel_seconds=1.0, kernel_kthread_seconds=0.0,
+                      app_cpu=app_cpu, app_cpu_share=1.0, app_seconds=1.0, app_nested_seconds=0.0,
+                      app_bytes=10**9, app_calls=1, app_pid=None, app_comm=None,
+                      llc_misses_kernel=None, llc_misses_app=None,
+                      placement=Placement(SAME_CORE, True), kernel_cpus={}, app_cpus={})
+    caps = Capabilities("", "", "", "")
+    snap = Snapshot(1.0, [flow], [CpuReport(c, 0, 0, 0, 0, 0, None, None) for c in topo.online],
+                    caps, 0, 0, 0, 0, 0)
+    d = llc_peer(snap, topo, min_rate=0)
+    return (d[0].cpu, d[0].reason) if d else (None, "no other core on the reader's socket")
+
+
+def report_md(results: dict, topo: Topology) -> str:
+    cells = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+    cfg, host = results["config"], results.get("host", {})
+    lines = ["# steer sweep", ""]
+    lines += [f"Host: {host.get('hostname', '?')}, kernel {host.get('kernel', '?')}, "
+              f"{len(topo.online)} online CPUs, {len(topo.sockets)} socket(s), "
+              f"LLC = L{topo.llc_level}.",
+              f"Cells: {len(cells)} of {len(cfg['cpus']) ** 2} (CPUs {', '.join(map(str, cfg['cpus']))}), "
+              f"{cfg['seconds']:g} s each, {cfg['repeat']} run(s) per cell; kernel side moved with "
+              f"{cfg['method']}, traffic from {cfg['mode']}.", ""]
+    if not results.get("complete", True):
+        lines += ["**Incomplete**: the sweep was interrupted; `steer sweep --resume` continues it.", ""]
+
+    lines += ["## Throughput by class", "",
+              "| class | cells | median Gbit/s | min | max | kernel CPU-s/GB | app CPU-s/GB |",
+              "|---|---|---|---|---|---|---|"]
+    for cls, s in by_class(cells).items():
+        lines.append(f"| {cls} | {s['cells']} | {_gbps(s['median_bps'])} | {_gbps(s['min_bps'])} | "
+                     f"{_gbps(s['max_bps'])} | {_num(s['kernel_seconds_per_gb'])} | "
+                     f"{_num(s['app_seconds_per_gb'])} |")
+    lines.append("")
+
+    lines += ["## All cells", "", "| kernel CPU | app CPU | class | Gbit/s | kernel CPU-s/GB | "
+              "app CPU-s/GB | LLC misses/GB kernel | LLC misses/GB app |", "|---|---|---|---|---|---|---|---|"]
+    for c in sorted(cells, key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
+        lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c['class']} | {_gbps(c['throughput_bps'])} | "
+                     f"{_num(c.get('kernel_seconds_per_gb'))} | {_num(c.get('app_seconds_per_gb'))} | "
+                     f"{_num(c.get('llc_misses_kernel_per_gb'), '{:,.0f}')} | "
+                     f"{_num(c.get('llc_misses_app_per_gb'), '{:,.0f}')} |")
+    lines.append("")
+
+    if cells:
+        best = max(cells, key=lambda c: c["throughput_bps"])
+        lines += ["## Best placement", "",
+                  f"Kernel CPU {best['kernel_cpu']}, app CPU {best['app_cpu']} ({best['class']}): "
+                  f"{_gbps(best['throughput_bps'])} Gbit/s.", ""]
+        lines += ["## Where llc-peer would place the flow", "",
+                  "| app CPU | llc-peer kernel CPU | that cell Gbit/s | best cell for this app CPU | "
+                  "llc-peer / best |", "|---|---|---|---|---|"]
+        index = {(c["kernel_cpu"], c["app_cpu"]): c for c in cells}
+        for a in sorted({c["app_cpu"] for c in cells}):
+            k, _ = llc_peer_choice(a, topo)
+            row_best = max((c for c in cells if c["app_cpu"] == a), key=lambda c: c["throughput_bps"])
+            chosen = index.get((k, a)) if k is not None else None
+            if chosen is None:
+                why = "no candidate" if k is None else f"CPU {k} (not in the sweep)"
+                lines.append(f"| {a} | {why} | - | {row_best['kernel_cpu']} "
+                             f"({_gbps(row_best['throughput_bps'])}) | - |")
+                continue
+            ratio = chosen["throughput_bps"] / row_best["throughput_bps"]
+            lines.append(f"| {a} | {k} | {_gbps(chosen['throughput_bps'])} | {row_best['kernel_cpu']} "
+                         f"({_gbps(row_best['throughput_bps'])}) | {ratio:.2f} |")
+        lines.append("")
+
+    lines += ["## The papers' numbers (theirs, not measured here)", "",
+              f"{PAPER['source']}. Hardware: {PAPER['hardware']}.", "",
+              "| class | their Gbit/s | ours here, median Gbit/s |", "|---|---|---|"]
+    ours = by_class(cells)
+    for cls, (lo, hi) in PAPER["gbps"].items():
+        mine = _gbps(ours[cls]["median_bps"]) if cls in ours else "not measured (topology)"
+        lines.append(f"| {cls} | {lo}-{hi} | {mine} |")
+    lines += ["", "A lab on a small VM shares cores between sender, softirq and reader, so its "
+              "ordering of classes need not match a 40 GbE server's: steer measures, it does not "
+              "assume.", ""]
+    return "\n".join(lines)

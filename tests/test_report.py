@@ -1,0 +1,131 @@
+"""Sweep report, CSV and figures on synthetic results (no kernel needed)."""
+import csv
+import io
+import json
+import re
+import struct
+
+import pytest
+
+from steer.figures import write_figures
+from steer.report import PAPER, by_class, llc_peer_choice, report_md, to_csv
+from steer.sweep import SweepConfig, SweepError, load_results, save_results, summarize
+from steer.topology import read_topology
+from sysfs import xeon_2s_smt
+
+GBPS = 1e9
+
+
+@pytest.fixture
+def xeon(tmp_path):
+    return read_topology(xeon_2s_smt(str(tmp_path / "sys")))
+
+
+def synthetic(topo, cpus=(0, 1, 12)):
+    """Throughput shaped like the papers': same core 21, same socket 37, cross socket 27 Gbit/s."""
+    shape = {"same-core": 21, "same-socket": 37, "cross-socket": 27}
+    cells = []
+    for k in cpus:
+        for a in cpus:
+            cls = summarize(k, a, [], topo)["class"]
+            cells.append(summarize(k, a, [{"throughput_bps": shape[cls] * GBPS,
+                                           "kernel_seconds_per_gb": 0.05, "app_seconds_per_gb": 0.2,
+                                           "measured_kernel_cpu": k, "measured_app_cpu": a}], topo))
+    cfg = SweepConfig(cpus=list(cpus), seconds=2, repeat=1, method="rps", mode="lab")
+    return {"version": 1, "config": cfg.as_dict(), "host": {"hostname": "h", "kernel": "k"},
+            "cells": cells, "complete": True}
+
+
+def test_summarize_takes_medians_and_classifies(xeon):
+    c = summarize(0, 12, [{"throughput_bps": v, "measured_kernel_cpu": 0} for v in (1, 5, 3)], xeon)
+    assert c["throughput_bps"] == 3 and c["class"] == "cross-socket" and c["shared_llc"] is False
+    assert c["measured_kernel_cpu"] == 0 and len(c["runs"]) == 3
+    assert c["llc_misses_app_per_gb"] is None
+
+
+def test_by_class_table(xeon):
+    stats = by_class(synthetic(xeon)["cells"])
+    assert set(stats) == {"same-core", "same-socket", "cross-socket"}
+    assert stats["same-core"]["cells"] == 3 and stats["same-socket"]["cells"] == 2
+    assert stats["cross-socket"]["cells"] == 4
+    assert stats["same-socket"]["median_bps"] == 37 * GBPS
+
+
+def test_report_names_best_llc_peer_and_papers(xeon):
+    md = report_md(synthetic(xeon), xeon)
+    assert "| same-core | 3 | 21.00 | 21.00 | 21.00 |" in md
+    assert "| cross-socket | 4 | 27.00 |" in md
+    assert "Kernel CPU 0, app CPU 1 (same-socket): 37.00 Gbit/s" in md
+    # llc-peer for a reader on CPU 0 picks CPU 1 (socket 0, shares the L3): the best cell
+    assert "| 0 | 1 | 37.00 | 1 (37.00) | 1.00 |" in md
+    # for a reader on CPU 12, llc-peer wants a socket-1 core that is not in this sweep
+    assert "| 12 | CPU 13 (not in the sweep) |" in md
+    assert "theirs, not measured here" in md and PAPER["hardware"] in md
+    assert "| same-socket | 35-39 | 37.00 |" in md
+
+
+def test_incomplete_report_says_so(xeon):
+    r = synthetic(xeon)
+    r["complete"] = False
+    r["cells"] = r["cells"][:2]
+    md = report_md(r, xeon)
+    assert "Incomplete" in md and "Cells: 2 of 9" in md
+
+
+def test_llc_peer_choice_single_socket_vm():
+    import os
+    topo = read_topology(os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu"))
+    assert llc_peer_choice(0, topo)[0] == 1 and llc_peer_choice(1, topo)[0] == 0
+
+
+def test_csv(xeon):
+    rows = list(csv.DictReader(io.StringIO(to_csv(synthetic(xeon)))))
+    assert len(rows) == 9 and rows[0]["kernel_cpu"] == "0" and rows[0]["class"] == "same-core"
+    assert float(rows[1]["throughput_bps"]) == 37 * GBPS and rows[1]["runs"] == "1"
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def svg_cells(path):
+    """Bubbles drawn in the cells group of an SVG figure."""
+    text = open(path).read()
+    m = re.search(r'<g id="cells">(.*?)</g>', text, re.S)
+    assert m, f"no cells group in {path}"
+    return len(re.findall(r"<path ", m.group(1)))
+
+
+def test_figures(xeon, tmp_path):
+    files = write_figures(synthetic(xeon), str(tmp_path))
+    names = sorted(p.rsplit("/", 1)[1] for p in files)
+    assert names == sorted(f"{n}.{e}" for n in ("throughput", "cpu_per_gb", "throughput_by_class")
+                           for e in ("png", "svg"))
+    w, h = png_size(tmp_path / "throughput.png")
+    assert w > 200 and h > 200
+    assert svg_cells(tmp_path / "throughput.svg") == 9
+    assert svg_cells(tmp_path / "cpu_per_gb.svg") == 9
+
+
+def test_llc_figure_only_with_llc(xeon, tmp_path):
+    r = synthetic(xeon)
+    for c in r["cells"]:
+        c["llc_misses_kernel_per_gb"], c["llc_misses_app_per_gb"] = 1e6, 2e6
+    files = write_figures(r, str(tmp_path))
+    assert str(tmp_path / "llc_per_gb.svg") in files and svg_cells(tmp_path / "llc_per_gb.svg") == 9
+
+
+def test_resume_refuses_other_settings(xeon, tmp_path):
+    r = synthetic(xeon)
+    path = str(tmp_path / "results.json")
+    save_results(path, r)
+    cfg = SweepConfig(**r["config"])
+    assert load_results(path, cfg)["cells"] == json.load(open(path))["cells"]
+    cfg.seconds = 9
+    with pytest.raises(SweepError, match="other settings"):
+        load_results(path, cfg)
+    with pytest.raises(SweepError, match="no .* to resume"):
+        load_results(str(tmp_path / "none.json"), cfg)

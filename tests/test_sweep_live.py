@@ -1,0 +1,133 @@
+"""The sweep, live: a 2x2 sweep in the lab (2 s per cell) writes every file with consistent
+content; Ctrl-C keeps the finished cells and tears the lab down; --resume finishes the rest."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import ROOT, STEER, assert_one_line_error, live, steer
+from steer.lab import lab_namespaces
+from test_report import png_size, svg_cells
+
+pytestmark = [live, pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")]
+EXPECTED = {(0, 0): "same-core", (0, 1): "same-socket", (1, 0): "same-socket", (1, 1): "same-core"}
+
+
+def _check_outputs(out):
+    r = json.load(open(f"{out}/results.json"))
+    cells = {(c["kernel_cpu"], c["app_cpu"]): c for c in r["cells"]}
+    assert set(cells) == set(EXPECTED) and r["complete"]
+    for key, cls in EXPECTED.items():
+        c = cells[key]
+        assert c["class"] == cls
+        assert c["measured_kernel_cpu"] == key[0] and c["measured_app_cpu"] == key[1], c
+        assert c["measured_stack_cpu"] == key[0], c
+        assert c["throughput_bps"] > 1e8 and c["kernel_seconds_per_gb"] > 0
+        assert c["app_seconds_per_gb"] > 0
+        run = c["runs"][0]
+        # iperf3's receiver count and the tracer's bytes read agree
+        assert abs(run["app_bytes"] - run["iperf3_received_bytes"]) < 0.005 * run["iperf3_received_bytes"]
+    rows = list(csv.DictReader(open(f"{out}/results.csv")))
+    assert len(rows) == 4 and {(int(x["kernel_cpu"]), int(x["app_cpu"])) for x in rows} == set(EXPECTED)
+    for name in ("throughput", "cpu_per_gb", "throughput_by_class"):
+        w, h = png_size(f"{out}/{name}.png")
+        assert w > 100 and h > 100
+    assert svg_cells(f"{out}/throughput.svg") == 4 and svg_cells(f"{out}/cpu_per_gb.svg") == 4
+    md = open(f"{out}/report.md").read()
+    assert "## Throughput by class" in md and "| same-core | 2 |" in md and "| same-socket | 2 |" in md
+    assert "## Best placement" in md and "llc-peer" in md and "theirs, not measured here" in md
+    return r
+
+
+def test_two_by_two_sweep(tmp_path):
+    out = str(tmp_path / "sweep")
+    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", "0,1", "--seconds", "2"],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                       cwd=ROOT, timeout=240)
+    assert r.returncode == 0, r.stderr
+    results = _check_outputs(out)
+    print(open(f"{out}/report.md").read())
+    assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
+    assert results["config"]["method"] == "rps"
+
+
+def test_interrupt_keeps_cells_and_resume_finishes(tmp_path):
+    out = str(tmp_path / "sweep")
+    args = [*STEER, "sweep", "--out", out, "--cpus", "0,1", "--seconds", "2"]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+    path = f"{out}/results.json"
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        try:
+            if json.load(open(path))["cells"]:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130, stderr
+    assert "--resume" in stdout
+    partial = json.load(open(path))
+    assert 1 <= len(partial["cells"]) < 4 and not partial["complete"]
+    assert "Incomplete" in open(f"{out}/report.md").read()
+    assert not any(f"-{p.pid}-" in n for n in lab_namespaces())
+    assert subprocess.run(["pgrep", "-f", "iperf3 -s -1 -B 198.18"], capture_output=True).returncode == 1
+    # running again without --resume is refused; with it, the sweep completes
+    assert_one_line_error(steer("sweep", "--out", out, "--cpus", "0,1", "--seconds", "2"),
+                          "already holds a sweep")
+    assert_one_line_error(steer("sweep", "--out", out, "--cpus", "0,1", "--seconds", "3", "--resume"),
+                          "other settings")
+    r = subprocess.run([*args, "--resume"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=240)
+    assert r.returncode == 0, r.stderr
+    done = _check_outputs(out)
+    assert done["cells"][:len(partial["cells"])] == partial["cells"]
+
+
+def test_bad_sweep_arguments():
+    assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--dev", "lo"), "--dev and --server-cmd")
+    assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--cpus", "0,77"), "CPU 77 does not exist")
+
+
+def test_real_host_mode_with_an_outside_client(tmp_path):
+    """--dev/--server-cmd as on a real host: the 'other machine' is a lab namespace whose client
+    keeps sending while the sweep re-pins the receiver and re-steers the flow (XDP) per cell."""
+    from steer.lab import Lab, LabFlow, _in_netns
+    out = str(tmp_path / "host")
+    with Lab([LabFlow(0, 0)]) as lab:
+        sweep = subprocess.Popen(
+            [*STEER, "sweep", "--out", out, "--cpus", "0,1", "--seconds", "1.5", "--dev", "veth-rx",
+             "--netns", lab.rx, "--port", "5301", "--server-cmd", "iperf3 -s -p 5301 -B 198.18.0.2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+        client = None
+        end = time.monotonic() + 30
+        while client is None and time.monotonic() < end:   # until the server listens
+            c = subprocess.Popen(["iperf3", "-c", "198.18.0.2", "-p", "5301", "-t", "40"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 preexec_fn=_in_netns(lab.tx, None))
+            time.sleep(1)
+            if c.poll() is None:
+                client = c
+        try:
+            stdout, stderr = sweep.communicate(timeout=120)
+        finally:
+            if client:
+                client.kill()
+                client.wait()
+    assert sweep.returncode == 0, stderr
+    r = json.load(open(f"{out}/results.json"))
+    assert r["config"]["method"] == "xdp" and r["complete"] and len(r["cells"]) == 4
+    for c in r["cells"]:
+        assert c["class"] == EXPECTED[(c["kernel_cpu"], c["app_cpu"])]
+        # the stack work moved; with generic XDP the arrival CPU may still spend the most time
+        assert c["measured_stack_cpu"] == c["kernel_cpu"], c
+        assert c["measured_app_cpu"] == c["app_cpu"], c
+        assert c["throughput_bps"] > 1e8
+    assert svg_cells(f"{out}/throughput.svg") == 4
