@@ -153,8 +153,16 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
     """What happened between BEFORE (None: since the tracer started) and AFTER."""
     duration = (after.monotonic_ns - before.monotonic_ns) / NS if before else 0.0
     per_flow: dict[FlowId, list[FlowCpuSample]] = defaultdict(list)
-    for key, b in after.entries.items():
-        d = _delta(before.entries.get(key) if before else None, b)
+    old = before.entries if before else {}
+    if before is not None and before.seq and after.seq == before.seq + 1:
+        # consecutive reads: only the entries the tracer saw change can have a delta
+        pairs = ((old.get(k), after.entries[k]) for k in after.changed if k in after.entries)
+    else:
+        pairs = ((old.get(k), b) for k, b in after.entries.items())
+    for a, b in pairs:
+        if a is b:
+            continue   # the tracer hands back the same object for an entry that did not change
+        d = _delta(a, b)
         if d.rx_bytes or d.rx_skbs or d.app_calls or d.kernel_ns or d.kthread_ns or d.app_ns:
             per_flow[d.flow].append(d)
 

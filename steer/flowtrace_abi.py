@@ -40,3 +40,21 @@ MIRRORS = {
     "ft_flow_key": FlowKey, "ft_flow_cpu_key": FlowCpuKey, "ft_flow_stats": FlowStats,
     "ft_cpu_stats": CpuStats, "ft_config": Config,
 }
+
+
+def struct_format(mirror) -> str:
+    """The struct module format of a ctypes mirror (native order and alignment, like the C side),
+    so that bulk reads can use struct.iter_unpack; a test checks it against ctypes.sizeof."""
+    codes = {ctypes.c_uint8: "B", ctypes.c_uint16: "H", ctypes.c_uint32: "I",
+             ctypes.c_uint64: "Q", ctypes.c_int32: "i"}
+    out = "@"
+    for _, t in mirror._fields_:
+        if t in codes:
+            out += codes[t]
+        elif issubclass(t, ctypes.Array) and t._type_ in (ctypes.c_uint8, ctypes.c_char):
+            out += f"{t._length_}s"
+        elif issubclass(t, ctypes.Structure):
+            out += struct_format(t)[1:]
+        else:
+            raise TypeError(f"no struct code for {t}")
+    return out

@@ -94,6 +94,7 @@ def _libbpf():
             ("bpf_map_delete_elem", i, [i, vp]),
             ("bpf_map_get_next_key", i, [i, vp, vp]),
             ("bpf_map_lookup_batch", i, [i, vp, vp, vp, vp, ctypes.POINTER(u32), vp]),
+            ("bpf_map_update_batch", i, [i, vp, vp, ctypes.POINTER(u32), vp]),
             ("libbpf_num_possible_cpus", i, []),
             ("btf__load_vmlinux_btf", vp, []),
             ("btf__find_by_name_kind", ctypes.c_int32, [vp, cp, u32]),
@@ -226,6 +227,31 @@ class BpfMap:
         if rc < 0:
             raise _fail(f"update of map {self.name}", rc)
 
+    def update_batch(self, keys: bytes, values: bytes) -> int:
+        """Insert or replace many entries in one call (5.6+): KEYS and VALUES are the packed
+        arrays. Returns how many were written."""
+        n = len(keys) // self.key_size
+        if len(values) != n * self._stride * self._ncpu:
+            raise ValueError("keys and values do not pair up")
+        count = ctypes.c_uint32(n)
+        kb = ctypes.create_string_buffer(keys, len(keys))
+        vb = ctypes.create_string_buffer(values, len(values))
+        rc = _libbpf().bpf_map_update_batch(self.fd, kb, vb, ctypes.byref(count), None)
+        if rc < 0:
+            raise _fail(f"batch update of map {self.name}", rc)
+        return count.value
+
+    def memlock(self) -> int | None:
+        """Kernel memory charged to the map, from /proc/self/fdinfo."""
+        try:
+            with open(f"/proc/self/fdinfo/{self.fd}") as f:
+                for line in f:
+                    if line.startswith("memlock:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return None
+
     def items(self, batch: int = 4096) -> list[tuple[bytes, bytes | list[bytes]]]:
         """Every entry, by batch lookup where the kernel has it (5.6+), else key by key."""
         try:
@@ -234,6 +260,33 @@ class BpfMap:
             if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
         return self._items_iter()
+
+    def raw_batches(self, batch: int = 8192):
+        """Every entry as packed arrays: (keys, values, count) per batch, for bulk unpacking.
+        Per-CPU maps are not supported here."""
+        if self.percpu:
+            raise ValueError("raw_batches reads plain maps only")
+        lib = _libbpf()
+        keys = ctypes.create_string_buffer(self.key_size * batch)
+        vals = ctypes.create_string_buffer(self.value_size * batch)
+        token = ctypes.create_string_buffer(max(self.key_size, 8))
+        in_batch = None
+        while True:
+            count = ctypes.c_uint32(batch)
+            rc = lib.bpf_map_lookup_batch(self.fd, in_batch, token, keys, vals, ctypes.byref(count), None)
+            err = -rc if rc < 0 else 0
+            if err and err != errno.ENOENT:
+                if err in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS) and in_batch is None:
+                    items = self._items_iter()   # kernels before 5.6: one by one
+                    yield (b"".join(k for k, _ in items), b"".join(v for _, v in items), len(items))
+                    return
+                raise _fail(f"batch lookup in map {self.name}", err)
+            n = count.value
+            if n:
+                yield keys.raw[:n * self.key_size], vals.raw[:n * self.value_size], n
+            if err == errno.ENOENT:
+                return
+            in_batch = token
 
     def _items_batch(self, batch: int):
         lib = _libbpf()
@@ -534,17 +587,19 @@ class _TestRunOpts(ctypes.Structure):
                 ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32), ("batch_size", ctypes.c_uint32)]
 
 
-def prog_test_run(prog_fd: int, packet: bytes, out_size: int = 16384) -> tuple[int, bytes]:
-    """Run a program once on PACKET through BPF_PROG_TEST_RUN: (return code, packet after)."""
+def prog_test_run(prog_fd: int, packet: bytes, out_size: int = 16384,
+                  repeat: int = 1) -> tuple[int, bytes, int]:
+    """Run a program on PACKET through BPF_PROG_TEST_RUN, REPEAT times in the kernel:
+    (return code, packet after, mean run time in ns as the kernel measured it)."""
     din = ctypes.create_string_buffer(packet, len(packet))
     dout = ctypes.create_string_buffer(out_size)
     opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), data_in=ctypes.addressof(din),
                         data_out=ctypes.addressof(dout), data_size_in=len(packet),
-                        data_size_out=out_size, repeat=1)
+                        data_size_out=out_size, repeat=repeat)
     rc = _libbpf().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts))
     if rc < 0:
         raise _fail("BPF_PROG_TEST_RUN", rc)
-    return opts.retval, dout.raw[:opts.data_size_out]
+    return opts.retval, dout.raw[:opts.data_size_out], opts.duration
 
 
 class netns_of:

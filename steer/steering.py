@@ -243,6 +243,24 @@ class RuleTable:
                 total[n] += getattr(c, n)
         return total
 
+    def pin_many(self, rules: list[tuple[FlowSpec, int]]) -> None:
+        """Add many new rules in one pass (benchmarks, static policies): the table is read once."""
+        have = {str(r.spec): r for r in self.rules()}
+        used = {r.id for r in have.values()}
+        free = (i for i in range(abi.MAX_RULES) if i not in used)
+        masks = [r.spec.mask for r in have.values()]
+        for spec, cpu in rules:
+            if str(spec) in have:
+                raise SteerError(f"rule {spec} exists already")
+            rid = next(free, None)
+            if rid is None:
+                raise SteerError(f"{self.label} would have more than {abi.MAX_RULES} rules")
+            self._ensure_cpu(cpu)
+            self.maps["rule_stats"].update(struct.pack("I", rid), bytes(abi.RuleStats()))
+            self.maps["rules"].update(bytes(spec.key()), bytes(abi.Rule(cpu=cpu, id=rid)))
+            masks.append(spec.mask)
+        self._write_masks(masks)
+
     def pin(self, spec: FlowSpec, cpu: int) -> tuple[int | None, int]:
         """Steer SPEC to CPU; returns (previous CPU or None, rule id)."""
         rules = {str(r.spec): r for r in self.rules()}

@@ -9,6 +9,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from . import flowtrace_abi as abi
 from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
@@ -71,9 +72,9 @@ def require_caps(needed: list[int], what: str) -> None:
                           f"(or grant {', '.join(missing)})")
 
 
-@dataclass(frozen=True, order=True)
-class FlowId:
-    """Receive-direction 5-tuple: src is the remote peer, dst this host."""
+class FlowId(NamedTuple):
+    """Receive-direction 5-tuple: src is the remote peer, dst this host. A named tuple, not a
+    dataclass: it keys every per-flow dict, and tuples of interned strings hash fast."""
     proto: str
     src: str
     sport: int
@@ -95,8 +96,20 @@ def flow_id(k: abi.FlowKey) -> FlowId:
                   _addr(k.daddr, k.family), k.dport)
 
 
+def _flow_id_of(k: tuple) -> FlowId:
+    """FlowId from the unpacked key: saddr, daddr, sport, dport, proto, family, ..."""
+    saddr, daddr, sport, dport, proto, family = k[:6]
+    return FlowId(PROTOS.get(proto, str(proto)), _addr(saddr, family), sport,
+                  _addr(daddr, family), dport)
+
+
 _STATS_FIELDS = [n for n, _ in abi.FlowStats._fields_ if n not in ("pad", "app_comm", "app_pid")]
 _CPU_FIELDS = [n for n, _ in abi.CpuStats._fields_]
+_KEY = struct.Struct(abi.struct_format(abi.FlowCpuKey))
+_VALUE = struct.Struct(abi.struct_format(abi.FlowStats))
+_LAST_SEEN_OFFSET = abi.FlowStats.last_seen_ns.offset
+_U64 = struct.Struct("@Q").unpack_from
+_COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuSample's order
 
 
 @dataclass(frozen=True)
@@ -165,6 +178,8 @@ class TraceSample:
     live_entries: int
     max_entries: int
     expired: int = 0   # entries steer removed for being idle, since the tracer started
+    seq: int = 0       # this tracer's read number
+    changed: tuple = ()   # keys new or updated since read seq - 1; the others are the same objects
 
     @property
     def evictions(self) -> int:
@@ -184,6 +199,10 @@ class Tracer:
         self._obj: BpfObject | None = None
         self._counters: list[PerfCounter] = []
         self._expired = 0
+        self._ids: dict[tuple, FlowId] = {}                     # key fields -> FlowId
+        self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), last sample)
+        self._entries: dict[tuple, FlowCpuSample] = {}   # what the next sample starts from
+        self._seq = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -278,6 +297,11 @@ class Tracer:
     def attached_programs(self) -> list[str]:
         return self._obj.attached if self._obj else []
 
+    @property
+    def flow_map(self):
+        """The kernel flow map itself, for benchmarks that fill it."""
+        return self._flows
+
     def program_stats(self) -> dict[str, tuple[int, int]]:
         """Program -> (run time ns, runs), counted by the kernel while kernel.bpf_stats_enabled=1."""
         from .kernel import prog_run_stats
@@ -287,30 +311,52 @@ class Tracer:
     def sample(self) -> TraceSample:
         if not self._obj:
             raise TracerError("tracer is not running")
-        entries = {}
         # bpf_ktime_get_ns() and time.monotonic_ns() read the same clock (CLOCK_MONOTONIC)
         cutoff = time.monotonic_ns() - int(self.idle_timeout * 1e9)
-        idle = []
-        for kraw, vraw in self._flows.items():
-            k = abi.FlowCpuKey.from_buffer_copy(kraw)
-            v = abi.FlowStats.from_buffer_copy(vraw)
-            fid = flow_id(k.flow)
-            entries[(fid, k.cpu)] = FlowCpuSample(
-                fid, k.cpu, **{n: getattr(v, n) for n in _STATS_FIELDS},
-                app_pid=v.app_pid, app_comm=v.app_comm.decode(errors="replace"))
-            if v.last_seen_ns < cutoff:
-                idle.append(kraw)
+        last, idle, changed = {}, [], []
+        ids, prev = self._ids, self._last
+        entries = dict(self._entries)   # a copy keeps the hashes: only changes cost
+        ks, vs = self._flows.key_size, self._flows.value_size
+        for kbuf, vbuf, n in self._flows.raw_batches():
+            for i in range(n):
+                kraw = kbuf[i * ks:(i + 1) * ks]
+                seen = _U64(vbuf, i * vs + _LAST_SEEN_OFFSET)[0]
+                hit = prev.pop(kraw, None)
+                if hit is None or hit[1].last_seen_ns != seen:
+                    # new or updated: unpack it; an unchanged entry keeps its object, which lets
+                    # build_snapshot pass over idle flows with an identity test
+                    k = _KEY.unpack(kraw)
+                    v = _VALUE.unpack_from(vbuf, i * vs)
+                    fid = ids.get(k[:6])
+                    if fid is None:
+                        fid = ids[k[:6]] = _flow_id_of(k)
+                    hit = ((fid, k[7]), FlowCpuSample(
+                        fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS],
+                        app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace")))
+                    entries[hit[0]] = hit[1]
+                    changed.append(hit[0])
+                last[kraw] = hit
+                if seen < cutoff:
+                    idle.append(kraw)
+        for key, _ in prev.values():   # gone since the last read (evicted, or expired by us)
+            entries.pop(key, None)
         # an idle entry is in this sample with its final counts, and gone from the next
         for kraw in idle:
             if self._flows.delete(kraw):
                 self._expired += 1
+            key, _ = last.pop(kraw)
+        self._last = last
+        self._entries = {key: s for key, s in last.values()} if idle else entries
+        if len(ids) > 4 * max(len(last), 1024):   # forget ids of flows long gone
+            self._ids = {}
+        self._seq += 1
         live = len(entries) - len(idle)
         per_cpu = self._cpus.lookup(struct.pack("I", 0))
         cpus = tuple(CpuSample(i, **{n: getattr(abi.CpuStats.from_buffer_copy(raw), n)
                                      for n in _CPU_FIELDS})
                      for i, raw in enumerate(per_cpu))
         return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
-                           self._expired)
+                           self._expired, self._seq, tuple(changed))
 
 
 def _online_cpus(root: str = "/sys/devices/system/cpu") -> list[int]:

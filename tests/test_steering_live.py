@@ -188,7 +188,7 @@ def test_parser_fuzz_passes_everything_it_should_not_steer():
         packets = fuzz_packets(FUZZ_PACKETS)
         verdicts = {XDP_PASS: 0, XDP_REDIRECT: 0}
         for pkt in packets:
-            ret, out = prog_test_run(fd, pkt)
+            ret, out, _ = prog_test_run(fd, pkt)
             t = reference_tuple(pkt)
             steered = t is not None and any(s.matches(*t) for s in specs)
             assert ret == (XDP_REDIRECT if steered else XDP_PASS), (pkt.hex(), t, ret)

@@ -1,0 +1,71 @@
+"""Shared by the benchmarks: A/B alternation, statistics, and the JSON + markdown output."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--smoke", action="store_true",
+                   help="a quick run that checks the benchmark works (CI), not a measurement")
+    p.add_argument("--out", default=RESULTS, help="directory for NAME.json and NAME.md")
+    return p
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        sys.exit("benchmarks load BPF programs and make namespaces: run as root")
+
+
+def alternate(a, b, pairs: int) -> list[tuple[float, float]]:
+    """PAIRS measurements of A and B, in ABBA order so that a slow drift of the machine (thermal,
+    caches, other load) does not favour either side."""
+    out = []
+    for i in range(pairs):
+        if i % 2 == 0:
+            va = a()
+            vb = b()
+        else:
+            vb = b()
+            va = a()
+        out.append((va, vb))
+        print(f"  pair {i + 1}/{pairs}: A {va:.4g}  B {vb:.4g}  B/A {vb / va if va else float('nan'):.3f}",
+              flush=True)
+    return out
+
+
+def stats(values: list[float]) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median": statistics.median(values), "min": min(values),
+            "max": max(values),
+            "stdev": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
+    """B/A per pair, then median and spread: the ratio is the result, not the raw values."""
+    return stats([b / a for a, b in pairs if a])
+
+
+def write(name: str, out_dir: str, data: dict, table: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    data = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write(table.rstrip() + "\n")
+    print(table)
+
+
+def fmt(v, spec=".3f") -> str:
+    return "-" if v is None else format(v, spec)

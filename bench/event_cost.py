@@ -1,0 +1,69 @@
+"""Per-event cost of each tracing program under lab load: run_time_ns / run_cnt as the kernel
+counts them with kernel.bpf_stats_enabled=1 (which adds its own ~2 clock reads per run, so the
+figures are upper bounds). Target: median <= 60 ns per event.
+
+    sudo .venv/bin/python -m bench.event_cost [--seconds 10]
+"""
+from __future__ import annotations
+
+import os
+import statistics
+
+from steer.lab import Lab, LabFlow
+from steer.tracer import Tracer
+
+from .common import fmt, parser, require_root, write
+
+STATS = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=10.0)
+    args = p.parse_args(argv)
+    require_root()
+    if args.smoke:
+        args.seconds = 1.0
+    with open(STATS) as f:
+        old = f.read().strip()
+    app = 1 if len(os.sched_getaffinity(0)) > 1 else 0
+    try:
+        with open(STATS, "w") as f:
+            f.write("1")
+        tracer = Tracer().start()
+        try:
+            with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
+                lab.start_servers()
+                before = tracer.program_stats()
+                lab.start_clients()
+                (res,) = lab.wait(timeout=args.seconds + 30)
+                after = tracer.program_stats()
+        finally:
+            tracer.stop()
+    finally:
+        with open(STATS, "w") as f:
+            f.write(old)
+    rows, per_event = [], {}
+    for prog in sorted(after):
+        ns = after[prog][0] - before[prog][0]
+        cnt = after[prog][1] - before[prog][1]
+        per_event[prog] = {"runs": cnt, "ns": ns, "ns_per_event": ns / cnt if cnt else None}
+        rows.append(f"| {prog} | {cnt:,} | {fmt(ns / cnt if cnt else None, '.1f')} |")
+    busy = [v["ns_per_event"] for v in per_event.values() if v["runs"] > 1000]
+    med = statistics.median(busy) if busy else None
+    total_ns = sum(v["ns"] for v in per_event.values())
+    gb = (res.received_bytes or 0) / 1e9
+    table = "\n".join([
+        f"### Per-event cost ({args.seconds:g} s of lab traffic, {gb:.1f} GB received)", "",
+        "| program | events | ns per event |", "|---|---|---|", *rows, "",
+        f"Median over programs with more than 1,000 events: {fmt(med, '.1f')} ns (target <= 60). "
+        f"All programs together: {total_ns / 1e9:.3f} CPU-seconds, "
+        f"{fmt(total_ns / 1e9 / gb if gb else None, '.4f')} CPU-seconds per GB received."])
+    write("event_cost", args.out, {"seconds": args.seconds, "programs": per_event,
+                                   "median_ns_per_event": med, "received_bytes": res.received_bytes,
+                                   "smoke": args.smoke}, table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""A peer on the same run: the NET_RX part of steer's tracer (softirq_entry/exit only) against
+libbpf-tools `softirqs` (Debian package): lab throughput with each attached (alternated), and their
+NET_RX time totals over the same traffic.
+
+    sudo .venv/bin/python -m bench.peer [--pairs 5] [--seconds 5]
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import time
+
+from steer import flowtrace_abi as abi
+from steer.kernel import BpfObject
+from steer.lab import Lab, LabFlow
+from steer.tracer import bpf_dir
+
+from .common import alternate, fmt, parser, ratio_stats, require_root, stats, write
+
+NET_RX_ONLY = {"ft_softirq_entry", "ft_softirq_exit"}
+
+
+class NetRxTracer:
+    """steer's flowtrace object with only its softirq programs attached."""
+
+    def __enter__(self):
+        path = str(bpf_dir() / "flowtrace.bpf.o")
+        probe = BpfObject(path, no_pin=True)
+        others = set(probe.programs()) - NET_RX_ONLY
+        probe.close()
+        self.obj = BpfObject(path, disable=others, no_pin=True)
+        self.obj.attach_all()
+        self.totals = self.obj.map("cpu_totals")
+        return self
+
+    def net_rx_ns(self) -> int:
+        return sum(abi.CpuStats.from_buffer_copy(v).net_rx_ns
+                   for v in self.totals.lookup(struct.pack("I", 0)))
+
+    def __exit__(self, *exc):
+        self.obj.close()
+
+
+def softirqs_tool(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen(["softirqs", "-N", str(max(1, round(seconds))), "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--pairs", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=5.0)
+    args = p.parse_args(argv)
+    require_root()
+    if not shutil.which("softirqs"):
+        raise SystemExit("libbpf-tools is not installed (apt-get install libbpf-tools)")
+    if args.smoke:
+        args.pairs, args.seconds = 1, 2.0
+    app = 1 if len(os.sched_getaffinity(0)) > 1 else 0
+    agree = []
+    with Lab([LabFlow(0, app)], seconds=args.seconds + 2) as lab:
+        def traffic():
+            lab.start(args.seconds + 2)
+            (res,) = lab.wait(timeout=args.seconds + 40)
+            if res.error:
+                raise SystemExit(f"iperf3: {res.error}")
+            return res.raw["end"]["sum_received"]["bits_per_second"]
+
+        def with_peer():
+            tool = softirqs_tool(args.seconds)
+            time.sleep(0.5)   # its programs load before the traffic starts
+            bps = traffic()
+            tool.communicate(timeout=30)
+            return bps
+
+        def with_ours():
+            with NetRxTracer():
+                return traffic()
+        print(f"overhead: {args.pairs} pairs, A = libbpf-tools softirqs, B = steer's NET_RX programs")
+        pairs = alternate(with_peer, with_ours, args.pairs)
+
+        print("agreement: both attached to the same traffic")
+        for _ in range(max(1, args.pairs // 2)):
+            with NetRxTracer() as ours:
+                lab.start(args.seconds + 3)
+                time.sleep(1)
+                tool = softirqs_tool(args.seconds)
+                time.sleep(0.4)   # the tool's own window starts once its programs are attached
+                a, t0 = ours.net_rx_ns(), time.monotonic()
+                out, _ = tool.communicate(timeout=60)
+                b, t1 = ours.net_rx_ns(), time.monotonic()
+                lab.wait(timeout=60)
+            m = re.search(r"^net_rx\s+(\d+)", out, re.M)
+            theirs = int(m.group(1)) / max(1, round(args.seconds)) if m else None
+            mine = (b - a) / (t1 - t0)
+            agree.append({"steer_ns_per_s": mine, "softirqs_ns_per_s": theirs,
+                          "ratio": mine / theirs if theirs else None})
+            print(f"  NET_RX ns/s: steer {mine:.0f}, softirqs {theirs}", flush=True)
+    r = ratio_stats(pairs)
+    ag = stats([x["ratio"] for x in agree])
+    table = "\n".join([
+        f"### Peer: libbpf-tools softirqs vs steer's NET_RX programs ({args.pairs} pairs x "
+        f"{args.seconds:g} s)", "",
+        "| measure | softirqs | steer | steer / softirqs: median | min | max |",
+        "|---|---|---|---|---|---|",
+        f"| throughput Gbit/s (median) | {fmt(stats([a for a, _ in pairs]).get('median', 0) / 1e9, '.2f')} | "
+        f"{fmt(stats([b for _, b in pairs]).get('median', 0) / 1e9, '.2f')} | {fmt(r.get('median'))} | "
+        f"{fmt(r.get('min'))} | {fmt(r.get('max'))} |",
+        f"| NET_RX time, ns per second (same traffic) | "
+        f"{fmt(stats([x['softirqs_ns_per_s'] for x in agree]).get('median'), '.0f')} | "
+        f"{fmt(stats([x['steer_ns_per_s'] for x in agree]).get('median'), '.0f')} | {fmt(ag.get('median'))} | "
+        f"{fmt(ag.get('min'))} | {fmt(ag.get('max'))} |", "",
+        "The NET_RX totals are rates over windows that are not aligned to the microsecond."])
+    write("peer", args.out, {"pairs": args.pairs, "seconds": args.seconds,
+                             "throughput_ratio": r, "agreement": agree, "smoke": args.smoke}, table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
