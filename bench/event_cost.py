@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import statistics
 
+from steer.kernel import BpfObject, prog_run_stats
 from steer.lab import Lab, LabFlow
-from steer.tracer import Tracer
+from steer.tracer import Tracer, bpf_dir
 
 from .common import fmt, parser, require_root, write
 
@@ -31,15 +32,21 @@ def main(argv=None) -> int:
         with open(STATS, "w") as f:
             f.write("1")
         tracer = Tracer().start()
+        floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), no_pin=True)
+        floor.attach_all()
+        floor_progs = {n: floor.prog_fd(n) for n in floor.programs()}
         try:
             with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
                 lab.start_servers()
                 before = tracer.program_stats()
+                before.update({n: prog_run_stats(fd) for n, fd in floor_progs.items()})
                 lab.start_clients()
                 (res,) = lab.wait(timeout=args.seconds + 30)
                 after = tracer.program_stats()
+                after.update({n: prog_run_stats(fd) for n, fd in floor_progs.items()})
         finally:
             tracer.stop()
+            floor.close()
     finally:
         with open(STATS, "w") as f:
             f.write(old)
@@ -49,17 +56,22 @@ def main(argv=None) -> int:
         cnt = after[prog][1] - before[prog][1]
         per_event[prog] = {"runs": cnt, "ns": ns, "ns_per_event": ns / cnt if cnt else None}
         rows.append(f"| {prog} | {cnt:,} | {fmt(ns / cnt if cnt else None, '.1f')} |")
-    busy = [v["ns_per_event"] for v in per_event.values() if v["runs"] > 1000]
+    busy = [v["ns_per_event"] for p, v in per_event.items()
+            if v["runs"] > 1000 and not p.startswith("floor_")]
     med = statistics.median(busy) if busy else None
-    total_ns = sum(v["ns"] for v in per_event.values())
+    total_ns = sum(v["ns"] for p, v in per_event.items() if not p.startswith("floor_"))
+    fl = {p: v["ns_per_event"] for p, v in per_event.items() if p.startswith("floor_")}
     gb = (res.received_bytes or 0) / 1e9
     table = "\n".join([
         f"### Per-event cost ({args.seconds:g} s of lab traffic, {gb:.1f} GB received)", "",
         "| program | events | ns per event |", "|---|---|---|", *rows, "",
-        f"Median over programs with more than 1,000 events: {fmt(med, '.1f')} ns (target <= 60). "
+        f"Median over steer's programs with more than 1,000 events: {fmt(med, '.1f')} ns (target <= 60). "
+        f"The floor on this host, measured alongside: an empty program costs "
+        f"{fmt(fl.get('floor_empty'), '.1f')} ns per event, one with a single clock read "
+        f"{fmt(fl.get('floor_clock'), '.1f')} ns (bpf_stats itself reads the clock twice per run). "
         f"All programs together: {total_ns / 1e9:.3f} CPU-seconds, "
         f"{fmt(total_ns / 1e9 / gb if gb else None, '.4f')} CPU-seconds per GB received."])
-    write("event_cost", args.out, {"seconds": args.seconds, "programs": per_event,
+    write("event_cost", args.out, {"seconds": args.seconds, "programs": per_event, "floor": fl,
                                    "median_ns_per_event": med, "received_bytes": res.received_bytes,
                                    "smoke": args.smoke}, table)
     return 0

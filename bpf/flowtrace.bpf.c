@@ -264,15 +264,17 @@ static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, 
 	return 0;
 }
 
-/* close the interval [mark, now] of this CPU's receive context: charge it to the current flow */
+/* close the interval [mark, now] of this CPU's receive context: charge it to the current flow,
+ * whose entry the caller may have looked up already (KNOWN) */
 static __always_inline void charge_interval(struct cpu_state *s, struct ft_cpu_stats *tot,
-					    __u32 cpu, __u64 now, __u64 llc)
+					    __u32 cpu, __u64 now, __u64 llc,
+					    struct ft_flow_stats *known)
 {
 	__u64 dt = now - s->mark;
 	__u64 dllc = llc - s->llc_mark;
-	struct ft_flow_stats *st = 0;
+	struct ft_flow_stats *st = known;
 
-	if (s->cur_valid)
+	if (!st && s->cur_valid)
 		st = flow_entry(&s->cur, cpu, tot);
 	if (st) {
 		if (s->ctx == CTX_NET_RX)
@@ -289,6 +291,19 @@ static __always_inline void charge_interval(struct cpu_state *s, struct ft_cpu_s
 	tot->llc_kernel += dllc;
 	s->mark = now;
 	s->llc_mark = llc;
+}
+
+static __always_inline int same_flow(const struct ft_flow_key *a, const struct ft_flow_key *b)
+{
+	__u64 x[5], y[5];	/* sizeof(struct ft_flow_key) == 40 */
+	int i;
+
+	__builtin_memcpy(x, a, sizeof(x));
+	__builtin_memcpy(y, b, sizeof(y));
+	for (i = 0; i < 5; i++)
+		if (x[i] != y[i])
+			return 0;
+	return 1;
 }
 
 static __always_inline int current_is_cpumap_kthread(void)
@@ -338,7 +353,7 @@ int BPF_PROG(ft_softirq_exit, unsigned int vec_nr)
 	if (vec_nr == NET_RX_SOFTIRQ && s->ctx == CTX_NET_RX) {
 		tot->net_rx_ns += now - s->softirq_start;
 		/* the tail goes to the last skb's flow */
-		charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc);
+		charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc, 0);
 		s->ctx = CTX_NONE;
 	}
 	s->softirq_start = 0;
@@ -376,6 +391,9 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 		second_pass = skb->skb_iif != 0;
 	}
 
+	/* this skb's entry: counted below, and charged with the interval when the previous skb was
+	 * of the same flow (a GRO batch), which saves the second hash lookup */
+	st = parsed ? flow_entry(&k, cpu, tot) : 0;
 	if (s->ctx != CTX_NONE) {
 		llc = llc_now();
 		if (!s->cur_valid && parsed) {
@@ -383,16 +401,14 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 			s->cur = k;
 			s->cur_valid = 1;
 		}
-		charge_interval(s, tot, cpu, now, llc);
+		charge_interval(s, tot, cpu, now, llc,
+				s->cur_valid && parsed && same_flow(&s->cur, &k) ? st : 0);
 		s->cur = k;
 		s->cur_valid = parsed;
 	} else {
 		tot->untimed_skbs++;
 	}
 
-	if (!parsed)
-		return 0;
-	st = flow_entry(&k, cpu, tot);
 	if (!st)
 		return 0;
 	st->rx_skbs++;
@@ -440,7 +456,7 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 	if (!s || !tot || s->ctx != CTX_KTHREAD)
 		return 0;
 	tot->kthread_ns += now - s->kthread_start;
-	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now());
+	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now(), 0);
 	s->ctx = CTX_NONE;
 	return 0;
 }
