@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT, live
 
 pytestmark = live
-BENCHES = ["overhead", "event_cost", "steering_cost", "scale", "peer"]
+BENCHES = ["overhead", "event_cost", "steering_cost", "scale", "peer", "fuzz"]
 
 
 @pytest.mark.parametrize("name", BENCHES)
