@@ -145,6 +145,7 @@ def possible_cpus() -> int:
 BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH = 5, 6, 10
 _PERCPU_TYPES = {BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH}
 BPF_ANY, BPF_NOEXIST, BPF_EXIST = 0, 1, 2
+_NO_BATCH = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)   # kernel < 5.6
 BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 4, 8
 
 
@@ -252,45 +253,10 @@ class BpfMap:
             pass
         return None
 
-    def items(self, batch: int = 4096) -> list[tuple[bytes, bytes | list[bytes]]]:
-        """Every entry, by batch lookup where the kernel has it (5.6+), else key by key."""
-        try:
-            return self._items_batch(batch)
-        except KernelError as e:
-            if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
-                raise
-        return self._items_iter()
-
-    def raw_batches(self, batch: int = 8192):
-        """Every entry as packed arrays: (keys, values, count) per batch, for bulk unpacking.
-        Per-CPU maps are not supported here."""
-        if self.percpu:
-            raise ValueError("raw_batches reads plain maps only")
+    def _batches(self, batch: int):
+        """(keys, values, count) per kernel batch lookup (5.6+): packed arrays, per-CPU values at
+        their 8-byte stride. Raises KernelError with one of _NO_BATCH where the kernel has none."""
         lib = _libbpf()
-        keys = ctypes.create_string_buffer(self.key_size * batch)
-        vals = ctypes.create_string_buffer(self.value_size * batch)
-        token = ctypes.create_string_buffer(max(self.key_size, 8))
-        in_batch = None
-        while True:
-            count = ctypes.c_uint32(batch)
-            rc = lib.bpf_map_lookup_batch(self.fd, in_batch, token, keys, vals, ctypes.byref(count), None)
-            err = -rc if rc < 0 else 0
-            if err and err != errno.ENOENT:
-                if err in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS) and in_batch is None:
-                    items = self._items_iter()   # kernels before 5.6: one by one
-                    yield (b"".join(k for k, _ in items), b"".join(v for _, v in items), len(items))
-                    return
-                raise _fail(f"batch lookup in map {self.name}", err)
-            n = count.value
-            if n:
-                yield keys.raw[:n * self.key_size], vals.raw[:n * self.value_size], n
-            if err == errno.ENOENT:
-                return
-            in_batch = token
-
-    def _items_batch(self, batch: int):
-        lib = _libbpf()
-        out = []
         vsize = self._stride * self._ncpu
         keys = ctypes.create_string_buffer(self.key_size * batch)
         vals = ctypes.create_string_buffer(vsize * batch)
@@ -302,13 +268,43 @@ class BpfMap:
             err = -rc if rc < 0 else 0
             if err and err != errno.ENOENT:
                 raise _fail(f"batch lookup in map {self.name}", err)
-            kraw, vraw = keys.raw, vals.raw
-            for i in range(count.value):
+            n = count.value
+            if n:
+                yield keys.raw[:n * self.key_size], vals.raw[:n * vsize], n
+            if err == errno.ENOENT:
+                return
+            in_batch = token
+
+    def raw_batches(self, batch: int = 8192):
+        """Every entry as packed arrays, (keys, values, count) per batch, for bulk unpacking;
+        one key at a time on kernels without batch lookups."""
+        gen = self._batches(batch)
+        try:
+            first = next(gen, None)
+        except KernelError as e:
+            if e.errno not in _NO_BATCH:
+                raise
+            items = self._items_iter()
+            if items:
+                pad = lambda v: v.ljust(self._stride, b"\0")  # noqa: E731 - per-CPU stride
+                yield (b"".join(k for k, _ in items),
+                       b"".join(pad(v) if isinstance(v, bytes) else b"".join(map(pad, v))
+                                for _, v in items),
+                       len(items))
+            return
+        if first:
+            yield first
+        yield from gen
+
+    def items(self, batch: int = 4096) -> list[tuple[bytes, bytes | list[bytes]]]:
+        """Every entry as (key, value) pairs; per-CPU values as a list per CPU."""
+        vsize = self._stride * self._ncpu
+        out = []
+        for kraw, vraw, n in self.raw_batches(batch):
+            for i in range(n):
                 out.append((kraw[i * self.key_size:(i + 1) * self.key_size],
                             self._split(vraw[i * vsize:(i + 1) * vsize])))
-            if err == errno.ENOENT:
-                return out
-            in_batch = token
+        return out
 
     def _items_iter(self):
         lib = _libbpf()
