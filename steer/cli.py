@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="flows (by rate) that get per-flow series")
     ex.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
                     help="stop after this long (default: until Ctrl-C or SIGTERM)")
+    ex.add_argument("--keep-privileges", action="store_true",
+                    help="keep the process's capabilities after start-up (by default it drops "
+                         "them all once its programs are loaded and its port is bound)")
     _tracer_options(ex)
 
     sw = sub.add_parser("sweep", formatter_class=fmt, help="the papers' affinity matrix, measured",
@@ -553,6 +556,11 @@ def cmd_export(args) -> int:
     try:
         collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state)
         _serve(collector, args.listen)
+        if not args.keep_privileges:
+            # everything that needs a capability is done: the programs are loaded and attached,
+            # the maps and counters open, the port bound; scrapes only read through those fds
+            from .kernel import drop_all_capabilities
+            drop_all_capabilities()
         print(f"steer export: serving http://{args.listen}/metrics", flush=True)
         end = None if args.duration is None else time.monotonic() + args.duration
         try:

@@ -640,3 +640,32 @@ def ensure_tracefs(path: str = TRACEFS) -> str:
         err = ctypes.get_errno()
         raise KernelError(f"no tracefs at {path} and mounting one failed: {os.strerror(err)}", err)
     return path
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_PR_SET_NO_NEW_PRIVS = 38
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+
+
+def drop_all_capabilities() -> None:
+    """Give up every capability of this process, for good (no_new_privs too): what is already
+    loaded and open keeps working, since map and link fds are checked when opened, not when used."""
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}", err)
+    hdr = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
+    data = (_CapData * 2)()   # two 32-bit halves, all zero
+    nr = _SYS_CAPSET.get(platform.machine())
+    rc = _libc.syscall(ctypes.c_long(nr), ctypes.byref(hdr), ctypes.byref(data)) if nr else -1
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"capset: {os.strerror(err)}", err)

@@ -97,8 +97,8 @@ class XdpSteering:
 
     # -- attach ------------------------------------------------------------------------------
     def open(self) -> "XdpSteering":
-        """Attach the program (or find the pinned one) and open its maps."""
-        require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
+        """Attach the program (or find the pinned one) and open its maps. Opening pins takes no
+        capability (bpffs permissions decide), so a de-privileged exporter can read them."""
         if self.mode not in MODES:
             raise SteerError(f"unknown XDP mode {self.mode!r}: choose from {', '.join(MODES)}")
         existing = self._pinned_link()
@@ -110,6 +110,7 @@ class XdpSteering:
             for name in MAP_NAMES:
                 self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name))
             return self
+        require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
         ns_path = netns_path(self.netns)
         self.ifindex, kind = device_info(self.dev, ns_path)
         obj_path = bpf_dir() / "steer.bpf.o"

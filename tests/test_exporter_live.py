@@ -103,7 +103,7 @@ scrape_configs:
             time.sleep(2)
             yield {"prom": url, "flows": json.loads(flows.stdout), "window": (t1 - 10, t1),
                    "exporter": f"http://127.0.0.1:{p_export}/metrics",
-                   "instance": f"127.0.0.1:{p_export}"}
+                   "instance": f"127.0.0.1:{p_export}", "exporter_pid": exporter.pid}
         finally:
             for p in procs:
                 p.terminate()
@@ -169,6 +169,17 @@ def test_values_agree_with_steer_flows(stack):
                                              f'{{instance="{stack["instance"]}"}}[10s]))', at=t_end)[0]["value"][1])
     print(f"kernel receive CPU: steer flows {kernel_ours:.3f}, Prometheus {kernel_prom:.3f}")
     assert abs(kernel_prom - kernel_ours) / kernel_ours < 0.10
+
+
+def test_exporter_runs_without_privileges(stack):
+    """Once loaded and bound, the exporter holds no capability at all, and still reads the tracer
+    maps and the pinned rules (they are fds and root-owned pins, checked when opened)."""
+    with open(f"/proc/{stack['exporter_pid']}/status") as f:
+        status = dict(re.findall(r"^(Cap\w+|NoNewPrivs):\s+(\S+)", f.read(), re.M))
+    assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
+    assert status["NoNewPrivs"] == "1"
+    body = http_get(stack["exporter"])
+    assert b"steer_rule_packets_total{" in body and b'steer_class_rx_bytes_total{class="same-core"' in body
 
 
 def test_auto_moves_are_exported(stack):
