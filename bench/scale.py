@@ -6,9 +6,7 @@ Target: 100k flows scraped in under 0.5 s.
 """
 from __future__ import annotations
 
-import ctypes
 import gc
-import os
 import re
 import statistics
 import time

@@ -8,7 +8,6 @@ last interval: cardinality stays bounded, and a flow that went away loses its se
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from typing import Callable, Iterable
 
@@ -230,8 +229,3 @@ def serve(collector: SteerCollector, listen: str):
         return start_http_server(port, addr=host, registry=registry)
     except OSError as e:
         raise ValueError(f"--listen {listen}: {e.strerror}") from None
-
-
-def run_forever(should_stop: Callable[[], bool] = lambda: False) -> None:
-    while not should_stop():
-        time.sleep(0.5)

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 __all__ = [
-    "KernelError", "BpfObject", "BpfMap", "PerfCounter", "libbpf_version",
+    "KernelError", "BpfObject", "BpfMap", "PerfCounter",
     "possible_cpus", "setns", "ensure_bpffs", "vmlinux_has_type",
 ]
 
@@ -111,11 +111,6 @@ def _libbpf():
         lib.libbpf_set_print(_libbpf_print)
         _lib = lib
         return lib
-
-
-def libbpf_version() -> str:
-    lib = _libbpf()
-    return f"{lib.libbpf_major_version()}.{lib.libbpf_minor_version()}"
 
 
 def _last_libbpf_error() -> str:

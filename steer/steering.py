@@ -17,7 +17,7 @@ from . import steer_abi as abi
 from .flowspec import FlowSpec, mask_order
 from .kernel import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, BpfMap, BpfObject,
                      KernelError, ensure_bpffs, netns_of, obj_pin, possible_cpus, xdp_link)
-from .tracer import CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN, bpf_dir, require_caps
+from .tracer import CAP_BPF, CAP_NET_ADMIN, bpf_dir, require_caps
 
 PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
 STATE_DIR = "/run/steer"           # original IRQ/RPS settings, restored by `steer reset`
@@ -571,6 +571,3 @@ def reset() -> list[str]:
 def require_steering_caps() -> None:
     require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
 
-
-__all__ = ["XdpSteering", "SteerError", "set_app_affinity", "set_irq_affinity", "set_rps",
-           "reset", "pinned_devices", "CAP_SYS_ADMIN"]

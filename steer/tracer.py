@@ -91,11 +91,6 @@ def _addr(raw, family: int) -> str:
     return str(ipaddress.IPv4Address(b[:4]) if family == 4 else ipaddress.IPv6Address(b))
 
 
-def flow_id(k: abi.FlowKey) -> FlowId:
-    return FlowId(PROTOS.get(k.proto, str(k.proto)), _addr(k.saddr, k.family), k.sport,
-                  _addr(k.daddr, k.family), k.dport)
-
-
 def _flow_id_of(k: tuple) -> FlowId:
     """FlowId from the unpacked key: saddr, daddr, sport, dport, proto, family, ..."""
     saddr, daddr, sport, dport, proto, family = k[:6]

@@ -3,7 +3,6 @@ the tracer and by the kernel's own tracefs events; the parser fuzzed through BPF
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 
