@@ -12,13 +12,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
 
-def parser(description: str) -> argparse.ArgumentParser:
+def parser(description: str, pairs: int | None = None,
+           seconds: float | None = None) -> argparse.ArgumentParser:
+    """The options every benchmark has, plus --pairs and --seconds where given a default."""
     p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--smoke", action="store_true",
                    help="a quick run that checks the benchmark works (CI), not a measurement")
     p.add_argument("--out", default=RESULTS, help="directory for NAME.json and NAME.md")
+    if pairs is not None:
+        p.add_argument("--pairs", type=int, default=pairs, help="A/B pairs measured")
+    if seconds is not None:
+        p.add_argument("--seconds", type=float, default=seconds, help="traffic per run")
     return p
+
+
+def lab_reader_cpu() -> int:
+    """The lab flow's reader CPU: another core than the sender's (CPU 0) where there is one,
+    the common placement on real receivers."""
+    return 1 if len(os.sched_getaffinity(0)) > 1 else 0
 
 
 def require_root() -> None:

@@ -6,28 +6,26 @@ figures are upper bounds). Target: median <= 60 ns per event.
 """
 from __future__ import annotations
 
-import os
 import statistics
 
 from steer.kernel import BpfObject, prog_run_stats
 from steer.lab import Lab, LabFlow
 from steer.tracer import Tracer, bpf_dir
 
-from .common import fmt, parser, require_root, write
+from .common import fmt, lab_reader_cpu, parser, require_root, write
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=10.0)
+    p = parser(__doc__.splitlines()[0], seconds=10.0)
     args = p.parse_args(argv)
     require_root()
     if args.smoke:
         args.seconds = 1.0
     with open(STATS) as f:
         old = f.read().strip()
-    app = 1 if len(os.sched_getaffinity(0)) > 1 else 0
+    app = lab_reader_cpu()
     try:
         with open(STATS, "w") as f:
             f.write("1")

@@ -18,7 +18,7 @@ from steer.steering import load_unattached
 from .common import parser, require_root, write
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from packets import fuzz_packets, reference_tuple  # noqa: E402
+from packets import FUZZ_SPECS, fuzz_packets, reference_tuple  # noqa: E402
 
 XDP_PASS, XDP_REDIRECT = 2, 4
 CHUNK = 50_000   # packets generated at a time: memory stays small at any N
@@ -32,9 +32,7 @@ def main(argv=None) -> int:
     require_root()
     if args.smoke:
         args.packets = 20_000
-    specs = [FlowSpec.parse("proto=tcp,dport=5201"),
-             FlowSpec.parse("proto=udp,src=2001:db8::1,sport=53,dst=2001:db8::2,dport=53"),
-             FlowSpec.parse("src=198.18.0.1,dport=9000")]
+    specs = [FlowSpec.parse(s) for s in FUZZ_SPECS]
     obj, table = load_unattached()
     counts = {"passed": 0, "steered": 0, "wrong_verdict": 0, "modified": 0}
     first_failure = None

@@ -10,7 +10,8 @@ import os
 from steer.lab import Lab, LabFlow
 from steer.tracer import Tracer
 
-from .common import alternate, fmt, parser, ratio_stats, require_root, stats, write
+from .common import (alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
+                     write)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -44,14 +45,12 @@ def one_run(lab: Lab, seconds: float, traced: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=5.0)
+    p = parser(__doc__.splitlines()[0], pairs=5, seconds=5.0)
     args = p.parse_args(argv)
     require_root()
     if args.smoke:
         args.pairs, args.seconds = 1, 1.0
-    app = 1 if len(os.sched_getaffinity(0)) > 1 else 0
+    app = lab_reader_cpu()
     runs = {"A": [], "B": []}
     with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
         def run(traced):

@@ -6,7 +6,6 @@ NET_RX time totals over the same traffic.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import struct
@@ -18,7 +17,8 @@ from steer.kernel import BpfObject
 from steer.lab import Lab, LabFlow
 from steer.tracer import bpf_dir
 
-from .common import alternate, fmt, parser, ratio_stats, require_root, stats, write
+from .common import (alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
+                     write)
 
 NET_RX_ONLY = {"ft_softirq_entry", "ft_softirq_exit"}
 
@@ -50,16 +50,14 @@ def softirqs_tool(seconds: float) -> subprocess.Popen:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=5.0)
+    p = parser(__doc__.splitlines()[0], pairs=5, seconds=5.0)
     args = p.parse_args(argv)
     require_root()
     if not shutil.which("softirqs"):
         raise SystemExit("libbpf-tools is not installed (apt-get install libbpf-tools)")
     if args.smoke:
         args.pairs, args.seconds = 1, 2.0
-    app = 1 if len(os.sched_getaffinity(0)) > 1 else 0
+    app = lab_reader_cpu()
     agree = []
     with Lab([LabFlow(0, app)], seconds=args.seconds + 2) as lab:
         def traffic():

@@ -14,7 +14,8 @@ from steer.lab import Lab, LabFlow
 from steer.kernel import prog_test_run
 from steer.steering import XdpSteering, load_unattached
 
-from .common import alternate, fmt, parser, ratio_stats, require_root, stats, write
+from .common import (alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
+                     write)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from packets import ETH_IP, eth, ipv4, tcp  # noqa: E402
@@ -49,9 +50,7 @@ def ns_per_packet(counts, wildcard_masks: int = 0) -> dict:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=4.0)
+    p = parser(__doc__.splitlines()[0], pairs=5, seconds=4.0)
     args = p.parse_args(argv)
     require_root()
     counts = [0, 1, 100, 10_000]
@@ -60,7 +59,7 @@ def main(argv=None) -> int:
         args.pairs, args.seconds, thr_counts = 1, 1.0, [100]
     exact = ns_per_packet(counts)
     wild = ns_per_packet([0], wildcard_masks=2)
-    app = 1 if len(os.sched_getaffinity(0)) > 1 else 0
+    app = lab_reader_cpu()
     thr = {}
     with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
         def run(n):

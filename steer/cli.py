@@ -593,7 +593,8 @@ def cmd_sweep(args) -> int:
     if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
         raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
                         "another --out")
-    console = make_console_for_progress()
+    from .view import make_console
+    console = make_console()
     stop = _GracefulStop(console, "stopping after tearing down the run under way (Ctrl-C again "
                                   "to stop at once)")
     tracer = _start_tracer(args)
@@ -651,11 +652,6 @@ class _GracefulStop:
     def __exit__(self, *exc):
         for s, h in self._old.items():
             signal.signal(s, h)
-
-
-def make_console_for_progress():
-    from rich.console import Console
-    return Console(stderr=False)
 
 
 def cmd_reset(args) -> int:

@@ -45,8 +45,6 @@ class SteerCollector(Collector):
         self._last: TraceSample | None = None
         self._class_totals: dict[str, dict[str, float]] = {
             c: defaultdict(float) for c in CLASSES}
-        self._last_snapshot: Snapshot | None = None
-        self.scrapes = 0
 
     def _advance(self) -> tuple[TraceSample, Snapshot]:
         """Read the maps once; fold the interval since the last read into the class totals."""
@@ -60,8 +58,7 @@ class SteerCollector(Collector):
                 t["app_seconds"] += f.app_seconds
                 t["llc_kernel"] += f.llc_misses_kernel or 0
                 t["llc_app"] += f.llc_misses_app or 0
-            self._last, self._last_snapshot = now, snap
-            self.scrapes += 1
+            self._last = now
             return now, snap
 
     def collect(self) -> Iterable:

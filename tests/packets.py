@@ -51,6 +51,11 @@ def udp(sport, dport, payload=b"") -> bytes:
     return struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
 
 
+# the rules the parser fuzzing installs: a wildcard, an exact IPv6 rule, a two-field rule
+FUZZ_SPECS = ("proto=tcp,dport=5201", "proto=udp,src=2001:db8::1,sport=53,dst=2001:db8::2,dport=53",
+              "src=198.18.0.1,dport=9000")
+
+
 def reference_tuple(pkt: bytes):
     """(proto, src, sport, dst, dport) of a well-formed, unfragmented TCP/UDP packet, else None."""
     if len(pkt) < 14:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import ROOT, STEER, assert_one_line_error, live, steer
-from packets import fuzz_packets, reference_tuple
+from packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.flowspec import FlowSpec
 from steer.kernel import ensure_tracefs, prog_test_run
 from steer.lab import Lab, LabFlow
@@ -178,9 +178,7 @@ def test_parser_fuzz_passes_everything_it_should_not_steer():
     independent reference parser in tests/packets.py)."""
     obj, table = load_unattached()
     try:
-        specs = [FlowSpec.parse("proto=tcp,dport=5201"),
-                 FlowSpec.parse("proto=udp,src=2001:db8::1,sport=53,dst=2001:db8::2,dport=53"),
-                 FlowSpec.parse("src=198.18.0.1,dport=9000")]
+        specs = [FlowSpec.parse(s) for s in FUZZ_SPECS]
         for s in specs:
             table.pin(s, 0)
         fd = obj.prog_fd("steer_xdp")
