@@ -3,6 +3,7 @@
 #   make            build/flowtrace.bpf.o (CO-RE, needs clang, bpftool, libbpf-dev and kernel BTF)
 #   make demo       install what is missing, then run `steer demo` on the built-in lab (root)
 #   make test       install what is missing, then run the whole test suite (root for the live tiers)
+#   make test-vm    the live tests again inside a qemu guest: 2 sockets, Debian's 6.1 kernel (root)
 #   make V=1        show the compiler commands
 
 BUILD   ?= build
@@ -29,7 +30,7 @@ BPF_SRCS := $(wildcard bpf/*.bpf.c)
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
 
-.PHONY: all clean demo test setup
+.PHONY: all clean demo test test-vm setup
 all: $(BPF_OBJS)
 
 $(BUILD):
@@ -56,6 +57,13 @@ demo: setup
 
 test: setup
 	$(Q)$(PYTHON) -m pytest -ra tests
+
+# VM_TESTS: pytest arguments for the guest, comma-separated (default in tests/vm/run.py)
+test-vm: setup
+	$(Q)scripts/setup.sh --vm
+	$(Q)$(PYTHON) tests/vm/run.py $(subst $(comma), ,$(VM_TESTS))
+
+comma := ,
 
 clean:
 	$(Q)rm -rf $(BUILD)

@@ -27,11 +27,7 @@ class NetRxTracer:
     """steer's flowtrace object with only its softirq programs attached."""
 
     def __enter__(self):
-        path = str(bpf_dir() / "flowtrace.bpf.o")
-        probe = BpfObject(path, no_pin=True)
-        others = set(probe.programs()) - NET_RX_ONLY
-        probe.close()
-        self.obj = BpfObject(path, disable=others, no_pin=True)
+        self.obj = BpfObject(str(bpf_dir() / "flowtrace.bpf.o"), only=NET_RX_ONLY, no_pin=True)
         self.obj.attach_all()
         self.totals = self.obj.map("cpu_totals")
         return self

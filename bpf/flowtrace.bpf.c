@@ -7,8 +7,8 @@
  * NET_RX time. Steered packets run up the stack in a cpumap kthread instead; that context is
  * bracketed the same way and closed by the xdp_cpumap_kthread tracepoint.
  *
- * Application side: sock_recv_length (kernel >= 6.3) names the socket and the bytes; the receive
- * syscall around it gives the on-CPU time (segments split at sched_switch), minus the softirq time
+ * Application side: sock_recv_length (kernel >= 6.3; before it the exit of tcp_recvmsg and
+ * udp(v6)_recvmsg, by fexit or kretprobe) names the socket and the bytes; the receive syscall around it gives the on-CPU time (segments split at sched_switch), minus the softirq time
  * that ran nested inside it, which the kernel side already counts.
  */
 #include "vmlinux.h"
@@ -462,23 +462,25 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 }
 
 /* fold v4-mapped IPv6 sockets (an IPv6 listener accepting IPv4) into IPv4 keys, as the packets
- * carry them */
+ * carry them. Probe reads, not direct access: the kprobe fallback hands in an untyped pointer. */
 static __always_inline int sock_flow(struct sock *sk, struct ft_flow_key *k)
 {
-	__u16 family = sk->__sk_common.skc_family;
-	__u8 proto = sk->sk_protocol;
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u8 proto = BPF_CORE_READ(sk, sk_protocol);
 
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return -1;
 	k->proto = proto;
-	k->sport = bpf_ntohs(sk->__sk_common.skc_dport);
-	k->dport = sk->__sk_common.skc_num;
+	k->sport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	k->dport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	if (family == AF_INET6) {
-		struct in6_addr d = sk->__sk_common.skc_v6_daddr;
-		struct in6_addr r = sk->__sk_common.skc_v6_rcv_saddr;
+		struct in6_addr d, r;
 		__u32 *dw = (__u32 *)&d, *rw = (__u32 *)&r;
-		int mapped = dw[0] == 0 && dw[1] == 0 && dw[2] == bpf_htonl(0xffff);
+		int mapped;
 
+		BPF_CORE_READ_INTO(&d, sk, __sk_common.skc_v6_daddr);
+		BPF_CORE_READ_INTO(&r, sk, __sk_common.skc_v6_rcv_saddr);
+		mapped = dw[0] == 0 && dw[1] == 0 && dw[2] == bpf_htonl(0xffff);
 		if (!mapped) {
 			__builtin_memcpy(k->saddr, &d, 16);
 			__builtin_memcpy(k->daddr, &r, 16);
@@ -492,14 +494,14 @@ static __always_inline int sock_flow(struct sock *sk, struct ft_flow_key *k)
 	}
 	if (family != AF_INET)
 		return -1;
-	__builtin_memcpy(k->saddr, &sk->__sk_common.skc_daddr, 4);
-	__builtin_memcpy(k->daddr, &sk->__sk_common.skc_rcv_saddr, 4);
+	BPF_CORE_READ_INTO((__u32 *)k->saddr, sk, __sk_common.skc_daddr);
+	BPF_CORE_READ_INTO((__u32 *)k->daddr, sk, __sk_common.skc_rcv_saddr);
 	k->family = 4;
 	return 0;
 }
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
+/* one receive call returned RET bytes (or an error) from SK to the current thread */
+static __always_inline void on_receive(struct sock *sk, int ret, int flags)
 {
 	struct ft_cpu_stats *tot = totals();
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -508,7 +510,7 @@ int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
 	struct recv_state *r;
 
 	if (!tot || !sk || (flags & MSG_PEEK) || sock_flow(sk, &k))
-		return 0;
+		return;
 	/* bytes are counted here, in every context; time needs the enclosing syscall */
 	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
 	if (st) {
@@ -525,6 +527,128 @@ int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
 		r->flow = k;
 		r->have_flow = 1;
 	}
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
+{
+	on_receive(sk, ret, flags);
+	return 0;
+}
+
+/* Kernels before 6.3 have no sock_recv_length: the protocols' recvmsg functions say the same.
+ * Their signature changed (noblock went in 5.19, addr_len in 6.17), so the flags argument's
+ * position comes from userspace, read off the kernel's BTF, and the return value from
+ * bpf_get_func_ret. inet6_recvmsg calls tcp_recvmsg too: one hook serves both families. */
+static __always_inline int on_recvmsg_exit(void *ctx)
+{
+	__u64 sk = 0, flags = 0, ret = 0;
+
+	if (bpf_get_func_arg(ctx, 0, &sk) || bpf_get_func_arg(ctx, cfg.recv_flags_arg, &flags) ||
+	    bpf_get_func_ret(ctx, &ret))
+		return 0;
+	on_receive((struct sock *)sk, (int)ret, (int)flags);
+	return 0;
+}
+
+SEC("fexit/tcp_recvmsg")
+int ft_tcp_recvmsg_exit(void *ctx)
+{
+	return on_recvmsg_exit(ctx);
+}
+
+SEC("fexit/udp_recvmsg")
+int ft_udp_recvmsg_exit(void *ctx)
+{
+	return on_recvmsg_exit(ctx);
+}
+
+SEC("fexit/udpv6_recvmsg")
+int ft_udpv6_recvmsg_exit(void *ctx)
+{
+	return on_recvmsg_exit(ctx);
+}
+
+/* where there is no BPF trampoline (fentry) either, a kprobe keeps the arguments for the
+ * kretprobe, per thread: a thread is in one receive call at a time. LRU, because a return the
+ * kretprobe missed (too many threads blocked inside at once) leaves its entry behind. */
+struct recv_args {
+	__u64 sk;
+	__s32 flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct recv_args);
+} recv_calls SEC(".maps");
+
+static __always_inline void recv_call_enter(struct pt_regs *regs)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	/* both read, then chosen: a computed offset into the context is refused by the verifier */
+	__u64 p4 = PT_REGS_PARM4(regs), p5 = PT_REGS_PARM5(regs);
+	struct recv_args a = { .sk = PT_REGS_PARM1(regs) };
+
+	barrier_var(p4);
+	barrier_var(p5);
+	a.flags = cfg.recv_flags_arg == 4 ? p5 : p4;
+
+	bpf_map_update_elem(&recv_calls, &tid, &a, BPF_ANY);
+}
+
+static __always_inline void recv_call_exit(int ret)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	struct recv_args *a = bpf_map_lookup_elem(&recv_calls, &tid);
+
+	if (!a)
+		return;
+	on_receive((struct sock *)a->sk, ret, a->flags);
+	bpf_map_delete_elem(&recv_calls, &tid);
+}
+
+SEC("kprobe/tcp_recvmsg")
+int ft_tcp_recvmsg_entry(struct pt_regs *regs)
+{
+	recv_call_enter(regs);
+	return 0;
+}
+
+SEC("kretprobe/tcp_recvmsg")
+int BPF_KRETPROBE(ft_tcp_recvmsg_return, int ret)
+{
+	recv_call_exit(ret);
+	return 0;
+}
+
+SEC("kprobe/udp_recvmsg")
+int ft_udp_recvmsg_entry(struct pt_regs *regs)
+{
+	recv_call_enter(regs);
+	return 0;
+}
+
+SEC("kretprobe/udp_recvmsg")
+int BPF_KRETPROBE(ft_udp_recvmsg_return, int ret)
+{
+	recv_call_exit(ret);
+	return 0;
+}
+
+SEC("kprobe/udpv6_recvmsg")
+int ft_udpv6_recvmsg_entry(struct pt_regs *regs)
+{
+	recv_call_enter(regs);
+	return 0;
+}
+
+SEC("kretprobe/udpv6_recvmsg")
+int BPF_KRETPROBE(ft_udpv6_recvmsg_return, int ret)
+{
+	recv_call_exit(ret);
 	return 0;
 }
 

@@ -67,7 +67,7 @@ struct ft_cpu_stats {
 /* written into .rodata before load */
 struct ft_config {
 	__u32 llc_enabled;	/* a per-CPU counter was put in the llc_counters array */
-	__u32 pad;
+	__u32 recv_flags_arg;	/* index of `flags` in tcp_recvmsg/udp_recvmsg (fallback hooks) */
 };
 
 #endif /* __FLOWTRACE_H */

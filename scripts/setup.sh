@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 # independent witnesses in the tests
 PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux prometheus
           python3 python3-venv python3-pip make)
+# `make test-vm` boots a second kernel under qemu (tests/vm/run.py); kmod's depmod indexes its
+# modules, and the guest's modprobe is the host's
+if [[ ${1:-} == --vm ]]; then
+  PACKAGES+=(qemu-system-x86 kmod)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -54,6 +54,13 @@ def _tracer_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--idle-timeout", type=_positive(), default=60.0, metavar="SECONDS",
                    help="drop a flow's entries after this long without packets or reads (they are "
                         "reported one last time first)")
+    g.add_argument("--app-hook", choices=["auto", "tracepoint", "fexit", "kprobe", "off"],
+                   default="auto",
+                   help="how reads are tied to sockets: the sock:sock_recv_length tracepoint "
+                        "(kernel 6.3+), else fexit, else a kretprobe on tcp_recvmsg/udp_recvmsg/"
+                        "udpv6_recvmsg; auto takes the first this kernel runs and reports the "
+                        "application side unavailable, with why, when none does "
+                        "(default: %(default)s)")
     g.add_argument("--btf", metavar="FILE",
                    help="kernel BTF for CO-RE relocations, for kernels without "
                         "/sys/kernel/btf/vmlinux (default: the running kernel's)")
@@ -257,7 +264,7 @@ def cmd_topology(args) -> int:
 def _start_tracer(args):
     from .tracer import Tracer
     return Tracer(max_flows=args.max_flows, llc_event=args.llc_event, btf=args.btf,
-                  idle_timeout=args.idle_timeout).start()
+                  idle_timeout=args.idle_timeout, app_hook=args.app_hook).start()
 
 
 def cmd_flows(args) -> int:
@@ -441,6 +448,7 @@ def cmd_unpin(args) -> int:
 
 def cmd_rules(args) -> int:
     from .steering import pinned_state, require_steering_caps
+    from .topology import read_topology
     require_steering_caps()
     out = pinned_state()
     if args.json:
@@ -448,6 +456,7 @@ def cmd_rules(args) -> int:
         return 0
     if not out:
         print("no pinned steering rules")
+    online = set(read_topology().online)
     for d in out:
         where = d["dev"] + (f" in {d['netns']}" if d["netns"] else "")
         if "error" in d:
@@ -456,9 +465,12 @@ def cmd_rules(args) -> int:
         c = d["counters"]
         print(f"{where} ({d['mode']} XDP): redirected {c['redirected']:,}, passed {c['passed']:,}, "
               f"unparsed {c['unparsed']:,}, failed redirects {c['redirect_failed']:,}")
+        if d["detached"]:
+            print(f"  DETACHED: {d['detached']}; `steer reset` removes what is left")
         for r in d["rules"]:
+            off = "" if r["cpu"] in online else "  (CPU offline: its packets pass unsteered)"
             print(f"  rule {r['id']:>4}  {r['spec']:<60} -> CPU {r['cpu']:<4} "
-                  f"{r['packets']:>12,} packets {r['bytes']:>16,} bytes")
+                  f"{r['packets']:>12,} packets {r['bytes']:>16,} bytes{off}")
     return 0
 
 
@@ -496,7 +508,7 @@ def cmd_rps(args) -> int:
 def cmd_auto(args) -> int:
     from .auto import AutoSteer
     from .policies import PolicyError, load_policy
-    from .steering import XdpSteering
+    from .steering import SteerError, XdpSteering
     from .topology import read_topology
     try:
         name, policy = load_policy(args.policy, args.min_rate)
@@ -523,6 +535,9 @@ def cmd_auto(args) -> int:
             while end is None or time.monotonic() < end:
                 time.sleep(args.interval if end is None else
                            max(0.0, min(args.interval, end - time.monotonic())))
+                gone = steering.detached() if steering else None
+                if gone:
+                    raise SteerError(f"stopping: {gone}, so there is nothing left to steer")
                 engine.step(interval())
         except KeyboardInterrupt:
             pass

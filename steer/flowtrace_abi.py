@@ -32,7 +32,7 @@ class CpuStats(ctypes.Structure):
 
 
 class Config(ctypes.Structure):
-    _fields_ = [("llc_enabled", u32), ("pad", u32)]
+    _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32)]
 
 
 # C struct name -> mirror, for the BTF check

@@ -99,6 +99,7 @@ def _libbpf():
             ("btf__load_vmlinux_btf", vp, []),
             ("btf__find_by_name_kind", ctypes.c_int32, [vp, cp, u32]),
             ("btf__free", None, [vp]),
+            ("btf__type_by_id", ctypes.POINTER(_BtfType), [vp, u32]),
             ("bpf_map__set_pin_path", i, [vp, cp]),
             ("bpf_obj_get", i, [cp]),
             ("bpf_obj_pin", i, [i, cp]),
@@ -113,6 +114,13 @@ def _libbpf():
         return lib
 
 
+class _BtfType(ctypes.Structure):
+    """struct btf_type (uapi/linux/btf.h): for a FUNC, `type` is its FUNC_PROTO; vlen is info's
+    low 16 bits."""
+    _fields_ = [("name_off", ctypes.c_uint32), ("info", ctypes.c_uint32),
+                ("type", ctypes.c_uint32)]
+
+
 def _last_libbpf_error() -> str:
     """The most telling libbpf log line: verifier and relocation failures come before the summary."""
     for line in reversed(_libbpf_log):
@@ -121,10 +129,14 @@ def _last_libbpf_error() -> str:
     return ""
 
 
+ENOTSUPP = 524     # kernel-internal, leaks to userspace (no BPF trampoline, for one); not in errno
+
+
 def _fail(what: str, err: int) -> KernelError:
     err = abs(err) or ctypes.get_errno()
     detail = _last_libbpf_error()
-    msg = f"{what}: {os.strerror(err)}"
+    reason = "not supported by this kernel (ENOTSUPP)" if err == ENOTSUPP else os.strerror(err)
+    msg = f"{what}: {reason}"
     if detail:
         msg += f" ({detail})"
     return KernelError(msg, err)
@@ -141,7 +153,7 @@ BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HAS
 _PERCPU_TYPES = {BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH}
 BPF_ANY, BPF_NOEXIST, BPF_EXIST = 0, 1, 2
 _NO_BATCH = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)   # kernel < 5.6
-BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 4, 8
+BTF_KIND_STRUCT, BTF_KIND_TYPEDEF, BTF_KIND_FUNC = 4, 8, 12
 
 
 class _MapInfo(ctypes.Structure):
@@ -333,7 +345,8 @@ class BpfObject:
 
     def __init__(self, path: str, *, rodata: bytes | None = None,
                  max_entries: dict[str, int] | None = None, disable: set[str] = frozenset(),
-                 btf: str | None = None, pin_root: str | None = None, no_pin: bool = False):
+                 only: set[str] | None = None, btf: str | None = None,
+                 pin_root: str | None = None, no_pin: bool = False):
         lib = _libbpf()
         if not os.path.exists(path):
             raise KernelError(f"BPF object {path} not found: build it with `make`")
@@ -363,6 +376,9 @@ class BpfObject:
                     raise _fail(f"cannot size map {name}", rc)
             for name in disable:
                 lib.bpf_program__set_autoload(self._prog_handle(name), False)
+            if only is not None:
+                for name in set(self.programs()) - set(only):
+                    lib.bpf_program__set_autoload(self._prog_handle(name), False)
             if no_pin:
                 # a process-owned instance: its maps die with it instead of landing in bpffs
                 m = None
@@ -437,6 +453,23 @@ class BpfObject:
         self.close()
 
 
+def vmlinux_func_params(name: str) -> int | None:
+    """How many parameters the kernel function NAME takes by the running kernel's BTF (None: no
+    such function there), so that a hook is only attached where it reads the arguments it means."""
+    lib = _libbpf()
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf:
+        return None
+    try:
+        fid = lib.btf__find_by_name_kind(btf, name.encode(), BTF_KIND_FUNC)
+        if fid <= 0:
+            return None
+        proto = lib.btf__type_by_id(btf, lib.btf__type_by_id(btf, fid).contents.type)
+        return proto.contents.info & 0xffff      # a FUNC_PROTO's vlen is its parameter count
+    finally:
+        lib.btf__free(btf)
+
+
 def vmlinux_has_type(name: str, kind: int = BTF_KIND_TYPEDEF) -> bool:
     """Whether the running kernel's BTF defines NAME (a tracepoint exists as btf_trace_<name>)."""
     lib = _libbpf()
@@ -503,6 +536,15 @@ def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
         raise KernelError(f"setns: {os.strerror(err)}", err)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = 9) -> None:
+    """In a child between fork and exec: the kernel sends SIG when the parent dies, so that a
+    parent killed with SIGKILL leaves no child behind it."""
+    _libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
 BPFFS = "/sys/fs/bpf"
 _BPF_FS_MAGIC = 0xCAFE4A11
 
@@ -549,6 +591,18 @@ def xdp_link(prog_fd: int, ifindex: int, flags: int) -> int:
     return fd
 
 
+def xdp_link_ifindex(link_fd: int) -> int:
+    """The device an XDP link is attached to, 0 once that device is gone (unregistering a netdev
+    detaches its links; the link object lives on while someone holds or pins it). struct
+    bpf_link_info: type, id, prog_id, then the union at offset 16, whose xdp.ifindex comes first."""
+    buf = ctypes.create_string_buffer(64)
+    n = ctypes.c_uint32(len(buf))
+    rc = _libbpf().bpf_obj_get_info_by_fd(link_fd, buf, ctypes.byref(n))
+    if rc < 0:
+        raise _fail("cannot read link info", rc)
+    return struct.unpack_from("I", buf.raw, 16)[0]
+
+
 def prog_run_stats(prog_fd: int) -> tuple[int, int]:
     """(run_time_ns, run_cnt) of a program: non-zero only while kernel.bpf_stats_enabled is 1.
     Offsets 192 and 200 of struct bpf_prog_info are uapi, stable since 5.1."""
@@ -560,6 +614,14 @@ def prog_run_stats(prog_fd: int) -> tuple[int, int]:
     if n.value < 208:
         return 0, 0
     return struct.unpack_from("QQ", buf.raw, 192)
+
+
+def obj_get(path: str) -> int:
+    """An fd for a pinned object (the caller closes it)."""
+    fd = _libbpf().bpf_obj_get(path.encode())
+    if fd < 0:
+        raise _fail(f"cannot open pinned {path}", fd)
+    return fd
 
 
 def obj_pin(fd: int, path: str) -> None:

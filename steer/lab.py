@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from .kernel import CLONE_NEWNET, setns
+from .kernel import CLONE_NEWNET, die_with_parent, setns
 
 PREFIX = "steerlab"
 NETNS_DIR = "/run/netns"
@@ -69,6 +69,7 @@ def _in_netns(name: str, cpu: int | None):
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         os.setpgid(0, 0)   # own process group: teardown kills it whole
+        die_with_parent()  # and a lab killed with SIGKILL takes its iperf3 along
     return enter
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from . import steer_abi as abi
 from .flowspec import FlowSpec, mask_order
 from .kernel import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, BpfMap, BpfObject,
-                     KernelError, ensure_bpffs, netns_of, obj_pin, possible_cpus, xdp_link)
+                     KernelError, ensure_bpffs, netns_of, obj_get, obj_pin, possible_cpus,
+                     xdp_link, xdp_link_ifindex)
 from .tracer import CAP_BPF, CAP_NET_ADMIN, bpf_dir, require_caps
 
 PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
@@ -212,7 +213,30 @@ class XdpSteering:
     def state(self) -> dict:
         """Mode, rules and counters, as `steer rules --json` shows a device."""
         return {"dev": self.dev, "netns": self.netns, "mode": self.attached_mode,
+                "detached": self.detached(),
                 "rules": [r.as_json() for r in self.rules()], "counters": self.counters()}
+
+    def detached(self) -> str | None:
+        """Why the program no longer sees this device's packets (None while it does): its
+        namespace deleted, or the device itself removed, which detaches the link."""
+        if self.netns:
+            try:
+                netns_path(self.netns)
+            except SteerError:
+                return f"namespace {self.netns} was deleted"
+        pin = self._pinned_link()
+        fd = self._link_fd if self._link_fd >= 0 else -1
+        if fd < 0 and pin:
+            fd = obj_get(pin)
+        if fd < 0:
+            return None
+        try:
+            if xdp_link_ifindex(fd) == 0:
+                return f"{self.dev} was removed"
+        finally:
+            if fd != self._link_fd:
+                os.close(fd)
+        return None
 
     def detach(self) -> None:
         """Remove the pinned program of this device, maps and all."""

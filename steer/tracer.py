@@ -14,7 +14,7 @@ from typing import NamedTuple
 from . import flowtrace_abi as abi
 from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
                      PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, possible_cpus,
-                     vmlinux_has_type)
+                     vmlinux_func_params, vmlinux_has_type)
 
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
 DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
@@ -29,6 +29,38 @@ LLC_EVENTS = {
     "cache-misses": (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES),
     "cpu-clock": (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK),
 }
+
+
+# How the application side learns which socket a read was from and how many bytes it got: the
+# sock_recv_length tracepoint (6.3+), else the exit of the protocols' recvmsg functions by fexit
+# (BPF trampolines), else by kretprobe. The receive-syscall timing programs serve all three.
+RECV_FUNCS = ("tcp_recvmsg", "udp_recvmsg", "udpv6_recvmsg")
+APP_HOOKS = {
+    "tracepoint": ("ft_sock_recv_length",),
+    "fexit": tuple(f"ft_{f}_exit" for f in RECV_FUNCS),
+    "kprobe": tuple(p for f in RECV_FUNCS for p in (f"ft_{f}_entry", f"ft_{f}_return")),
+}
+SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit", "ft_sched_switch")
+APP_HOOK_LABELS = {"tracepoint": "sock:sock_recv_length",
+                   "fexit": "fexit on " + "/".join(RECV_FUNCS),
+                   "kprobe": "kretprobe on " + "/".join(RECV_FUNCS)}
+# tcp_recvmsg's parameter count -> index of `flags`: (sk, msg, len, nonblock, flags, addr_len)
+# before 5.19, (sk, msg, len, flags, addr_len) until 6.17, (sk, msg, len, flags) since
+RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
+
+
+def _hooked(program: str) -> str:
+    """ft_udpv6_recvmsg_exit -> udpv6_recvmsg"""
+    return program.removeprefix("ft_").rsplit("_", 1)[0]
+
+
+def _short(e: KernelError) -> str:
+    """The kernel's answer without the object's path, for a list of reasons."""
+    return str(e).split(" (failed to load object")[0].replace(
+        "cannot load flowtrace.bpf.o into the kernel: ", "")
+
+
+APP_HOOK_CHOICES = ("auto", *APP_HOOKS, "off")
 
 
 class TracerError(Exception):
@@ -188,6 +220,7 @@ class Tracer:
     llc_event: str = "auto"     # auto | cache-misses | cpu-clock | off
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     btf: str | None = None
+    app_hook: str = "auto"      # one of APP_HOOK_CHOICES
     capabilities: Capabilities | None = field(default=None, init=False)
 
     def __post_init__(self):
@@ -198,6 +231,7 @@ class Tracer:
         self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), last sample)
         self._entries: dict[tuple, FlowCpuSample] = {}   # what the next sample starts from
         self._seq = 0
+        self.app_hook_used: str | None = None    # which of APP_HOOKS (or "off") start() chose
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -213,11 +247,10 @@ class Tracer:
         if not obj_path.exists():
             raise TracerError(f"{obj_path} is not built: run `make` in the steer checkout "
                               "(needs clang, bpftool and libbpf-dev)")
-        disable = set()
-        app = "available (sock:sock_recv_length + receive syscalls)"
-        if not vmlinux_has_type("btf_trace_sock_recv_length"):
-            disable |= {"ft_sock_recv_length", "ft_sys_enter", "ft_sys_exit", "ft_sched_switch"}
-            app = "unavailable: kernel lacks the sock:sock_recv_length tracepoint (added in 6.3)"
+        if self.app_hook not in APP_HOOK_CHOICES:
+            raise TracerError(f"unknown app hook {self.app_hook!r}: choose from "
+                              f"{', '.join(APP_HOOK_CHOICES)}")
+        disable = {p for progs in APP_HOOKS.values() for p in progs}
         cpumap = "available (xdp:xdp_cpumap_kthread)"
         if not (vmlinux_has_type("btf_trace_xdp_cpumap_kthread")
                 and vmlinux_has_type("btf_trace_xdp_redirect")):
@@ -225,30 +258,78 @@ class Tracer:
             cpumap = "unavailable: kernel lacks the xdp:xdp_cpumap_kthread tracepoint"
 
         llc_status, counters = self._open_counters()
-        cfg = abi.Config(llc_enabled=1 if counters else 0)
-        try:
-            self._obj = BpfObject(str(obj_path), rodata=bytes(cfg),
-                                  max_entries={"flows": self.max_flows}, disable=disable,
-                                  btf=self.btf)
-            if counters:
-                m = self._obj.map("llc_counters")
+        tried: list[str] = []
+        for hook, programs, flags_arg, why_not in self._app_hook_candidates():
+            if why_not:
+                tried.append(f"{hook}: {why_not}")
+                continue
+            cfg = abi.Config(llc_enabled=1 if counters else 0, recv_flags_arg=flags_arg)
+            off = disable - set(programs) if hook != "off" else disable | set(SYSCALL_PROGRAMS)
+            try:
+                self._obj = BpfObject(str(obj_path), rodata=bytes(cfg),
+                                      max_entries={"flows": self.max_flows}, disable=off,
+                                      btf=self.btf)
+                if counters:
+                    m = self._obj.map("llc_counters")
+                    for c in counters:
+                        m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+                self._obj.attach_all()
+                break
+            except KernelError as e:
+                self.stop()
+                # kernels refuse a hook they cannot run in several ways (ENOTSUPP, EPERM, EINVAL);
+                # whatever else is wrong fails the last attempt, which loads no hook, as well
+                if hook != "off" and self.app_hook == "auto":
+                    tried.append(f"{hook}: {_short(e)}")
+                    continue
                 for c in counters:
-                    m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
-            self._obj.attach_all()
-        except KernelError as e:
+                    c.close()
+                if hook != "off":
+                    raise TracerError(f"--app-hook {hook}: this kernel refused the "
+                                      f"{APP_HOOK_LABELS[hook]} programs: {_short(e)}") from None
+                if e.errno == errno.EPERM:
+                    raise TracerError(f"{e} (is a security policy denying BPF?)") from None
+                raise TracerError(str(e)) from None
+        else:
             for c in counters:
                 c.close()
-            self.stop()
-            if e.errno == errno.EPERM:
-                raise TracerError(f"{e} (is a security policy denying BPF?)") from None
-            raise TracerError(str(e)) from None
+            raise TracerError(f"--app-hook {self.app_hook}: " + "; ".join(tried))
+        if hook == "off":
+            app = "unavailable: " + ("turned off (--app-hook off)" if self.app_hook == "off"
+                                     else "; ".join(tried))
+        else:
+            app = f"available ({APP_HOOK_LABELS[hook]} + receive syscalls)"
         self._counters = counters
+        self.app_hook_used = hook
         self.capabilities = Capabilities(
             kernel_side="available (irq:softirq_entry/exit + net:netif_receive_skb)",
             app_side=app, cpumap_context=cpumap, llc=llc_status)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
         return self
+
+    def _app_hook_candidates(self):
+        """(hook, its programs, flags argument index, why it cannot work here or None), in the
+        order to try; the last one, 'off', always loads (the application side unavailable)."""
+        names = list(APP_HOOKS) if self.app_hook == "auto" else \
+            [] if self.app_hook == "off" else [self.app_hook]
+        for hook in names:
+            why, flags_arg = None, 0
+            if hook == "tracepoint":
+                if not vmlinux_has_type("btf_trace_sock_recv_length"):
+                    why = "kernel lacks the sock:sock_recv_length tracepoint (added in 6.3)"
+            else:
+                nparams = vmlinux_func_params("tcp_recvmsg")
+                if nparams not in RECVMSG_FLAGS_ARG:
+                    why = ("kernel BTF has no tcp_recvmsg" if nparams is None else
+                           f"tcp_recvmsg takes {nparams} parameters, a signature steer does not know")
+                else:
+                    flags_arg = RECVMSG_FLAGS_ARG[nparams]
+            programs = tuple(p for p in APP_HOOKS[hook]
+                             if hook == "tracepoint" or vmlinux_func_params(_hooked(p)) is not None)
+            yield hook, programs, flags_arg, why
+        if self.app_hook in ("auto", "off"):
+            yield "off", (), 0, None
 
     def _open_counters(self) -> tuple[str, list[PerfCounter]]:
         if self.llc_event == "off":

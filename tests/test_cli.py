@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -55,6 +56,33 @@ def test_no_privilege_names_the_missing_capabilities():
     assert_one_line_error(r, "CAP_BPF", "CAP_PERFMON", "run as root")
 
 
+def _dropping(*caps):
+    """Root with only CAPS taken away (CAP_SYS_ADMIN too: it stands in for BPF and PERFMON)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to take single capabilities away")
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) missing: cannot drop capabilities")
+    drop = ",".join(f"-{c}" for c in (*caps, "sys_admin"))
+    return ("setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", "--")
+
+
+@pytest.mark.parametrize("cmd, dropped, named", [
+    (("flows", "--duration", "1"), ("bpf",), "tracing needs CAP_BPF:"),
+    (("flows", "--duration", "1"), ("perfmon",), "tracing needs CAP_PERFMON:"),
+    (("pin", "proto=tcp,dport=5201", "--cpu", "0", "--dev", "lo"), ("net_admin",),
+     "steering needs CAP_NET_ADMIN:"),
+    (("pin", "proto=tcp,dport=5201", "--cpu", "0", "--dev", "lo"), ("bpf",),
+     "steering needs CAP_BPF:"),
+    (("rps", "--dev", "lo", "--cpu", "0"), (), "changing RPS needs CAP_SYS_ADMIN"),
+])
+def test_each_missing_capability_is_named(cmd, dropped, named):
+    """Each capability taken away alone is the one the message names, and nothing else."""
+    r = steer(*cmd, prefix=_dropping(*dropped))
+    assert_one_line_error(r, named)
+    others = {"CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN"} - {named.split("needs ")[1].rstrip(":")}
+    assert not any(o in r.stderr for o in others), r.stderr
+
+
 @live
 def test_objects_not_built(tmp_path):
     r = steer("flows", "--duration", "1", env={"STEER_BPF_DIR": str(tmp_path)})
@@ -94,3 +122,13 @@ def test_bpffs_is_mounted_when_missing(tmp_path):
     r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", code],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.stdout.strip() == "ok", r.stderr
+
+
+@live
+def test_listen_port_in_use():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = steer("export", "--listen", f"127.0.0.1:{port}", "--duration", "1")
+    assert_one_line_error(r, f"--listen 127.0.0.1:{port}", "in use")

@@ -1,0 +1,287 @@
+"""Faults while running, and crash safety: each test makes the fault happen for real (a namespace
+deleted under `steer auto`, a device removed under pinned rules, the reader killed, a scrape
+client that hangs up, a connection flood, SIGKILL at random moments) and then counts what is left
+in the kernel and in /proc. The README's fault table points here."""
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from helpers import ROOT, STEER, live, steer
+from steer.flows import build_snapshot
+from steer.lab import Lab, LabFlow, lab_namespaces
+from steer.steering import pin_root
+from steer.topology import read_topology
+from steer.tracer import Tracer
+
+pytestmark = live
+KILLS = 50
+
+
+def _spawn(*args):
+    return subprocess.Popen([*STEER, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def _xdp_programs() -> list[str]:
+    """Names of the steering programs loaded anywhere in the kernel (bpftool, not steer)."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
+    return [p.get("name", "") for p in json.loads(out or "[]") if p.get("name") == "steer_xdp"]
+
+
+def _tracer_programs() -> list[str]:
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
+    return [p.get("name", "") for p in json.loads(out or "[]") if p.get("name", "").startswith("ft_")]
+
+
+def _settled(probe, timeout=5.0):
+    """PROBE() once it is empty, or what it still returns after TIMEOUT: the kernel frees a
+    detached program after an RCU grace period, so bpftool can list it a moment longer."""
+    end = time.monotonic() + timeout
+    while (left := probe()) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+def _leftover_pins() -> list[str]:
+    root = pin_root()
+    return sorted(os.listdir(root)) if os.path.isdir(root) else []
+
+
+def _iperf3_pids() -> list[int]:
+    """Live iperf3 processes (a zombie waiting for init to reap it is dead already)."""
+    out = subprocess.run(["pgrep", "-x", "iperf3"], capture_output=True, text=True).stdout
+    alive = []
+    for pid in map(int, out.split()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def _lab_veths() -> list[str]:
+    """veth devices of any lab that ended up in the root namespace (a kill mid-set-up)."""
+    out = subprocess.run(["ip", "-o", "link", "show", "type", "veth"], capture_output=True,
+                         text=True).stdout
+    return re.findall(r"^\d+: (veth-\w+)", out, re.M)
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    yield
+    steer("reset")
+
+
+# -- faults while running ---------------------------------------------------------------------
+
+def test_auto_stops_when_its_namespace_is_deleted():
+    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+        p = _spawn("auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval", "0.3")
+        assert "steer auto: policy" in p.stdout.readline()
+        assert _xdp_programs()
+        subprocess.run(["ip", "netns", "del", lab.rx], check=True)
+        out, err = p.communicate(timeout=30)
+    print(f"exit {p.returncode}: {err.strip()}")
+    assert p.returncode == 1
+    assert err.strip().count("\n") == 0 and "Traceback" not in err
+    assert f"namespace {lab.rx} was deleted" in err
+    assert not _settled(_xdp_programs) and not _settled(_tracer_programs)
+
+
+def test_pinned_rules_of_a_removed_device_say_so_and_reset_clears_them():
+    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+        r = steer("pin", "proto=tcp,dport=5201", "--cpu", "0", "--dev", "veth-rx",
+                  "--netns", lab.rx)
+        assert r.returncode == 0, r.stderr
+        subprocess.run(["ip", "-n", lab.rx, "link", "del", "veth-rx"], check=True)
+        r = steer("rules")
+        print(r.stdout)
+        assert r.returncode == 0 and "DETACHED: veth-rx was removed" in r.stdout
+        dev = json.loads(steer("rules", "--json").stdout)["devices"][0]
+        assert dev["detached"] == "veth-rx was removed"
+        r = steer("reset")
+        assert r.returncode == 0, r.stderr
+    assert not _leftover_pins() and not _settled(_xdp_programs)
+
+
+def test_reader_killed_mid_flow():
+    """The reader dies with data in flight: the tracer reads on, the flow keeps what it got."""
+    topo = read_topology()
+    with Tracer() as tracer, Lab([LabFlow(0, 0)], seconds=6) as lab:
+        lab.start_servers()
+        pid = lab.receiver_pid(lab.flows[0].port)
+        before = tracer.sample()
+        lab.start_clients()
+        time.sleep(2)
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(1)
+        after = tracer.sample()
+        lab.wait(timeout=30)
+        later = tracer.sample()
+    snap = build_snapshot(before, after, topo, tracer.capabilities)
+    flows = [f for f in snap.flows if f.flow.dport == 5201]
+    print(f"read before the kill: {[f.app_bytes for f in flows]} B by pid {pid}")
+    assert flows and max(f.app_bytes for f in flows) > 10**6
+    assert all(f.app_pid in (pid, None) for f in flows)
+    assert later.seq == after.seq + 1
+
+
+def test_scrape_clients_hanging_up_mid_response():
+    """Twenty clients reset their connection after a few bytes; the exporter serves the next one."""
+    port = 19000 + os.getpid() % 1000
+    p = _spawn("export", "--listen", f"127.0.0.1:{port}", "--duration", "60")
+    try:
+        assert "serving" in p.stdout.readline()
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.recv(64)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            s.close()   # RST with the response half sent
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert b"steer_tracer_flow_entries" in body
+        assert p.poll() is None
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    assert "Traceback" not in err, err
+
+
+def _churn(port, stop, counter):
+    while not stop.is_set():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            counter[0] += 1
+        except OSError:
+            pass
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def _metric(body, name):
+    m = re.search(rf"^{name} (\S+)$", body, re.M)
+    return float(m.group(1))
+
+
+def test_sixty_seconds_of_short_connections_keep_memory_flat():
+    """Thousands of connections a second on loopback for 60 s, traced by the exporter with a
+    small flow map: it fills, the LRU evicts (counted), no update fails, and the exporter's
+    memory after warm-up stays flat."""
+    port = 20000 + os.getpid() % 1000
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(4096)
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                srv.accept()[0].close()
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    eport = port + 1
+    ex = _spawn("export", "--listen", f"127.0.0.1:{eport}", "--max-flows", "4096",
+                "--duration", "120")
+    counter = [0]
+    samples = []
+    try:
+        assert "serving" in ex.stdout.readline()
+        workers = [threading.Thread(target=_churn, args=(port, stop, counter), daemon=True)
+                   for _ in range(4)]
+        for w in workers:
+            w.start()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            time.sleep(5)
+            body = urllib.request.urlopen(f"http://127.0.0.1:{eport}/metrics", timeout=30) \
+                .read().decode()
+            samples.append((time.monotonic() - t0, counter[0], _rss_kb(ex.pid),
+                            _metric(body, "steer_tracer_flow_entries"),
+                            _metric(body, "steer_tracer_evictions_total"),
+                            _metric(body, "steer_tracer_map_update_failures_total")))
+        stop.set()
+    finally:
+        stop.set()
+        srv.close()
+        ex.send_signal(signal.SIGINT)
+        _, err = ex.communicate(timeout=30)
+    for s in samples:
+        print("t=%4.0f s connections %7d rss %6d kB entries %5d evictions %7d failures %d" % s)
+    rate = samples[-1][1] / samples[-1][0]
+    assert rate >= 1000, f"only {rate:.0f} connections/s: not the load this test is about"
+    warm = samples[3]   # 20 s in
+    assert samples[-1][2] <= warm[2] * 1.10 + 2048, "exporter memory grew after warm-up"
+    assert max(s[3] for s in samples) <= 4096
+    assert samples[-1][4] > 0 and samples[-1][5] == 0
+    assert "Traceback" not in err
+
+
+# -- crash safety -----------------------------------------------------------------------------
+
+def _kill_at_random(args, longest, rng):
+    p = _spawn(*args)
+    time.sleep(rng.uniform(0, longest))
+    p.kill()
+    p.wait()
+
+
+def test_sigkill_pin_50_times():
+    """After each kill, steer rules reads whatever was left; after all, reset leaves nothing."""
+    rng = random.Random(7)
+    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+        for i in range(KILLS):
+            _kill_at_random(["pin", "proto=tcp,dport=5201", "--cpu", str(i % 2 and 0),
+                             "--dev", "veth-rx", "--netns", lab.rx], 1.2, rng)
+            r = steer("rules")
+            assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        r = steer("pin", "proto=tcp,dport=5201", "--cpu", "0", "--dev", "veth-rx",
+                  "--netns", lab.rx)
+        assert r.returncode == 0, r.stderr    # a half-made state does not block the next pin
+        assert steer("reset").returncode == 0
+    print(f"after {KILLS} kills and reset: pins {_leftover_pins()}, XDP {_settled(_xdp_programs)}")
+    assert not _leftover_pins() and not _settled(_xdp_programs)
+
+
+def test_sigkill_auto_50_times():
+    """steer auto owns its links: killed anywhere, it leaves nothing attached, nothing pinned."""
+    rng = random.Random(8)
+    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+        for _ in range(KILLS):
+            _kill_at_random(["auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval", "0.2"],
+                            2.5, rng)
+            assert not _settled(_xdp_programs) and not _settled(_tracer_programs)
+    assert not _leftover_pins()
+
+
+def test_sigkill_demo_50_times():
+    """Killed anywhere, the demo's iperf3 die with it; the namespaces it leaves are removed by
+    the next lab or steer reset; no veth lands in the root namespace."""
+    rng = random.Random(9)
+    for _ in range(KILLS):
+        _kill_at_random(["demo", "--duration", "2"], 3.0, rng)
+        time.sleep(0.1)
+        assert not _settled(_iperf3_pids, 2.0), "iperf3 outlived the demo"
+        assert not _settled(_tracer_programs)
+    left = lab_namespaces()
+    r = steer("reset")
+    assert r.returncode == 0, r.stderr
+    print(f"after {KILLS} kills: {len(left)} lab namespaces left, reset removed them: "
+          f"{lab_namespaces()}; veths in root: {_lab_veths()}; iperf3: {_iperf3_pids()}")
+    assert not lab_namespaces() and not _lab_veths() and not _iperf3_pids()

@@ -1,0 +1,129 @@
+"""Live tests for what this dev VM never shows but `make test-vm` does (a qemu guest with two sockets
+and Debian's 6.1 kernel, tests/vm/run.py): the application-side fallbacks for kernels without
+sock:sock_recv_length, and the cross-socket class seen by the live tracer. Each test runs wherever
+its condition holds (a real two-socket server too) and is skipped, with the reason, elsewhere."""
+import json
+import os
+import time
+
+import pytest
+
+from helpers import live, steer
+from steer.flows import build_snapshot
+from steer.kernel import vmlinux_has_type
+from steer.lab import Lab, LabFlow
+from steer.topology import read_topology
+from steer.tracer import Tracer, TracerError
+
+pytestmark = live
+TOPO = read_topology()
+HAS_TRACEPOINT = vmlinux_has_type("btf_trace_sock_recv_length")
+
+
+def _sockets():
+    return sorted({c.socket for c in TOPO.cpus.values() if c.online})
+
+
+def _cpu_on(socket, other_than=()):
+    return next(c.cpu for c in sorted(TOPO.cpus.values(), key=lambda c: c.cpu)
+                if c.online and c.socket == socket and c.cpu not in other_than)
+
+
+two_sockets = pytest.mark.skipif(len(_sockets()) < 2, reason="needs two sockets (make test-vm)")
+
+
+def _traced(snap, result):
+    for f in snap.flows:
+        if f.flow.dport == result.flow.port and f.flow.sport == result.sender_port:
+            return f
+    raise AssertionError(f"lab flow on port {result.flow.port} not traced")
+
+
+def _trace_lab(tracer, flows, seconds):
+    with Lab(flows, seconds=seconds) as lab:
+        lab.start_servers()
+        before = tracer.sample()
+        lab.start_clients()
+        results = lab.wait(timeout=seconds + 60)
+        time.sleep(0.2)
+        after = tracer.sample()
+    return results, build_snapshot(before, after, TOPO, tracer.capabilities)
+
+
+@pytest.mark.parametrize("hook", ["fexit", "kprobe"])
+def test_app_hook_fallback_matches_iperf3(hook):
+    """The fallback hooks on tcp_recvmsg count what the reader got within 0.5% of iperf3's own
+    count, and time it on the reader's CPU."""
+    try:
+        tracer = Tracer(app_hook=hook).start()
+    except TracerError as e:
+        if HAS_TRACEPOINT:
+            pytest.skip(f"this kernel has sock_recv_length and refuses {hook}: {e}")
+        raise
+    try:
+        assert tracer.app_hook_used == hook and \
+            tracer.capabilities.app_side.startswith("available"), tracer.capabilities.app_side
+        (res,), snap = _trace_lab(tracer, [LabFlow(0, 1)], seconds=4)
+    finally:
+        tracer.stop()
+    assert res.error is None and res.received_bytes > 10**7, res
+    f = _traced(snap, res)
+    print(f"{hook}: iperf3 received {res.received_bytes} B, steer app_bytes {f.app_bytes} B, "
+          f"app {f.app_seconds:.3f} s on CPU {f.app_cpu}")
+    assert abs(f.app_bytes - res.received_bytes) <= 0.005 * res.received_bytes
+    assert f.app_cpu == 1 and f.app_cpu_share > 0.95
+    assert f.app_seconds > 0 and f.app_calls > 0
+
+
+@pytest.mark.skipif(HAS_TRACEPOINT, reason="this kernel has sock_recv_length: auto takes it")
+def test_auto_picks_a_fallback_and_says_which():
+    with Tracer() as t:
+        app = t.capabilities.app_side
+    print(f"app_side on this kernel: {app}")
+    assert t.app_hook_used in ("fexit", "kprobe") and app.startswith("available"), app
+
+
+@two_sockets
+def test_cross_socket_flow_seen_live():
+    """Reader pinned on socket 0, the flow's kernel processing steered (`steer rps`) to a CPU of
+    socket 1: the live tracer calls it cross-socket; to another core of socket 0, same-socket;
+    left on the reader's core, same-core. (RPS, as the sweep does in the lab: in the 6.1 guest,
+    native XDP on veth with a cpumap stalled every vCPU once, not investigated further.)"""
+    s0, s1 = _sockets()[:2]
+    reader = _cpu_on(s0)
+    near, far = _cpu_on(s0, other_than=(reader,)), _cpu_on(s1)
+    with Tracer() as tracer:
+        for target, want in ((far, "cross-socket"), (near, "same-socket"), (reader, "same-core")):
+            with Lab([LabFlow(reader, reader)], seconds=4) as lab:
+                lab.start_servers()
+                r = steer("rps", "--dev", "veth-rx", "--netns", lab.rx, "--cpu", str(target))
+                assert r.returncode == 0, r.stderr
+                before = tracer.sample()
+                lab.start_clients()
+                (res,) = lab.wait(timeout=60)
+                after = tracer.sample()
+            f = _traced(build_snapshot(before, after, TOPO, tracer.capabilities), res)
+            print(f"kernel processing steered to CPU {target}: traced kernel CPU {f.kernel_cpu} "
+                  f"({f.kernel_cpu_share:.2f}), app CPU {f.app_cpu}, {f.placement.cls}, "
+                  f"{res.received_bytes * 8 / 4e9:.2f} Gbit/s")
+            assert f.placement.cls == want, (target, f)
+            assert f.kernel_cpu == target and f.app_cpu == reader
+
+
+@two_sockets
+def test_sweep_over_three_cpus_shows_all_classes(tmp_path):
+    """Two CPUs of one socket and one of the other: the matrix holds every class."""
+    s0, s1 = _sockets()[:2]
+    a = _cpu_on(s0)
+    cpus = [a, _cpu_on(s0, other_than=(a,)), _cpu_on(s1)]
+    r = steer("sweep", "--out", str(tmp_path), "--cpus", ",".join(map(str, cpus)),
+              "--seconds", "2", timeout=900)
+    assert r.returncode == 0, r.stderr
+    cells = json.loads((tmp_path / "results.json").read_text())["cells"]
+    for c in cells:
+        print(f"kernel {c['kernel_cpu']} app {c['app_cpu']}: {c['class']}, "
+              f"{c['throughput_bps'] / 1e9:.2f} Gbit/s, measured kernel CPU "
+              f"{c['measured_kernel_cpu']}")
+    assert len(cells) == 9
+    assert {c["class"] for c in cells} == {"same-core", "same-socket", "cross-socket"}
+    assert all(c["measured_kernel_cpu"] == c["kernel_cpu"] for c in cells), cells

@@ -1,0 +1,28 @@
+#!/bin/sh
+# Stage 2 of the test guest (tests/vm/run.py), as init of the overlay root: mount what a booted
+# system has, make the guest kernel's modules visible, run pytest, print its status, power off.
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t tmpfs tmpfs /run
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mkdir -p /lib/modules
+mount --bind "$STEER_VM_MODULES" /lib/modules
+hostname steer-vm
+ip link set lo up
+modprobe veth
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb
+export PYTHONDONTWRITEBYTECODE=1
+cd "$STEER_VM_REPO" || { echo "STEER_VM_EXIT=98"; echo o > /proc/sysrq-trigger; }
+echo "test-vm guest: kernel $(uname -r), $(nproc) CPUs"
+# the arguments travel comma-separated on the kernel command line
+set -f
+IFS=,
+set -- $STEER_VM_PYTEST
+unset IFS
+.venv/bin/python -m pytest -ra -p no:cacheprovider "$@"
+echo "STEER_VM_EXIT=$?"
+sync
+echo o > /proc/sysrq-trigger
+sleep 10

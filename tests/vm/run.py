@@ -1,0 +1,230 @@
+"""Run steer's privileged tests inside a qemu guest with two sockets and Debian's 6.1 kernel.
+
+This host has one socket and a kernel (6.18) with sock_recv_length, so the cross-socket class and
+the tracer's fexit/kprobe fallback are never seen live on it. The guest is 4 vCPUs as 2 sockets x 2
+cores, one NUMA node per socket, under TCG (software emulation: this host's KVM cannot run a
+stock guest). Its userspace is the host's own root, shared read-only over virtiofs with a tmpfs
+overlay for writes, so the guest runs the same checkout, venv and tools as the host; its kernel and
+modules come from Debian's linux-image-cloud-amd64 package, unpacked under build/vm/. Nothing but
+the console leaves the guest: it prints the tests' exit status as a marker line, and this script
+returns it. The guest has no network device; traffic stays between namespaces inside it.
+
+    tests/vm/run.py [--timeout S] [--keep] [PYTEST ARGS...]
+
+Default pytest arguments: the live test modules. Needs root (virtiofsd shares /), qemu-system-x86
+and kmod (`scripts/setup.sh --vm` installs them), and apt access to download two packages once.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+WORK = ROOT / "build" / "vm"
+KERNEL_META = "linux-image-cloud-amd64"
+VIRTIOFSD = "/usr/lib/qemu/virtiofsd"
+# stage 1 (the initramfs) loads these, in this order, to mount the shared root under an overlay
+INITRD_MODULES = ["fuse", "virtio_ring", "virtio", "virtio_pci_modern_dev",
+                  "virtio_pci_legacy_dev", "virtio_pci", "virtiofs", "overlay"]
+DEFAULT_TESTS = ["tests/test_vm_live.py", "tests/test_live.py", "tests/test_steering_live.py"]
+EXIT_MARKER = re.compile(rb"STEER_VM_EXIT=(\d+)")
+
+
+def fail(msg: str) -> None:
+    sys.exit(f"test-vm: {msg}")
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode:
+        fail(f"{' '.join(map(str, cmd))} failed: {(r.stderr or r.stdout).strip()[-400:]}")
+    return r
+
+
+def fetch_deb(package: str) -> Path:
+    """The package's .deb in build/vm/debs (downloaded once, by apt, as the host's own packages)."""
+    debs = WORK / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    found = sorted(debs.glob(f"{package}_*.deb"))
+    if found:
+        return found[-1]
+    # apt's sandbox user cannot write into a root-owned build tree; a 1777 scratch dir it can
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o1777)
+        run(["apt-get", "download", "-q", package], cwd=tmp)
+        (deb,) = Path(tmp).glob(f"{package}_*.deb")
+        return Path(shutil.move(str(deb), debs / deb.name))
+
+
+def kernel_package() -> str:
+    """The versioned image package the metapackage points at (the newest 6.1 cloud kernel)."""
+    out = run(["apt-cache", "depends", KERNEL_META]).stdout
+    m = re.search(r"Depends: (linux-image-[\w.-]+-cloud-amd64)", out)
+    if not m:
+        fail(f"apt-cache does not know {KERNEL_META} (run apt-get update)")
+    return m.group(1)
+
+
+def unpack(deb: Path, dest: Path) -> Path:
+    if not dest.exists():
+        tmp = dest.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        run(["dpkg-deb", "-x", str(deb), str(tmp)])
+        tmp.rename(dest)
+    return dest
+
+
+def prepare_kernel() -> tuple[Path, Path, str]:
+    """(vmlinuz, the modules tree the guest mounts at /lib/modules, version)."""
+    pkg = kernel_package()
+    tree = unpack(fetch_deb(pkg), WORK / pkg)
+    (version,) = [p.name for p in (tree / "lib/modules").iterdir()]
+    if not (tree / "lib/modules" / version / "modules.dep").exists():
+        depmod = shutil.which("depmod") or "/usr/sbin/depmod"
+        if not os.path.exists(depmod):
+            fail("depmod not found (apt-get install kmod, or scripts/setup.sh --vm)")
+        run([depmod, "-b", str(tree), version])
+    return tree / "boot" / f"vmlinuz-{version}", tree / "lib/modules", version
+
+
+def cpio_newc(files: list[tuple[str, int, bytes]]) -> bytes:
+    """An initramfs archive: (path, mode, data) entries, directories with empty data."""
+    out = io.BytesIO()
+
+    def entry(name: str, mode: int, data: bytes, ino: int) -> None:
+        name_b = name.encode() + b"\0"
+        hdr = "070701" + "".join(f"{v:08x}" for v in (
+            ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name_b), 0))
+        out.write(hdr.encode() + name_b)
+        out.write(b"\0" * (-(110 + len(name_b)) % 4))
+        out.write(data)
+        out.write(b"\0" * (-len(data) % 4))
+
+    for ino, (name, mode, data) in enumerate(files, 1):
+        entry(name, mode, data, ino)
+    entry("TRAILER!!!", 0, b"", 0)
+    return out.getvalue()
+
+
+def build_initramfs(modules: Path, version: str) -> Path:
+    busybox = unpack(fetch_deb("busybox-static"), WORK / "busybox-static") / "bin/busybox"
+    dep = {}
+    for line in (modules / version / "modules.dep").read_text().splitlines():
+        name, _, _ = line.partition(":")
+        dep[Path(name).name.removesuffix(".ko")] = modules / version / name
+    files = [(d, 0o40755, b"") for d in ("bin", "dev", "proc", "sys", "lower", "rw", "newroot",
+                                        "modules")]
+    files.append(("bin/busybox", 0o100755, busybox.read_bytes()))
+    files.append(("init", 0o100755, (HERE / "init").read_bytes()))
+    for m in INITRD_MODULES:
+        if m not in dep:
+            fail(f"the guest kernel has no module {m}")
+        files.append((f"modules/{m}.ko", 0o100644, dep[m].read_bytes()))
+    path = WORK / f"initramfs-{version}.gz"
+    path.write_bytes(gzip.compress(cpio_newc(files), compresslevel=1))
+    return path
+
+
+def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], timeout: float,
+         log: Path) -> int:
+    sock = WORK / "virtiofsd.sock"
+    sock.unlink(missing_ok=True)
+    # the host root, read-only to the guest (its overlay takes the writes); chroot sandboxing
+    # because the namespace sandbox needs a pivot_root this host's root may refuse
+    vfs = subprocess.Popen([VIRTIOFSD, f"--socket-path={sock}", "-o", "source=/",
+                            "-o", "cache=always", "-o", "sandbox=chroot"],
+                           stdout=subprocess.DEVNULL, stderr=open(WORK / "virtiofsd.log", "w"))
+    for _ in range(100):
+        if sock.exists():
+            break
+        time.sleep(0.05)
+    else:
+        vfs.kill()
+        fail(f"virtiofsd did not start (see {WORK / 'virtiofsd.log'})")
+    args = ",".join(pytest_args)
+    if any(c in args for c in ' "'):
+        fail("pytest arguments cannot hold spaces or quotes (they travel on the kernel command line)")
+    cmdline = (f"console=ttyS0 quiet panic=-1 STEER_VM_REPO={ROOT} STEER_VM_MODULES={modules} "
+               f"STEER_VM_PYTEST={args}")
+    mem = "2G"
+    qemu = ["qemu-system-x86_64", "-machine", "q35,accel=tcg", "-cpu", "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt",
+            "-smp", "4,sockets=2,cores=2,threads=1", "-m", "4G",
+            "-object", f"memory-backend-memfd,id=m0,size={mem},share=on",
+            "-object", f"memory-backend-memfd,id=m1,size={mem},share=on",
+            "-numa", "node,nodeid=0,cpus=0-1,memdev=m0",
+            "-numa", "node,nodeid=1,cpus=2-3,memdev=m1",
+            "-chardev", f"socket,id=vfs,path={sock}",
+            "-device", "vhost-user-fs-pci,chardev=vfs,tag=hostroot,queue-size=1024",
+            "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
+            "-nographic", "-no-reboot", "-nic", "none", "-serial", "mon:stdio"]
+    status, seen = None, b""
+    started = time.monotonic()
+    vm = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with open(log, "wb") as out:
+            os.set_blocking(vm.stdout.fileno(), False)
+            while True:
+                chunk = vm.stdout.read()
+                if chunk:
+                    out.write(chunk)
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+                    seen = seen[-64:] + chunk     # a marker may straddle two reads
+                    m = EXIT_MARKER.search(seen)
+                    if m:
+                        status = int(m.group(1))
+                elif vm.poll() is not None:
+                    break
+                else:
+                    time.sleep(0.1)
+                if time.monotonic() - started > timeout:
+                    print(f"\ntest-vm: timed out after {timeout:.0f} s", file=sys.stderr)
+                    break
+    finally:
+        for p in (vm, vfs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL) if p is vm else p.kill()
+            p.wait()
+        sock.unlink(missing_ok=True)
+    print(f"test-vm: guest ran {time.monotonic() - started:.0f} s; console in {log}")
+    if status is None:
+        print("test-vm: the guest printed no exit status", file=sys.stderr)
+        return 1
+    return status
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="Everything after the options goes to pytest in the guest.")
+    p.add_argument("--timeout", type=float, default=1500.0,
+                   help="seconds before the guest is killed (default: %(default)s)")
+    args, rest = p.parse_known_args(argv)
+    if os.geteuid() != 0:
+        fail("needs root (virtiofsd shares / with the guest; the tests inside need it too)")
+    for tool in ("qemu-system-x86_64", VIRTIOFSD):
+        if not shutil.which(tool) and not os.path.exists(tool):
+            fail(f"{tool} not found (apt-get install qemu-system-x86, or scripts/setup.sh --vm)")
+    if not (ROOT / "build" / "flowtrace.bpf.o").exists():
+        fail("BPF objects not built (make)")
+    WORK.mkdir(parents=True, exist_ok=True)
+    vmlinuz, modules, version = prepare_kernel()
+    initrd = build_initramfs(modules, version)
+    print(f"test-vm: booting {version} (4 vCPUs as 2 sockets x 2 cores, TCG)", flush=True)
+    return boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout,
+                WORK / "console.log")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
