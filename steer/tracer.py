@@ -313,20 +313,22 @@ class Tracer:
         order to try; the last one, 'off', always loads (the application side unavailable)."""
         names = list(APP_HOOKS) if self.app_hook == "auto" else \
             [] if self.app_hook == "off" else [self.app_hook]
+        params = None     # parameter counts of RECV_FUNCS, read off BTF once, when needed
         for hook in names:
-            why, flags_arg = None, 0
+            why, flags_arg, programs = None, 0, APP_HOOKS[hook]
             if hook == "tracepoint":
                 if not vmlinux_has_type("btf_trace_sock_recv_length"):
                     why = "kernel lacks the sock:sock_recv_length tracepoint (added in 6.3)"
             else:
-                nparams = vmlinux_func_params("tcp_recvmsg")
+                params = params or {f: vmlinux_func_params(f) for f in RECV_FUNCS}
+                nparams = params["tcp_recvmsg"]
                 if nparams not in RECVMSG_FLAGS_ARG:
                     why = ("kernel BTF has no tcp_recvmsg" if nparams is None else
                            f"tcp_recvmsg takes {nparams} parameters, a signature steer does not know")
                 else:
                     flags_arg = RECVMSG_FLAGS_ARG[nparams]
-            programs = tuple(p for p in APP_HOOKS[hook]
-                             if hook == "tracepoint" or vmlinux_func_params(_hooked(p)) is not None)
+                # udpv6_recvmsg is missing where IPv6 is a module: hook what is there
+                programs = tuple(p for p in programs if params[_hooked(p)] is not None)
             yield hook, programs, flags_arg, why
         if self.app_hook in ("auto", "off"):
             yield "off", (), 0, None
