@@ -8,8 +8,9 @@
  * bracketed the same way and closed by the xdp_cpumap_kthread tracepoint.
  *
  * Application side: sock_recv_length (kernel >= 6.3; before it the exit of tcp_recvmsg and
- * udp(v6)_recvmsg, by fexit or kretprobe) names the socket and the bytes; the receive syscall around it gives the on-CPU time (segments split at sched_switch), minus the softirq time
- * that ran nested inside it, which the kernel side already counts.
+ * udp(v6)_recvmsg, by fexit or kretprobe) names the socket and the bytes; the receive syscall
+ * around it gives the on-CPU time (segments split at sched_switch), minus the softirq time that
+ * ran nested inside it, which the kernel side already counts.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

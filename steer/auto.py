@@ -3,7 +3,9 @@
 Hysteresis: a flow moves only after the policy has asked for the same new CPU in CONFIRM
 consecutive intervals, and not within HOLD seconds of its previous move, so flows do not flap
 between CPUs whose load the moves themselves change. A policy that raises keeps every flow where it
-is. Rules of flows gone for EXPIRE intervals are removed.
+is. Rules of flows gone for EXPIRE intervals are removed. A rule whose CPU goes offline is removed
+at once, with a warning: its flow falls back to the CPU it arrives on until the policy, which
+only places flows on online CPUs, moves it again.
 """
 from __future__ import annotations
 
@@ -51,13 +53,20 @@ class AutoSteer:
     _absent: dict[FlowId, int] = field(default_factory=dict)
 
     def step(self, snap: Snapshot, now: float | None = None) -> list[Change]:
+        """One interval; self.topo must say which CPUs are online now (the caller re-reads it
+        when that changes)."""
         now = time.monotonic() if now is None else now
+        online = set(self.topo.online)
+        changes = []
+        for flow, cpu in list(self.placed.items()):
+            if cpu not in online:
+                self.log(f"warning: CPU {cpu} of the rule for {flow} went offline")
+                changes.append(self._apply(Change(flow, cpu, None, f"CPU {cpu} is offline"), now))
         try:
             decisions = list(self.policy(snap, self.topo))
         except Exception as e:  # noqa: BLE001 - a broken policy must not stop the loop
             self.log(f"policy error: {type(e).__name__}: {e}; keeping the last good placement")
-            return []
-        changes = []
+            return [c for c in changes if c is not None]
         seen = {f.flow for f in snap.flows}
         kernel_cpu = {f.flow: f.kernel_cpu for f in snap.flows}
         wanted: dict[FlowId, Decision] = {}
@@ -65,7 +74,7 @@ class AutoSteer:
             if not isinstance(d, Decision):
                 self.log(f"policy returned {d!r}, not a Decision; ignored")
                 continue
-            if d.cpu not in self.topo.online:
+            if d.cpu not in online:
                 self.log(f"policy asked for CPU {d.cpu} for {d.flow}, which is not online; ignored")
                 continue
             wanted[d.flow] = d

@@ -468,7 +468,8 @@ def cmd_rules(args) -> int:
         if d["detached"]:
             print(f"  DETACHED: {d['detached']}; `steer reset` removes what is left")
         for r in d["rules"]:
-            off = "" if r["cpu"] in online else "  (CPU offline: its packets pass unsteered)"
+            off = "" if r["cpu"] in online else \
+                "  (CPU offline: the kernel runs its cpumap thread on another CPU)"
             print(f"  rule {r['id']:>4}  {r['spec']:<60} -> CPU {r['cpu']:<4} "
                   f"{r['packets']:>12,} packets {r['bytes']:>16,} bytes{off}")
     return 0
@@ -509,7 +510,7 @@ def cmd_auto(args) -> int:
     from .auto import AutoSteer
     from .policies import PolicyError, load_policy
     from .steering import SteerError, XdpSteering
-    from .topology import read_topology
+    from .topology import online_cpus, read_topology
     try:
         name, policy = load_policy(args.policy, args.min_rate)
     except PolicyError as e:
@@ -538,6 +539,8 @@ def cmd_auto(args) -> int:
                 gone = steering.detached() if steering else None
                 if gone:
                     raise SteerError(f"stopping: {gone}, so there is nothing left to steer")
+                if online_cpus() != engine.topo.online:    # CPU hotplug: policies must know
+                    engine.topo = interval.topo = read_topology()
                 engine.step(interval())
         except KeyboardInterrupt:
             pass

@@ -143,6 +143,15 @@ def _numa_nodes(root: str) -> dict[int, int]:
     return out
 
 
+def online_cpus(root: str = "/sys") -> list[int]:
+    """The CPUs online now: one small sysfs read, for loops that must notice hotplug."""
+    cpu_root = os.path.join(root, "devices/system/cpu")
+    text = _read(os.path.join(cpu_root, "online")) or _read(os.path.join(cpu_root, "possible"))
+    if text is None:
+        raise FileNotFoundError(f"no CPU topology under {cpu_root}")
+    return parse_cpulist(text)
+
+
 def read_topology(root: str = "/sys") -> Topology:
     """Read the CPU topology under ROOT (normally /sys)."""
     cpu_root = os.path.join(root, "devices/system/cpu")

@@ -437,10 +437,9 @@ class Tracer:
                            self._expired, self._seq, tuple(changed))
 
 
-def _online_cpus(root: str = "/sys/devices/system/cpu") -> list[int]:
-    from .topology import parse_cpulist
+def _online_cpus() -> list[int]:
+    from .topology import online_cpus
     try:
-        with open(f"{root}/online") as f:
-            return parse_cpulist(f.read())
+        return online_cpus()
     except OSError:
         return list(range(possible_cpus()))

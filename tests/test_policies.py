@@ -203,3 +203,20 @@ def test_offline_cpu_decisions_are_ignored_and_gone_flows_expire():
     eng.step(snap([]), now=1)
     (c,) = eng.step(snap([]), now=2)
     assert c.new_cpu is None and rec.calls[-1][0] == "unpin" and not eng.placed
+
+
+def test_a_rule_whose_cpu_goes_offline_falls_back_with_a_warning(tmp_path):
+    """The flow is pinned to CPU 2; CPU 2 goes offline: its rule goes at once, with a warning, and
+    the policy cannot put it back there."""
+    up = read_topology(xeon_2s_smt(str(tmp_path / "up")))
+    down = read_topology(xeon_2s_smt(str(tmp_path / "down"), offline=(2,)))
+    rec, lines = Recorder(), []
+    eng = AutoSteer(lambda s, topo: [Decision(f.flow, 2, "x") for f in s.flows], rec, up,
+                    confirm=1, log=lines.append)
+    eng.step(snap([flow(1, 0, 0)]), now=0)
+    assert eng.placed == {flow(1, 0, 0).flow: 2}
+    eng.topo = down
+    (c,) = eng.step(snap([flow(1, 2, 0)]), now=20)
+    assert c.new_cpu is None and rec.calls[-1][0] == "unpin" and not eng.placed
+    assert "warning: CPU 2 of the rule for" in lines[-3] and "went offline" in lines[-3]
+    assert "CPU 2 is offline" in lines[-2] and "not online; ignored" in lines[-1]

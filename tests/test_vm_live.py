@@ -4,11 +4,13 @@ sock:sock_recv_length, and the cross-socket class seen by the live tracer. Each 
 its condition holds (a real two-socket server too) and is skipped, with the reason, elsewhere."""
 import json
 import os
+import signal
+import subprocess
 import time
 
 import pytest
 
-from helpers import live, steer
+from helpers import ROOT, STEER, live, steer
 from steer.flows import build_snapshot
 from steer.kernel import vmlinux_has_type
 from steer.lab import Lab, LabFlow
@@ -127,3 +129,105 @@ def test_sweep_over_three_cpus_shows_all_classes(tmp_path):
     assert len(cells) == 9
     assert {c["class"] for c in cells} == {"same-core", "same-socket", "cross-socket"}
     assert all(c["measured_kernel_cpu"] == c["kernel_cpu"] for c in cells), cells
+
+
+def _hotplug_cpu():
+    """A CPU this host lets us take offline (the qemu guest does; this dev VM does not)."""
+    cpu = max(TOPO.online) if len(TOPO.online) > 2 else None
+    path = f"/sys/devices/system/cpu/cpu{cpu}/online"
+    if cpu is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path, "w") as f:
+            f.write("1")
+    except OSError:
+        return None
+    return cpu
+
+
+HOTPLUG_CPU = _hotplug_cpu()
+hotplug = pytest.mark.skipif(HOTPLUG_CPU is None,
+                             reason="cannot take a CPU offline on this host (make test-vm can)")
+
+
+@pytest.fixture
+def offline():
+    """Take HOTPLUG_CPU offline when asked; always back online afterwards."""
+    path = f"/sys/devices/system/cpu/cpu{HOTPLUG_CPU}/online"
+
+    def take():
+        with open(path, "w") as f:
+            f.write("0")
+    yield take
+    with open(path, "w") as f:
+        f.write("1")
+    steer("reset")
+
+
+@hotplug
+def test_pinned_rule_whose_cpu_goes_offline(offline):
+    """Traffic goes on (the kernel moves the cpumap thread of an offline CPU), and steer rules
+    says the rule's CPU is offline."""
+    cpu = HOTPLUG_CPU
+    with Tracer() as tracer, Lab([LabFlow(0, 0)], seconds=8) as lab:
+        lab.start_servers()
+        r = steer("pin", "proto=tcp,dport=5201", "--cpu", str(cpu), "--dev", "veth-rx",
+                  "--netns", lab.rx)
+        assert r.returncode == 0, r.stderr
+        lab.start_clients()
+        time.sleep(2)
+        offline()
+        time.sleep(1)
+        a = tracer.sample()
+        time.sleep(3)
+        b = tracer.sample()
+        rules = steer("rules")
+        (res,) = lab.wait(timeout=60)
+    kthread = {}
+    for (fid, c), s in b.entries.items():
+        if fid.dport == 5201:
+            prev = a.entries.get((fid, c))
+            kthread[c] = s.kthread_ns - (prev.kthread_ns if prev else 0)
+    print(rules.stdout)
+    print(f"cpumap kthread ns per CPU after CPU {cpu} went offline: {kthread}; "
+          f"iperf3 received {res.received_bytes} B")
+    assert res.error is None and res.received_bytes > 10**7, res
+    assert "(CPU offline: the kernel runs its cpumap thread on another CPU)" in rules.stdout
+    assert kthread.get(cpu, 0) == 0 and sum(kthread.values()) > 0
+
+
+@hotplug
+def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, tmp_path):
+    """steer auto, told by a static policy to use the CPU, removes its rule with a warning once
+    the CPU is offline, and stops asking for it."""
+    cpu = HOTPLUG_CPU
+    policy = tmp_path / "rules.toml"
+    policy.write_text(f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {cpu}\n')
+    seen = []
+
+    def wait_for(text):
+        for line in auto.stdout:
+            seen.append(line)
+            if text in line:
+                return
+        raise AssertionError(f"steer auto ended without {text!r}: {''.join(seen)}")
+    with Lab([LabFlow(0, 0)], seconds=60) as lab:
+        lab.start_servers()
+        lab.start_clients()
+        auto = subprocess.Popen([*STEER, "auto", "--policy", str(policy), "--dev", "veth-rx",
+                                 "--netns", lab.rx, "--interval", "1", "--confirm", "1"],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        try:
+            wait_for(f"-> CPU {cpu}")          # placed while the CPU is up (slow under TCG)
+            offline()
+            wait_for(f"-> unsteered: CPU {cpu} is offline")
+        finally:
+            auto.send_signal(signal.SIGINT)
+            out, err = auto.communicate(timeout=120)
+            lab.stop_traffic()
+    out = "".join(seen) + out
+    print(out, err)
+    assert auto.returncode == 0, err
+    assert f"warning: CPU {cpu} of the rule for" in out
+    assert "Traceback" not in err
