@@ -73,16 +73,13 @@ def _in_netns(name: str, cpu: int | None):
     return enter
 
 
-def _wait_link(ns, ifname: str, timeout: float = 3.0) -> int:
-    """ifindex of IFNAME, which the peer namespace may show a moment after the veth is made."""
-    end = time.monotonic() + timeout
-    while True:
-        found = ns.link_lookup(ifname=ifname)
-        if found:
-            return found[0]
-        if time.monotonic() > end:
-            raise LabError(f"{ifname} did not appear in its namespace")
-        time.sleep(0.02)
+def _ip(*args: str) -> None:
+    """One iproute2 command; it returns once the kernel has done it. (pyroute2's NetNS did the
+    same through a helper process per namespace, and under CPU load the lab came up without its
+    veth or its address about one time in five.)"""
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if r.returncode:
+        raise LabError(f"ip {' '.join(args)}: {r.stderr.strip() or 'failed'}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -104,13 +101,12 @@ def lab_namespaces() -> list[str]:
 
 def remove_stale_labs() -> list[str]:
     """Remove lab namespaces whose creating process is gone (a kill -9 leaves them)."""
-    from pyroute2 import netns
     removed = []
     for name in lab_namespaces():
         parts = name.split("-")
         if len(parts) >= 3 and parts[1].isdigit() and not _pid_alive(int(parts[1])):
             _kill_ns_processes(name)
-            netns.remove(name)
+            _ip("netns", "del", name)
             removed.append(name)
     return removed
 
@@ -159,24 +155,18 @@ class Lab:
             for c in (f.kernel_cpu, f.app_cpu):
                 if c is not None and c not in online:
                     raise LabError(f"lab CPU {c} is not usable here (CPUs: 0-{ncpu - 1})")
-        from pyroute2 import NetNS, netns
         remove_stale_labs()
         self._up = True
         try:
-            netns.create(self.tx)
-            netns.create(self.rx)
-            with NetNS(self.tx) as tx:
-                tx.link("add", ifname="veth-tx", kind="veth", peer={"ifname": "veth-rx",
-                                                                   "net_ns_fd": self.rx})
-                idx = _wait_link(tx, "veth-tx")
-                tx.addr("add", index=idx, address=SENDER_ADDR, prefixlen=PREFIXLEN)
-                tx.link("set", index=idx, state="up")
-                tx.link("set", index=tx.link_lookup(ifname="lo")[0], state="up")
-            with NetNS(self.rx) as rx:
-                idx = _wait_link(rx, "veth-rx")
-                rx.addr("add", index=idx, address=RECEIVER_ADDR, prefixlen=PREFIXLEN)
-                rx.link("set", index=idx, state="up")
-                rx.link("set", index=rx.link_lookup(ifname="lo")[0], state="up")
+            _ip("netns", "add", self.tx)
+            _ip("netns", "add", self.rx)
+            _ip("-n", self.tx, "link", "add", "veth-tx", "type", "veth", "peer", "name", "veth-rx",
+                "netns", self.rx)
+            for ns, dev, addr in ((self.tx, "veth-tx", SENDER_ADDR),
+                                  (self.rx, "veth-rx", RECEIVER_ADDR)):
+                _ip("-n", ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", dev)
+                _ip("-n", ns, "link", "set", dev, "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
         except BaseException as e:
             # Ctrl-C in the middle of the set-up too: __exit__ never runs when __enter__ raises
             self.down()
@@ -184,11 +174,6 @@ class Lab:
                 raise LabError(f"lab network setup failed: {e}") from None
             raise
         return self
-
-    def ifindex(self, side: str = "rx") -> int:
-        from pyroute2 import NetNS
-        with NetNS(self.rx if side == "rx" else self.tx) as ns:
-            return ns.link_lookup(ifname=f"veth-{side}")[0]
 
     # -- traffic -----------------------------------------------------------------------------
     def start_servers(self) -> None:
@@ -286,13 +271,12 @@ class Lab:
         self.stop_traffic()
         if not self._up:
             return
-        from pyroute2 import netns
         for name in (self.tx, self.rx):
             _kill_ns_processes(name)
             if os.path.exists(_ns_path(name)):
                 try:
-                    netns.remove(name)
-                except OSError:
+                    _ip("netns", "del", name)
+                except LabError:
                     pass
         self._up = False
 
