@@ -156,7 +156,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     args = ",".join(pytest_args)
     if any(c in args for c in ' "'):
         fail("pytest arguments cannot hold spaces or quotes (they travel on the kernel command line)")
-    cmdline = (f"console=ttyS0 quiet panic=-1 STEER_VM_REPO={ROOT} STEER_VM_MODULES={modules} "
+    cmdline = (f"console=ttyS0 panic=-1 STEER_VM_REPO={ROOT} STEER_VM_MODULES={modules} "
                f"STEER_VM_PYTEST={args}")
     mem = "2G"
     # a plain CPU model: with `-cpu max` the 6.1 guest stalled on every vCPU (soft lockups) in
