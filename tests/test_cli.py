@@ -132,3 +132,23 @@ def test_listen_port_in_use():
         port = s.getsockname()[1]
         r = steer("export", "--listen", f"127.0.0.1:{port}", "--duration", "1")
     assert_one_line_error(r, f"--listen 127.0.0.1:{port}", "in use")
+
+
+@pytest.mark.parametrize("text, msg", [
+    ('[[rule]]\nflow = "proto=tcp"\ncpu = "one"\n', "cpu must be a CPU number, not 'one'"),
+    ("[[rule]\n", "not valid TOML"),
+    (None, "unknown policy 'nope'"),
+])
+def test_auto_refuses_a_bad_policy_before_touching_anything(tmp_path, text, msg):
+    path = "nope"
+    if text is not None:
+        path = str(tmp_path / "p.toml")
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o644)
+    r = steer("auto", "--policy", path, "--dev", "lo", "--duration", "1")
+    assert_one_line_error(r, msg)
+    if shutil.which("bpftool") and os.geteuid() == 0:
+        out = subprocess.run(["bpftool", "net", "show", "dev", "lo"], capture_output=True,
+                             text=True).stdout
+        assert "steer_xdp" not in out
