@@ -38,6 +38,42 @@ def require_root() -> None:
         sys.exit("benchmarks load BPF programs and make namespaces: run as root")
 
 
+# the tracer configurations the cost benchmarks compare with no tracer at all: the default that
+# `steer export` and `steer auto` run, and the exact mode `steer flows/top --timing exact` offers
+TRACER_MODES = {"sampled": {"timing": "sampled"}, "exact": {"timing": "exact"}}
+
+
+SETTLE_SECONDS = 1.0   # after attaching: the tracer's start-up (kallsyms, load) is not its cost
+
+
+class traced:
+    """with traced(mode): the tracer of MODE (a TRACER_MODES key, or None for none) attached and
+    read once a second by a thread, as the exporter and steer auto read it."""
+
+    def __init__(self, mode: str | None):
+        self.mode = mode
+
+    def __enter__(self):
+        import threading
+        from steer.tracer import Tracer
+        self.tracer = Tracer(**TRACER_MODES[self.mode]).start() if self.mode else None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        time.sleep(SETTLE_SECONDS)
+        return self
+
+    def _read(self):
+        while self.tracer and not self._stop.wait(1.0):
+            self.tracer.sample()
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self.tracer:
+            self.tracer.stop()
+
+
 def alternate(a, b, pairs: int) -> list[tuple[float, float]]:
     """PAIRS measurements of A and B, in ABBA order so that a slow drift of the machine (thermal,
     caches, other load) does not favour either side."""

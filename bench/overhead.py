@@ -10,7 +10,7 @@ import os
 from steer.lab import Lab, LabFlow
 from steer.tracer import Tracer
 
-from .common import (alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
+from .common import (TRACER_MODES, alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
                      write)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -23,8 +23,8 @@ def softirq_seconds() -> float:
     return int(fields[7]) / CLK_TCK
 
 
-def one_run(lab: Lab, seconds: float, traced: bool) -> dict:
-    tracer = Tracer().start() if traced else None
+def one_run(lab: Lab, seconds: float, traced: bool, timing: str = "sampled") -> dict:
+    tracer = Tracer(timing=timing).start() if traced else None
     try:
         s0 = softirq_seconds()
         lab.start(seconds)
@@ -46,6 +46,8 @@ def one_run(lab: Lab, seconds: float, traced: bool) -> dict:
 
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0], pairs=5, seconds=5.0)
+    p.add_argument("--timing", choices=list(TRACER_MODES), default="sampled",
+                   help="the tracer's timing mode (B)")
     args = p.parse_args(argv)
     require_root()
     if args.smoke:
@@ -54,10 +56,11 @@ def main(argv=None) -> int:
     runs = {"A": [], "B": []}
     with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
         def run(traced):
-            r = one_run(lab, args.seconds, traced)
+            r = one_run(lab, args.seconds, traced, args.timing)
             runs["B" if traced else "A"].append(r)
             return r["bps"]
-        print(f"tracing overhead: {args.pairs} pairs of {args.seconds:g} s, A = no tracer, B = tracer")
+        print(f"tracing overhead: {args.pairs} pairs of {args.seconds:g} s, A = no tracer, "
+              f"B = tracer ({args.timing})")
         pairs = alternate(lambda: run(False), lambda: run(True), args.pairs)
     thr = ratio_stats(pairs)
     recv = ratio_stats([(a["recv_s_per_gb"], b["recv_s_per_gb"]) for a, b in zip(runs["A"], runs["B"])])
@@ -65,8 +68,8 @@ def main(argv=None) -> int:
                         for a, b in zip(runs["A"], runs["B"]) if a["softirq_s_per_gb"]])
     a_bps, b_bps = stats([r["bps"] for r in runs["A"]]), stats([r["bps"] for r in runs["B"]])
     table = "\n".join([
-        f"### Tracing overhead ({args.pairs} pairs x {args.seconds:g} s, lab flow sender CPU 0 -> "
-        f"reader CPU {app})", "",
+        f"### Tracing overhead, {args.timing} timing ({args.pairs} pairs x {args.seconds:g} s, lab "
+        f"flow sender CPU 0 -> reader CPU {app})", "",
         "| measure | without tracer (median) | with tracer (median) | ratio with/without: median | min | max | target |",
         "|---|---|---|---|---|---|---|",
         f"| throughput Gbit/s | {fmt(a_bps.get('median', 0) / 1e9, '.2f')} | "
@@ -79,7 +82,8 @@ def main(argv=None) -> int:
         f"{fmt(stats([r['softirq_s_per_gb'] for r in runs['B']]).get('median'))} | {fmt(sirq.get('median'))} | "
         f"{fmt(sirq.get('min'))} | {fmt(sirq.get('max'))} | |",
     ])
-    write("overhead", args.out, {"pairs": args.pairs, "seconds": args.seconds, "runs": runs,
+    name = "overhead" if args.timing == "sampled" else f"overhead_{args.timing}"
+    write(name, args.out, {"timing": args.timing, "pairs": args.pairs, "seconds": args.seconds, "runs": runs,
                                  "throughput_ratio": thr, "receiver_cpu_ratio": recv,
                                  "softirq_cpu_ratio": sirq, "smoke": args.smoke}, table)
     return 0

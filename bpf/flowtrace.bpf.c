@@ -82,6 +82,17 @@ struct cpu_state {
 	__u64 llc_mark;
 	__u64 softirq_llc_start;
 	__u64 kthread_start;	/* first skb of the running cpumap batch */
+	/* sampled timing: the network header of the last skb that went up the stack here (skb->data
+	 * moves on as the layers pull their headers; the buffer stays) */
+	__u64 hint_data;
+	__u32 hint_len;
+	__u32 hint_headlen;
+	__u16 hint_proto;	/* Ethernet protocol, network order */
+	__u8 hint_pad[6];
+	__u64 sample_llc;	/* sampled timing: the LLC counter at the previous sample */
+	__u64 sample_ns;	/* sampled timing: bpf_ktime_get_ns() at the previous sample, a clock
+				 * good to one period for last_seen_ns (tracing programs may not
+				 * call bpf_ktime_get_coarse_ns) */
 	struct ft_flow_key cur;
 	__u8 ctx;		/* CTX_* */
 	__u8 cur_valid;		/* cur holds the flow of the last skb */
@@ -168,15 +179,13 @@ static __always_inline struct ft_flow_stats *flow_entry(const struct ft_flow_key
 	return st;
 }
 
-/* parse the network and transport headers at skb->data (netif_receive_skb runs after
- * eth_type_trans, before the network header offset is reset). Returns 0 and fills the key and the
- * transport payload length, or -1 for anything that is not TCP/UDP over IPv4/IPv6. */
-static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload)
+/* parse the network and transport headers at DATA, an skb's data of LEN bytes (HEADLEN of them
+ * linear) and Ethernet protocol ETH_PROTO (netif_receive_skb runs after eth_type_trans, before the
+ * network header offset is reset). Returns 0 and fills the key and the transport payload length,
+ * or -1 for anything that is not TCP/UDP over IPv4/IPv6. */
+static __always_inline int headers_flow(unsigned char *data, __u32 len, __u32 headlen,
+					__u16 eth_proto, struct ft_flow_key *k, __u64 *payload)
 {
-	unsigned char *data = skb->data;
-	__u32 len = skb->len;
-	__u32 headlen = len - skb->data_len;
-	__u16 eth_proto = bpf_ntohs(skb->protocol);
 	__u32 l4off;
 	__u8 proto;
 	int frag_tail = 0;
@@ -263,6 +272,34 @@ static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, 
 		*payload = len > l4off + 8 ? len - l4off - 8 : 0;
 	}
 	return 0;
+}
+
+/* an skb the program was handed (typed: its fields are read directly) */
+static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload)
+{
+	return headers_flow(skb->data, skb->len, skb->len - skb->data_len, bpf_ntohs(skb->protocol),
+			    k, payload);
+}
+
+/* the sampler's hint: what it needs to parse that skb's headers later, read while it is alive */
+static __always_inline void set_hint(struct cpu_state *s, struct sk_buff *skb)
+{
+	s->hint_data = (__u64)skb->data;
+	s->hint_len = skb->len;
+	s->hint_headlen = skb->len - skb->data_len;
+	s->hint_proto = skb->protocol;
+}
+
+/* the hinted skb's flow: its buffer may have been freed since, so a wrong or unparsable result is
+ * possible (headers_flow reads with probe reads; the sampler then charges no flow) */
+static __always_inline int hint_flow(struct cpu_state *s, struct ft_flow_key *k)
+{
+	__u64 payload;
+
+	if (!s->hint_data)
+		return -1;
+	return headers_flow((unsigned char *)s->hint_data, s->hint_len, s->hint_headlen,
+			    bpf_ntohs(s->hint_proto), k, &payload);
 }
 
 /* close the interval [mark, now] of this CPU's receive context: charge it to the current flow,
@@ -378,6 +415,20 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	s->skb_counted = 0;
 	parsed = skb_flow(skb, &k, &payload) == 0;
 
+	if (cfg.timing == FT_TIMING_SAMPLED) {
+		/* loaded with sampled timing only where no receive hook counts the bytes: count them
+		 * here, leave the time to the sampler */
+		set_hint(s, skb);
+		st = parsed ? flow_entry(&k, cpu, tot) : 0;
+		if (!st)
+			return 0;
+		st->rx_skbs++;
+		st->last_seen_ns = now;
+		if (skb->skb_iif && current_is_cpumap_kthread())
+			return 0;	/* generic XDP counted it on the arrival CPU */
+		goto count;
+	}
+
 	if (s->ctx == CTX_NONE && s->softirq_start == 0 && current_is_cpumap_kthread()) {
 		/* first skb of a cpumap batch: the interval runs until xdp_cpumap_kthread */
 		s->ctx = CTX_KTHREAD;
@@ -417,6 +468,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	st->last_seen_ns = now;
 	if (second_pass)
 		return 0;	/* bytes and packets were counted on the arrival CPU */
+count:
 	st->rx_bytes += payload;
 	/* a GRO aggregate stands for gso_segs wire packets (skb_shinfo: head + end offset) */
 	segs = BPF_CORE_READ((struct skb_shared_info *)(skb->head + skb->end), gso_segs);
@@ -501,8 +553,91 @@ static __always_inline int sock_flow(struct sock *sk, struct ft_flow_key *k)
 	return 0;
 }
 
+/* sampled timing: per socket, its flow (parsed once) and the TCP counters at the last read */
+struct sock_state {
+	struct ft_flow_key flow;
+	__u64 bytes_received;
+	__u32 segs_in;
+	__u8 flow_ok;
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sock_state);
+} socks SEC(".maps");
+
+/* the receive counts every timing mode keeps: bytes, calls, and who read */
+static __always_inline void count_read(struct ft_flow_stats *st, int ret)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+
+	if (ret > 0)
+		st->app_bytes += ret;
+	st->app_calls++;
+	if (st->app_pid != pid) {
+		st->app_pid = pid;
+		bpf_get_current_comm(st->app_comm, sizeof(st->app_comm));
+	}
+}
+
+/* sampled timing: no per-packet accounting, so a TCP flow's received bytes and segments come from
+ * its socket (tcp_sock.bytes_received, in-order payload, and segs_in) at each read; a UDP socket
+ * has no such counters, and what it was handed is what it received. SK_STORAGE says whether SK is a
+ * typed pointer that can carry socket storage (tracepoint, fexit) or not (kprobe). */
+static __always_inline void on_receive_sampled(struct sock *sk, int ret, int flags, int sk_storage)
+{
+	struct ft_cpu_stats *tot = totals();
+	struct cpu_state *s;
+	struct sock_state *ss = 0, fresh = {};
+	struct ft_flow_stats *st;
+	__u64 bytes;
+	__u32 segs;
+
+	if (!tot || !sk || (flags & MSG_PEEK))
+		return;
+	if (sk_storage)
+		ss = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ss) {
+		ss = &fresh;
+		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
+	} else if (!ss->flow_ok) {
+		/* first read seen: the bytes this call returned arrived while tracing, the rest of
+		 * what the socket received before did not (or cannot be told apart) */
+		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
+		if (ss->flow.proto == IPPROTO_TCP) {
+			ss->bytes_received = BPF_CORE_READ((struct tcp_sock *)sk, bytes_received);
+			ss->segs_in = BPF_CORE_READ((struct tcp_sock *)sk, segs_in);
+			if (ret > 0)
+				ss->bytes_received -= ret;
+		}
+	}
+	if (ss->flow_ok != 1)
+		return;
+	st = flow_entry(&ss->flow, bpf_get_smp_processor_id(), tot);
+	if (!st)
+		return;
+	count_read(st, ret);
+	s = this_cpu_state();
+	if (s)
+		st->last_seen_ns = s->sample_ns;
+	if (ss->flow.proto == IPPROTO_TCP && ss != &fresh) {
+		bytes = BPF_CORE_READ((struct tcp_sock *)sk, bytes_received);
+		segs = BPF_CORE_READ((struct tcp_sock *)sk, segs_in);
+		st->rx_bytes += bytes - ss->bytes_received;
+		st->rx_packets += segs - ss->segs_in;
+		ss->bytes_received = bytes;
+		ss->segs_in = segs;
+	} else if (ret > 0) {
+		st->rx_bytes += ret;
+		st->rx_packets++;
+	}
+}
+
 /* one receive call returned RET bytes (or an error) from SK to the current thread */
-static __always_inline void on_receive(struct sock *sk, int ret, int flags)
+static __always_inline void on_receive(struct sock *sk, int ret, int flags, int sk_storage)
 {
 	struct ft_cpu_stats *tot = totals();
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -510,16 +645,16 @@ static __always_inline void on_receive(struct sock *sk, int ret, int flags)
 	struct ft_flow_stats *st;
 	struct recv_state *r;
 
+	if (cfg.timing == FT_TIMING_SAMPLED) {
+		on_receive_sampled(sk, ret, flags, sk_storage);
+		return;
+	}
 	if (!tot || !sk || (flags & MSG_PEEK) || sock_flow(sk, &k))
 		return;
 	/* bytes are counted here, in every context; time needs the enclosing syscall */
 	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
 	if (st) {
-		if (ret > 0)
-			st->app_bytes += ret;
-		st->app_calls++;
-		st->app_pid = bpf_get_current_pid_tgid() >> 32;
-		bpf_get_current_comm(st->app_comm, sizeof(st->app_comm));
+		count_read(st, ret);
 		st->last_seen_ns = bpf_ktime_get_ns();
 	}
 	/* first sighting makes this thread a known reader: its next receive syscalls get timed */
@@ -533,7 +668,7 @@ static __always_inline void on_receive(struct sock *sk, int ret, int flags)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
 {
-	on_receive(sk, ret, flags);
+	on_receive(sk, ret, flags, 1);
 	return 0;
 }
 
@@ -541,33 +676,33 @@ int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
  * Their signature changed (noblock went in 5.19, addr_len in 6.17), so the flags argument's
  * position comes from userspace, read off the kernel's BTF, and the return value from
  * bpf_get_func_ret. inet6_recvmsg calls tcp_recvmsg too: one hook serves both families. */
-static __always_inline int on_recvmsg_exit(void *ctx)
+static __always_inline int on_recvmsg_exit(void *ctx, struct sock *sk)
 {
-	__u64 sk = 0, flags = 0, ret = 0;
+	__u64 flags = 0, ret = 0;
 
-	if (bpf_get_func_arg(ctx, 0, &sk) || bpf_get_func_arg(ctx, cfg.recv_flags_arg, &flags) ||
-	    bpf_get_func_ret(ctx, &ret))
+	if (bpf_get_func_arg(ctx, cfg.recv_flags_arg, &flags) || bpf_get_func_ret(ctx, &ret))
 		return 0;
-	on_receive((struct sock *)sk, (int)ret, (int)flags);
+	on_receive(sk, (int)ret, (int)flags, 1);
 	return 0;
 }
 
+/* the first parameter is `struct sock *sk` in every signature: declared, it arrives typed */
 SEC("fexit/tcp_recvmsg")
-int ft_tcp_recvmsg_exit(void *ctx)
+int BPF_PROG(ft_tcp_recvmsg_exit, struct sock *sk)
 {
-	return on_recvmsg_exit(ctx);
+	return on_recvmsg_exit(ctx, sk);
 }
 
 SEC("fexit/udp_recvmsg")
-int ft_udp_recvmsg_exit(void *ctx)
+int BPF_PROG(ft_udp_recvmsg_exit, struct sock *sk)
 {
-	return on_recvmsg_exit(ctx);
+	return on_recvmsg_exit(ctx, sk);
 }
 
 SEC("fexit/udpv6_recvmsg")
-int ft_udpv6_recvmsg_exit(void *ctx)
+int BPF_PROG(ft_udpv6_recvmsg_exit, struct sock *sk)
 {
-	return on_recvmsg_exit(ctx);
+	return on_recvmsg_exit(ctx, sk);
 }
 
 /* where there is no BPF trampoline (fentry) either, a kprobe keeps the arguments for the
@@ -607,7 +742,7 @@ static __always_inline void recv_call_exit(int ret)
 
 	if (!a)
 		return;
-	on_receive((struct sock *)a->sk, ret, a->flags);
+	on_receive((struct sock *)a->sk, ret, a->flags, 0);
 	bpf_map_delete_elem(&recv_calls, &tid);
 }
 
@@ -753,5 +888,189 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	r = bpf_task_storage_get(&readers, next, 0, 0);
 	if (r && r->in_recv)
 		segment_start(r, tot, now);
+	return 0;
+}
+
+/* ---- sampled timing ------------------------------------------------------------------------
+ * A cpu-clock perf event per CPU fires every period; ft_sample charges that period to what the
+ * CPU was doing: NET_RX processing (or a cpumap/NAPI kthread) of the flow whose skb went up the
+ * stack last on this CPU, or a receive syscall of a socket, found from the syscall's fd. The only
+ * per-packet work left is ft_skb_hint's one store; the cost grows with the sample rate instead of
+ * the packet and syscall rates, and unrelated syscalls pay nothing. */
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
+{
+	struct cpu_state *s = this_cpu_state();
+
+	if (s)
+		set_hint(s, skb);
+	return 0;
+}
+
+/* frames of the interrupted kernel stack looked at: net_rx_action sits ~15-25 frames below the
+ * deepest TCP function, and a softirq that interrupted a syscall adds the syscall's frames below */
+#define FT_STACK_DEPTH	64
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64[FT_STACK_DEPTH]);
+} stack_scratch SEC(".maps");
+
+#define WHERE_TASK	0	/* none of the ranges below: task context (or hardirq, idle) */
+#define WHERE_NET_RX	1
+#define WHERE_SOFTIRQ	2	/* a softirq other than NET_RX */
+
+#define PF_KTHREAD	0x00200000	/* include/linux/sched.h */
+#define S_IFMT		00170000
+#define S_IFSOCK	0140000
+
+static __always_inline int in_text(__u64 ip, int which)
+{
+	return ip >= cfg.text[which][0] && ip < cfg.text[which][1];
+}
+
+/* the innermost of net_rx_action / threaded NAPI / softirq handling on the interrupted stack */
+static __always_inline int where_sampled(struct bpf_perf_event_data *ctx)
+{
+	__u32 zero = 0;
+	__u64 *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+	long n;
+	int i;
+
+	if (!ips)
+		return WHERE_TASK;
+	n = bpf_get_stack(ctx, ips, FT_STACK_DEPTH * sizeof(__u64), 0);
+	if (n <= 0)
+		return WHERE_TASK;
+	n /= sizeof(__u64);
+	for (i = 0; i < FT_STACK_DEPTH; i++) {
+		if (i >= n)
+			break;
+		if (in_text(ips[i], FT_TEXT_NET_RX) || in_text(ips[i], FT_TEXT_NAPI_THREAD))
+			return WHERE_NET_RX;
+		if (in_text(ips[i], FT_TEXT_SOFTIRQ))
+			return WHERE_SOFTIRQ;
+	}
+	return WHERE_TASK;
+}
+
+static __always_inline int sampled_user_mode(struct bpf_perf_event_data *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	/* the context allows whole-word reads only, and cs shares its word with FRED bits */
+	__u64 *regs = (__u64 *)&ctx->regs;
+
+	return (regs[__builtin_offsetof(struct pt_regs, cs) / 8] & 3) != 0;
+#else
+	return (ctx->regs.pstate & 0xf) == 0;	/* PSR_MODE_EL0t */
+#endif
+}
+
+/* the flow of the socket the current task is receiving from, if it is inside a receive syscall:
+ * the syscall number and the fd come from its user registers, the socket from its fd table */
+static __always_inline int current_recv_flow(struct ft_flow_key *k)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs;
+	struct fdtable *fdt;
+	struct file **fds, *file;
+	struct socket *sock;
+	long nr;
+	__u32 fd;
+
+	if (task->flags & PF_KTHREAD)
+		return -1;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return -1;
+#if defined(__TARGET_ARCH_x86)
+	nr = BPF_CORE_READ(regs, orig_ax);
+#else
+	nr = BPF_CORE_READ(regs, syscallno);
+#endif
+	if (!is_recv_syscall(nr))
+		return -1;
+	fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+	fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return -1;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return -1;
+	if ((BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return -1;
+	sock = BPF_CORE_READ(file, private_data);
+	return sock_flow(BPF_CORE_READ(sock, sk), k);
+}
+
+SEC("perf_event")
+int ft_sample(struct bpf_perf_event_data *ctx)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	struct ft_flow_key k = {}, rk = {};
+	struct ft_flow_stats *st;
+	__u64 period = ctx->sample_period, llc, dllc;
+	__u32 cpu = bpf_get_smp_processor_id();
+	int where, kthread;
+
+	if (!s || !tot)
+		return 0;
+	/* LLC misses since the previous sample are charged with its period, to the same side */
+	llc = llc_now();
+	dllc = s->sample_llc ? llc - s->sample_llc : 0;
+	s->sample_llc = llc;
+	tot->samples++;
+	s->sample_ns = bpf_ktime_get_ns();
+	if (sampled_user_mode(ctx))
+		return 0;
+	tot->samples_kernel_mode++;
+	where = where_sampled(ctx);
+	kthread = where == WHERE_TASK && current_is_cpumap_kthread();
+
+	if (where == WHERE_NET_RX || kthread) {
+		st = hint_flow(s, &k) == 0 ? flow_entry(&k, cpu, tot) : 0;
+		if (st) {
+			if (kthread)
+				st->kthread_ns += period;
+			else
+				st->kernel_ns += period;
+			st->llc_kernel += dllc;
+			st->last_seen_ns = s->sample_ns;
+		} else if (kthread) {
+			tot->kthread_unattributed_ns += period;
+		} else {
+			tot->net_rx_unattributed_ns += period;
+		}
+		if (kthread) {
+			tot->kthread_ns += period;
+		} else {
+			tot->net_rx_ns += period;
+			tot->softirq_ns += period;
+		}
+		tot->llc_kernel += dllc;
+	} else if (where == WHERE_SOFTIRQ) {
+		tot->softirq_ns += period;
+		tot->softirq_llc += dllc;
+	}
+	if (kthread || current_recv_flow(&rk))
+		return 0;
+	/* the current task is in a receive syscall: its own time, or softirq time nested in it */
+	st = flow_entry(&rk, cpu, tot);
+	if (!st)
+		return 0;
+	if (where == WHERE_TASK) {
+		st->app_ns += period;
+		st->llc_app += dllc;
+		tot->app_ns += period;
+		tot->llc_app += dllc;
+	} else {
+		st->app_nested_ns += period;
+		tot->app_nested_ns += period;
+	}
+	st->last_seen_ns = s->sample_ns;
 	return 0;
 }

@@ -62,12 +62,31 @@ struct ft_cpu_stats {
 	__u64 flow_inserts;		/* new flow entries: userspace derives evictions from it */
 	__u64 flow_failures;		/* flow map updates that failed: their time went to unattributed */
 	__u64 untimed_skbs;		/* skbs seen outside NET_RX and cpumap (bytes counted, no time) */
+	__u64 samples;			/* sampled timing: clock samples taken on this CPU */
+	__u64 samples_kernel_mode;	/* of them, in the kernel (the stack was walked) */
+};
+
+/* kernel text the sampler tells receive contexts apart by: [start, end) from /proc/kallsyms */
+enum ft_text {
+	FT_TEXT_NET_RX,		/* net_rx_action: the NET_RX softirq */
+	FT_TEXT_NAPI_THREAD,	/* napi_threaded_poll: the same NAPI work in a kthread (0 if absent) */
+	FT_TEXT_SOFTIRQ,	/* handle_softirqs (__do_softirq before 6.10): any softirq vector */
+	FT_TEXT_RANGES,
+};
+
+/* how CPU time is measured */
+enum ft_timing {
+	FT_TIMING_EXACT,	/* clock reads at every boundary: softirq, skb, receive syscall */
+	FT_TIMING_SAMPLED,	/* a cpu-clock sample per period, charged to what the CPU is doing */
 };
 
 /* written into .rodata before load */
 struct ft_config {
 	__u32 llc_enabled;	/* a per-CPU counter was put in the llc_counters array */
 	__u32 recv_flags_arg;	/* index of `flags` in tcp_recvmsg/udp_recvmsg (fallback hooks) */
+	enum ft_timing timing;	/* 4 bytes, as __u32; typed so that its values reach the BTF */
+	__u32 pad;
+	__u64 text[FT_TEXT_RANGES][2];
 };
 
 #endif /* __FLOWTRACE_H */

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 # iproute2 drive the lab; libbpf-tools (softirqs), tmux and prometheus (server and promtool) are
 # independent witnesses in the tests
 PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux prometheus
+          redis-server redis-tools
           python3 python3-venv python3-pip make)
 # `make test-vm` boots a second kernel under qemu (tests/vm/run.py); kmod's depmod indexes its
 # modules, and the guest's modprobe is the host's

@@ -40,8 +40,33 @@ def _positive(kind=float, minimum=0.0):
     return parse
 
 
+def _bounded_int(lo: int, hi: int):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be from {lo} to {hi}: {text!r}")
+        return v
+    return parse
+
+
 def _tracer_options(p: argparse.ArgumentParser) -> None:
+    from .tracer import DEFAULT_SAMPLE_HZ, DEFAULT_TIMING, MAX_SAMPLE_HZ, TIMINGS
     g = p.add_argument_group("tracer")
+    g.add_argument("--timing", choices=TIMINGS, default=DEFAULT_TIMING,
+                   help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
+                        "1/--sample-hz s, charged to the flow the CPU works on; per-flow seconds "
+                        "are estimates, bytes are exact, and nothing runs on unrelated system "
+                        "calls (cheap enough to leave on). exact: clock reads at every softirq, "
+                        "skb and receive syscall; exact to the nanosecond, but it hooks every "
+                        "system call of the host (about 2x the cost of a trivial one) and every "
+                        "packet (README, Performance) (default: %(default)s)")
+    g.add_argument("--sample-hz", type=_bounded_int(1, MAX_SAMPLE_HZ), default=DEFAULT_SAMPLE_HZ,
+                   metavar="HZ",
+                   help="samples per second per busy CPU with --timing sampled; more is more "
+                        "precise for small flows and costs more (default: %(default)s)")
     g.add_argument("--max-flows", type=_positive(int, 0), default=16384, metavar="N",
                    help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "
                         "used are evicted beyond it, and counted (default: %(default)s)")
@@ -264,7 +289,8 @@ def cmd_topology(args) -> int:
 def _start_tracer(args):
     from .tracer import Tracer
     return Tracer(max_flows=args.max_flows, llc_event=args.llc_event, btf=args.btf,
-                  idle_timeout=args.idle_timeout, app_hook=args.app_hook).start()
+                  idle_timeout=args.idle_timeout, app_hook=args.app_hook, timing=args.timing,
+                  sample_hz=args.sample_hz).start()
 
 
 def cmd_flows(args) -> int:

@@ -1,4 +1,4 @@
-"""Python mirror of bpf/flowtrace.h. tests/test_abi.py checks every size and offset against the
+"""Python mirror of bpf/flowtrace.h. tests/test_build.py checks every size and offset against the
 BTF of the built object, so the two sides cannot drift apart silently."""
 import ctypes
 
@@ -28,11 +28,20 @@ class CpuStats(ctypes.Structure):
     _fields_ = [(name, u64) for name in (
         "net_rx_events", "net_rx_ns", "net_rx_unattributed_ns", "kthread_ns",
         "kthread_unattributed_ns", "softirq_ns", "softirq_llc", "app_ns", "app_nested_ns",
-        "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs")]
+        "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs", "samples",
+        "samples_kernel_mode")]
+
+
+# enum ft_text (its count is checked through the size of ft_config) and enum ft_timing (checked
+# against the BTF by value)
+FT_TEXT_NET_RX, FT_TEXT_NAPI_THREAD, FT_TEXT_SOFTIRQ, FT_TEXT_RANGES = range(4)
+FT_TIMING_EXACT, FT_TIMING_SAMPLED = range(2)
+ENUMS = {"ft_timing": {"FT_TIMING_EXACT": FT_TIMING_EXACT, "FT_TIMING_SAMPLED": FT_TIMING_SAMPLED}}
 
 
 class Config(ctypes.Structure):
-    _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32)]
+    _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32), ("pad", u32),
+                ("text", u64 * 2 * FT_TEXT_RANGES)]
 
 
 # C struct name -> mirror, for the BTF check

@@ -42,7 +42,7 @@ _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, c
 
 @_PRINT_FN
 def _libbpf_print(level, fmt, args):
-    buf = ctypes.create_string_buffer(1024)
+    buf = ctypes.create_string_buffer(1 << 20 if os.environ.get("STEER_LIBBPF_DEBUG") else 1024)
     _libc.vsnprintf(buf, len(buf), fmt, args)
     line = buf.value.decode(errors="replace").rstrip()
     if line:
@@ -80,6 +80,7 @@ def _libbpf():
             ("bpf_program__set_autoload", i, [vp, ctypes.c_bool]),
             ("bpf_program__autoload", ctypes.c_bool, [vp]),
             ("bpf_program__attach", vp, [vp]),
+            ("bpf_program__attach_perf_event", vp, [vp, i]),
             ("bpf_program__fd", i, [vp]),
             ("bpf_link__destroy", i, [vp]),
             ("bpf_map__set_max_entries", i, [vp, u32]),
@@ -433,6 +434,15 @@ class BpfObject:
         for name in self.programs():
             self.attach(name)
 
+    def attach_perf_event(self, name: str, perf_fd: int) -> None:
+        """Attach NAME to an open perf event through a BPF link (kernel >= 5.15; libbpf falls back
+        to the ioctl, which the perf fd's close undoes just as well)."""
+        lib = _libbpf()
+        link = lib.bpf_program__attach_perf_event(self._prog_handle(name), perf_fd)
+        if not link:
+            raise _fail(f"cannot attach {name} to a perf event", ctypes.get_errno())
+        self._links.append((name, link))
+
     @property
     def attached(self) -> list[str]:
         return [n for n, _ in self._links]
@@ -506,8 +516,11 @@ class PerfCounter:
     fd: int
 
     @staticmethod
-    def open(ptype: int, config: int, cpu: int) -> "PerfCounter":
-        attr = _PerfEventAttr(type=ptype, size=ctypes.sizeof(_PerfEventAttr), config=config)
+    def open(ptype: int, config: int, cpu: int, sample_period: int = 0) -> "PerfCounter":
+        """A counter on CPU; with SAMPLE_PERIOD, one that overflows every that many events (for
+        cpu-clock: nanoseconds), to run a BPF program attached to it."""
+        attr = _PerfEventAttr(type=ptype, size=ctypes.sizeof(_PerfEventAttr), config=config,
+                              sample_period=sample_period)
         nr = _SYS_PERF_EVENT_OPEN.get(platform.machine())
         if nr is None:
             raise KernelError(f"perf_event_open: unknown syscall number on {platform.machine()}")
@@ -522,6 +535,39 @@ class PerfCounter:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def kernel_text_ranges(names: list[list[str]], path: str = "/proc/kallsyms") -> list[tuple[int, int]]:
+    """[start, end) of the first of each group of NAMES that the running kernel has ((0, 0): none
+    of them), from kallsyms: a function ends where the next text symbol begins. Addresses read as 0
+    without CAP_SYSLOG (kptr_restrict): that raises, since nothing could be matched."""
+    wanted = {n: gi for gi, group in enumerate(names) for n in group}
+    found: dict[str, int] = {}
+    pending: list[str] = []   # symbols found, waiting for the next address as their end
+    ends: dict[str, int] = {}
+    with open(path) as f:
+        for line in f:
+            addr, kind, name = line.split(maxsplit=3)[:3]
+            if kind not in "tTwW":
+                continue
+            a = int(addr, 16)
+            for p in pending:
+                if a > found[p]:
+                    ends[p] = a
+            pending = [p for p in pending if p not in ends]
+            if name in wanted and name not in found:
+                if a == 0:
+                    raise KernelError("/proc/kallsyms shows no addresses (kptr_restrict): "
+                                      "sampled timing needs CAP_SYSLOG, or run as root")
+                found[name] = a
+                pending.append(name)
+            if len(ends) == len(wanted):
+                break
+    out = []
+    for group in names:
+        hit = next((n for n in group if n in ends), None)
+        out.append((found[hit], ends[hit]) if hit else (0, 0))
+    return out
 
 
 CLONE_NEWNET = 0x40000000

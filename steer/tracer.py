@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 from . import flowtrace_abi as abi
 from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
-                     PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, possible_cpus,
-                     vmlinux_func_params, vmlinux_has_type)
+                     PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, kernel_text_ranges,
+                     possible_cpus, vmlinux_func_params, vmlinux_has_type)
 
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
 DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
@@ -41,6 +41,23 @@ APP_HOOKS = {
     "kprobe": tuple(p for f in RECV_FUNCS for p in (f"ft_{f}_entry", f"ft_{f}_return")),
 }
 SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit", "ft_sched_switch")
+# How CPU time is measured. exact: clock reads at every softirq, skb and receive syscall (the
+# syscall programs run on every system call of the host). sampled: a cpu-clock sample per CPU every
+# 1/sample_hz seconds, charged to the flow the CPU is working on; per packet one store, per receive
+# call one read of the socket's counters, nothing on other syscalls.
+EXACT_PROGRAMS = ("ft_softirq_entry", "ft_softirq_exit", "ft_netif_receive_skb", "ft_xdp_redirect",
+                  "ft_xdp_cpumap_kthread", *SYSCALL_PROGRAMS)
+SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample")
+TIMINGS = ("sampled", "exact")
+DEFAULT_TIMING = "sampled"
+DEFAULT_SAMPLE_HZ = 1000   # per CPU: 1 ms of a busy CPU per sample; a flow at 10% of a CPU gets
+                           # 100 samples a second, so a 5 s window estimates it within a few %
+MAX_SAMPLE_HZ = 20000      # the kernel throttles perf sampling well before 100 kHz per CPU
+# kernel functions whose frames tell the sampler where a CPU is (ft_text in flowtrace.h); each
+# group in order of preference: the first that the running kernel has
+TEXT_SYMBOLS = {abi.FT_TEXT_NET_RX: ["net_rx_action"],
+                abi.FT_TEXT_NAPI_THREAD: ["napi_threaded_poll_loop", "napi_threaded_poll"],
+                abi.FT_TEXT_SOFTIRQ: ["handle_softirqs", "__do_softirq"]}
 APP_HOOK_LABELS = {"tracepoint": "sock:sock_recv_length",
                    "fexit": "fexit on " + "/".join(RECV_FUNCS),
                    "kprobe": "kretprobe on " + "/".join(RECV_FUNCS)}
@@ -178,6 +195,8 @@ class CpuSample:
     flow_inserts: int = 0
     flow_failures: int = 0
     untimed_skbs: int = 0
+    samples: int = 0
+    samples_kernel_mode: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,6 +206,11 @@ class Capabilities:
     app_side: str
     cpumap_context: str
     llc: str
+    timing: str = "available (exact)"
+
+    @property
+    def sampled(self) -> bool:
+        return "sampled" in self.timing
 
     @property
     def llc_available(self) -> bool:
@@ -221,14 +245,18 @@ class Tracer:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     btf: str | None = None
     app_hook: str = "auto"      # one of APP_HOOK_CHOICES
+    timing: str = DEFAULT_TIMING   # one of TIMINGS
+    sample_hz: int = DEFAULT_SAMPLE_HZ
     capabilities: Capabilities | None = field(default=None, init=False)
 
     def __post_init__(self):
         self._obj: BpfObject | None = None
         self._counters: list[PerfCounter] = []
+        self._clocks: list[PerfCounter] = []     # sampled timing: the cpu-clock events
+        self._softirqs0: dict[int, int] | None = None   # sampled: /proc/softirqs NET_RX at start
         self._expired = 0
         self._ids: dict[tuple, FlowId] = {}                     # key fields -> FlowId
-        self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), last sample)
+        self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), sample, raw counters)
         self._entries: dict[tuple, FlowCpuSample] = {}   # what the next sample starts from
         self._seq = 0
         self.app_hook_used: str | None = None    # which of APP_HOOKS (or "off") start() chose
@@ -250,21 +278,49 @@ class Tracer:
         if self.app_hook not in APP_HOOK_CHOICES:
             raise TracerError(f"unknown app hook {self.app_hook!r}: choose from "
                               f"{', '.join(APP_HOOK_CHOICES)}")
+        if self.timing not in TIMINGS:
+            raise TracerError(f"unknown timing {self.timing!r}: choose from {', '.join(TIMINGS)}")
+        sampled = self.timing == "sampled"
+        if sampled and not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:
+            raise TracerError(f"--sample-hz must be from 1 to {MAX_SAMPLE_HZ}, not {self.sample_hz}")
         disable = {p for progs in APP_HOOKS.values() for p in progs}
+        disable |= set(EXACT_PROGRAMS if sampled else SAMPLED_PROGRAMS)
         cpumap = "available (xdp:xdp_cpumap_kthread)"
-        if not (vmlinux_has_type("btf_trace_xdp_cpumap_kthread")
-                and vmlinux_has_type("btf_trace_xdp_redirect")):
+        if sampled:
+            cpumap = "available (cpumap kthreads recognised in the samples)"
+        elif not (vmlinux_has_type("btf_trace_xdp_cpumap_kthread")
+                  and vmlinux_has_type("btf_trace_xdp_redirect")):
             disable |= {"ft_xdp_cpumap_kthread", "ft_xdp_redirect"}
             cpumap = "unavailable: kernel lacks the xdp:xdp_cpumap_kthread tracepoint"
+        text = [(0, 0)] * abi.FT_TEXT_RANGES
+        if sampled:
+            try:
+                text = kernel_text_ranges([TEXT_SYMBOLS[i] for i in range(abi.FT_TEXT_RANGES)])
+            except (KernelError, OSError) as e:
+                raise TracerError(f"sampled timing: {e}") from None
+            if not text[abi.FT_TEXT_NET_RX][0]:
+                raise TracerError("sampled timing: /proc/kallsyms has no net_rx_action "
+                                  "(use --timing exact)")
 
         llc_status, counters = self._open_counters()
+        clocks = self._open_clocks() if sampled else []
         tried: list[str] = []
         for hook, programs, flags_arg, why_not in self._app_hook_candidates():
             if why_not:
                 tried.append(f"{hook}: {why_not}")
                 continue
-            cfg = abi.Config(llc_enabled=1 if counters else 0, recv_flags_arg=flags_arg)
-            off = disable - set(programs) if hook != "off" else disable | set(SYSCALL_PROGRAMS)
+            cfg = abi.Config(llc_enabled=1 if counters else 0, recv_flags_arg=flags_arg,
+                             timing=abi.FT_TIMING_SAMPLED if sampled else abi.FT_TIMING_EXACT)
+            for i, (lo, hi) in enumerate(text):
+                cfg.text[i][0], cfg.text[i][1] = lo, hi
+            if hook != "off":
+                off = disable - set(programs)
+            elif sampled:
+                # no read is seen, so bytes can only be counted per skb: the exact skb program
+                # does that (and sets the sampler's hint) when it is loaded with sampled timing
+                off = disable - {"ft_netif_receive_skb"} | {"ft_skb_hint"}
+            else:
+                off = disable | set(SYSCALL_PROGRAMS)
             try:
                 self._obj = BpfObject(str(obj_path), rodata=bytes(cfg),
                                       max_entries={"flows": self.max_flows}, disable=off,
@@ -273,7 +329,12 @@ class Tracer:
                     m = self._obj.map("llc_counters")
                     for c in counters:
                         m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
-                self._obj.attach_all()
+                for name in self._obj.programs():
+                    if name != "ft_sample":
+                        self._obj.attach(name)
+                for c in clocks:
+                    self._obj.attach_perf_event("ft_sample", c.fd)
+                    c.fd = -1   # libbpf's link owns the event now and closes it with the link
                 break
             except KernelError as e:
                 self.stop()
@@ -282,7 +343,7 @@ class Tracer:
                 if hook != "off" and self.app_hook == "auto":
                     tried.append(f"{hook}: {_short(e)}")
                     continue
-                for c in counters:
+                for c in counters + clocks:
                     c.close()
                 if hook != "off":
                     raise TracerError(f"--app-hook {hook}: this kernel refused the "
@@ -291,22 +352,47 @@ class Tracer:
                     raise TracerError(f"{e} (is a security policy denying BPF?)") from None
                 raise TracerError(str(e)) from None
         else:
-            for c in counters:
+            for c in counters + clocks:
                 c.close()
             raise TracerError(f"--app-hook {self.app_hook}: " + "; ".join(tried))
         if hook == "off":
             app = "unavailable: " + ("turned off (--app-hook off)" if self.app_hook == "off"
                                      else "; ".join(tried))
+        elif sampled:
+            app = f"available ({APP_HOOK_LABELS[hook]} + sampled receive syscalls)"
         else:
             app = f"available ({APP_HOOK_LABELS[hook]} + receive syscalls)"
         self._counters = counters
+        self._clocks = clocks
+        self._softirqs0 = net_rx_softirqs() if sampled else None
         self.app_hook_used = hook
-        self.capabilities = Capabilities(
-            kernel_side="available (irq:softirq_entry/exit + net:netif_receive_skb)",
-            app_side=app, cpumap_context=cpumap, llc=llc_status)
+        if sampled:
+            kernel = "available (cpu-clock samples + net:netif_receive_skb)"
+            timing = (f"available (sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
+                      "estimates, bytes exact; no syscall hooks)")
+        else:
+            kernel = "available (irq:softirq_entry/exit + net:netif_receive_skb)"
+            timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
+                      "hooks every syscall of the host)")
+        self.capabilities = Capabilities(kernel_side=kernel, app_side=app, cpumap_context=cpumap,
+                                         llc=llc_status, timing=timing)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
         return self
+
+    def _open_clocks(self) -> list[PerfCounter]:
+        """One cpu-clock event per online CPU that overflows every 1/sample_hz seconds."""
+        period = int(1e9 / self.sample_hz)
+        clocks: list[PerfCounter] = []
+        try:
+            for cpu in _online_cpus():
+                clocks.append(PerfCounter.open(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, cpu,
+                                               sample_period=period))
+        except KernelError as e:
+            for c in clocks:
+                c.close()
+            raise TracerError(f"sampled timing: cannot open the cpu-clock event: {e}") from None
+        return clocks
 
     def _app_hook_candidates(self):
         """(hook, its programs, flags argument index, why it cannot work here or None), in the
@@ -361,9 +447,9 @@ class Tracer:
         if self._obj:
             self._obj.close()
             self._obj = None
-        for c in self._counters:
+        for c in self._counters + self._clocks:
             c.close()
-        self._counters = []
+        self._counters, self._clocks = [], []
 
     def __enter__(self):
         return self.start()
@@ -398,9 +484,11 @@ class Tracer:
         for kbuf, vbuf, n in self._flows.raw_batches():
             for i in range(n):
                 kraw = kbuf[i * ks:(i + 1) * ks]
-                seen = _U64(vbuf, i * vs + _LAST_SEEN_OFFSET)[0]
+                # an entry changed when any counter did: comparing the raw counters, not a
+                # timestamp, lets the kernel side stamp last_seen_ns with a coarse clock
+                vraw = vbuf[i * vs:i * vs + _LAST_SEEN_OFFSET]
                 hit = prev.pop(kraw, None)
-                if hit is None or hit[1].last_seen_ns != seen:
+                if hit is None or hit[2] != vraw:
                     # new or updated: unpack it; an unchanged entry keeps its object, which lets
                     # build_snapshot pass over idle flows with an identity test
                     k = _KEY.unpack(kraw)
@@ -410,31 +498,47 @@ class Tracer:
                         fid = ids[k[:6]] = _flow_id_of(k)
                     hit = ((fid, k[7]), FlowCpuSample(
                         fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS],
-                        app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace")))
+                        app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace")), vraw)
                     entries[hit[0]] = hit[1]
                     changed.append(hit[0])
                 last[kraw] = hit
-                if seen < cutoff:
+                if _U64(vbuf, i * vs + _LAST_SEEN_OFFSET)[0] < cutoff:
                     idle.append(kraw)
-        for key, _ in prev.values():   # gone since the last read (evicted, or expired by us)
+        for key, _, _ in prev.values():   # gone since the last read (evicted, or expired by us)
             entries.pop(key, None)
         # an idle entry is in this sample with its final counts, and gone from the next
         for kraw in idle:
             if self._flows.delete(kraw):
                 self._expired += 1
-            key, _ = last.pop(kraw)
+            last.pop(kraw)
         self._last = last
-        self._entries = {key: s for key, s in last.values()} if idle else entries
+        self._entries = {key: s for key, s, _ in last.values()} if idle else entries
         if len(ids) > 4 * max(len(last), 1024):   # forget ids of flows long gone
             self._ids = {}
         self._seq += 1
         live = len(entries) - len(idle)
         per_cpu = self._cpus.lookup(struct.pack("I", 0))
-        cpus = tuple(CpuSample(i, **{n: getattr(abi.CpuStats.from_buffer_copy(raw), n)
-                                     for n in _CPU_FIELDS})
-                     for i, raw in enumerate(per_cpu))
+        fields = [{n: getattr(abi.CpuStats.from_buffer_copy(raw), n) for n in _CPU_FIELDS}
+                  for raw in per_cpu]
+        if self._softirqs0 is not None:
+            # sampled timing has no softirq programs: the kernel's own count, since start
+            for cpu, n in net_rx_softirqs().items():
+                if cpu < len(fields):
+                    fields[cpu]["net_rx_events"] = n - self._softirqs0.get(cpu, 0)
+        cpus = tuple(CpuSample(i, **f) for i, f in enumerate(fields))
         return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
                            self._expired, self._seq, tuple(changed))
+
+
+def net_rx_softirqs(path: str = "/proc/softirqs") -> dict[int, int]:
+    """NET_RX softirqs run per CPU since boot, as the kernel counts them."""
+    with open(path) as f:
+        cpus = [int(c.removeprefix("CPU")) for c in f.readline().split()]
+        for line in f:
+            name, *counts = line.split()
+            if name == "NET_RX:":
+                return dict(zip(cpus, map(int, counts)))
+    return {}
 
 
 def _online_cpus() -> list[int]:

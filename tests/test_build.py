@@ -59,6 +59,30 @@ def test_python_mirror_matches_btf(built, obj, name, mirror):
     assert py == members
 
 
+def btf_enums(path):
+    """{enum name: {enumerator: value}} from the object's BTF."""
+    out = subprocess.run(["bpftool", "btf", "dump", "file", path, "format", "raw"],
+                         capture_output=True, text=True, check=True).stdout
+    enums, cur = {}, None
+    for line in out.splitlines():
+        m = re.match(r"\[\d+\] ENUM '(\w+)'", line)
+        if m:
+            cur = enums.setdefault(m.group(1), {})
+            continue
+        m = re.match(r"\s+'(\w+)' val=(-?\d+)", line)
+        if m and cur is not None:
+            cur[m.group(1)] = int(m.group(2))
+        elif not line.startswith("\t"):
+            cur = None
+    return enums
+
+
+def test_python_enums_match_btf(built):
+    enums = btf_enums(OBJ)
+    for name, values in abi.ENUMS.items():
+        assert enums.get(name) == values, name
+
+
 def test_rodata_is_the_config_alone(built):
     """userspace writes .rodata whole as struct ft_config: nothing else may live there"""
     out = subprocess.run(["bpftool", "btf", "dump", "file", built, "format", "raw"],

@@ -83,7 +83,7 @@ def _pin(lab, spec, cpu, *extra):
 
 @pytest.fixture
 def tracer():
-    t = Tracer().start()
+    t = Tracer(timing="exact").start()   # per-CPU skb counts need the per-skb program
     yield t
     t.stop()
 

@@ -57,7 +57,7 @@ def test_app_hook_fallback_matches_iperf3(hook):
     """The fallback hooks on tcp_recvmsg count what the reader got within 0.5% of iperf3's own
     count, and time it on the reader's CPU."""
     try:
-        tracer = Tracer(app_hook=hook).start()
+        tracer = Tracer(app_hook=hook, timing="exact").start()
     except TracerError as e:
         if HAS_TRACEPOINT:
             pytest.skip(f"this kernel has sock_recv_length and refuses {hook}: {e}")
@@ -79,7 +79,7 @@ def test_app_hook_fallback_matches_iperf3(hook):
 
 @pytest.mark.skipif(HAS_TRACEPOINT, reason="this kernel has sock_recv_length: auto takes it")
 def test_auto_picks_a_fallback_and_says_which():
-    with Tracer() as t:
+    with Tracer(timing="exact") as t:
         app = t.capabilities.app_side
     print(f"app_side on this kernel: {app}")
     assert t.app_hook_used in ("fexit", "kprobe") and app.startswith("available"), app
@@ -94,7 +94,7 @@ def test_cross_socket_flow_seen_live():
     s0, s1 = _sockets()[:2]
     reader = _cpu_on(s0)
     near, far = _cpu_on(s0, other_than=(reader,)), _cpu_on(s1)
-    with Tracer() as tracer:
+    with Tracer(timing="exact") as tracer:
         for target, want in ((far, "cross-socket"), (near, "same-socket"), (reader, "same-core")):
             with Lab([LabFlow(reader, reader)], seconds=4) as lab:
                 lab.start_servers()
@@ -169,7 +169,7 @@ def test_pinned_rule_whose_cpu_goes_offline(offline):
     """Traffic goes on (the kernel moves the cpumap thread of an offline CPU), and steer rules
     says the rule's CPU is offline."""
     cpu = HOTPLUG_CPU
-    with Tracer() as tracer, Lab([LabFlow(0, 0)], seconds=8) as lab:
+    with Tracer(timing="exact") as tracer, Lab([LabFlow(0, 0)], seconds=8) as lab:
         lab.start_servers()
         r = steer("pin", "proto=tcp,dport=5201", "--cpu", str(cpu), "--dev", "veth-rx",
                   "--netns", lab.rx)

@@ -1,0 +1,158 @@
+"""Live tier: the two timing modes against ground truths that do not come from steer.
+
+- A reader that only calls recv() (tests/recv_only.c), pinned: its bytes against steer's app_bytes,
+  and its on-CPU time by the scheduler (/proc/thread-self/schedstat, ns) minus its user time
+  against steer's app_seconds + app_nested_softirq_seconds.
+- Sampled against exact, both attached to the same traffic at once: per-flow kernel and app
+  seconds, within the error the sample count allows (the bound is stated in `sampling_bound`).
+- Sampled timing leaves every unrelated system call alone: no syscall program is attached.
+"""
+import os
+import subprocess
+import time
+
+import pytest
+
+from helpers import ROOT, live
+from steer.flows import build_snapshot
+from steer.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
+from steer.topology import read_topology
+from steer.tracer import DEFAULT_SAMPLE_HZ, SYSCALL_PROGRAMS, Tracer
+
+pytestmark = live
+
+HZ = os.sysconf("SC_CLK_TCK")
+PORT = 5301
+SECONDS = 4
+CPUS = sorted(os.sched_getaffinity(0))
+READER_CPU, SENDER_CPU = CPUS[-1], CPUS[0]
+
+
+@pytest.fixture(scope="module")
+def recv_only(tmp_path_factory):
+    exe = tmp_path_factory.mktemp("bin") / "recv_only"
+    subprocess.run(["cc", "-O2", "-o", str(exe), os.path.join(ROOT, "tests", "recv_only.c")],
+                   check=True)
+    return str(exe)
+
+
+def _send_for(ns: str, seconds: float) -> subprocess.Popen:
+    """A sender in namespace NS: zeros to the reader as fast as it goes, for SECONDS."""
+    code = (f"import socket,time\ns=socket.create_connection(('{RECEIVER_ADDR}',{PORT}))\n"
+            f"b=bytes(1<<20)\nend=time.monotonic()+{seconds}\n"
+            "while time.monotonic()<end: s.sendall(b)\ns.close()")
+    return subprocess.Popen(["nsenter", f"--net={NETNS_DIR}/{ns}", "taskset", "-c",
+                             str(SENDER_CPU), "python3", "-c", code])
+
+
+def _reader_run(recv_only, tracer):
+    """(what the reader printed, steer's snapshot of its flow)"""
+    with Lab([], seconds=SECONDS) as lab:
+        reader = subprocess.Popen(["nsenter", f"--net={NETNS_DIR}/{lab.rx}", "taskset", "-c",
+                                   str(READER_CPU), recv_only, RECEIVER_ADDR, str(PORT)],
+                                  stdout=subprocess.PIPE, text=True)
+        assert reader.stdout.readline().strip() == "listening"
+        a = tracer.sample()
+        sender = _send_for(lab.tx, SECONDS)
+        assert sender.wait(timeout=SECONDS + 30) == 0
+        out = reader.communicate(timeout=30)[0]
+        time.sleep(0.1)
+        b = tracer.sample()
+    truth = dict(kv.split("=") for kv in out.split())
+    snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
+    flow = next(f for f in snap.flows if f.flow.dport == PORT and f.app_comm == "recv_only")
+    return {k: int(v) for k, v in truth.items()}, flow
+
+
+# How far below the scheduler's on-CPU time each mode may read on this 2-vCPU Firecracker VM.
+# Measured 2026-11-22 with this reader: exact -11% to -33%, sampled -21% to -48% (1 kHz; -21% at
+# 5 kHz): the reader sleeps and wakes thousands of times a second on an otherwise idle vCPU, and
+# neither the tracepoint brackets nor the cpu-clock samples see all of that time here. Issue #12
+# asks for 10%; that is not met yet, and these bounds only keep it from getting worse.
+SCHEDSTAT_BOUND = {"exact": 0.40, "sampled": 0.60}
+
+
+@pytest.mark.parametrize("timing", ["exact", "sampled"])
+def test_recv_only_reader_against_schedstat(recv_only, timing):
+    """Bytes exactly; app time + nested softirq against the thread's on-CPU time minus its user
+    time, within SCHEDSTAT_BOUND (and never above it: steer must not invent time)."""
+    tracer = Tracer(timing=timing).start()
+    try:
+        truth, f = _reader_run(recv_only, tracer)
+    finally:
+        tracer.stop()
+    kernel_side = (truth["oncpu_ns"] - truth["utime_ticks"] * 1e9 / HZ) / 1e9
+    ours = f.app_seconds + f.app_nested_seconds
+    print(f"{timing}: read {truth['bytes']} B, steer app_bytes {f.app_bytes} B, rx {f.rx_bytes} B; "
+          f"steer app {f.app_seconds:.3f} + nested {f.app_nested_seconds:.3f} = {ours:.3f} s, "
+          f"schedstat on-CPU - user = {kernel_side:.3f} s ({ours / kernel_side - 1:+.1%}); "
+          f"app CPU {f.app_cpu} (pinned {READER_CPU})")
+    assert f.app_bytes == truth["bytes"]
+    if timing == "sampled":   # the socket's in-order count: what the reader got
+        assert abs(f.rx_bytes - truth["bytes"]) <= 0.001 * truth["bytes"]
+    else:                     # every payload byte up the stack, retransmitted ones included
+        assert truth["bytes"] * 0.999 <= f.rx_bytes <= truth["bytes"] * 1.01
+    assert f.app_cpu == READER_CPU
+    assert ours <= kernel_side * 1.05
+    assert (kernel_side - ours) / kernel_side < SCHEDSTAT_BOUND[timing]
+
+
+def sampling_bound(seconds: float, hz: int = DEFAULT_SAMPLE_HZ) -> float:
+    """The relative error sampled timing is held to against exact, for a flow that took SECONDS of
+    CPU: 10%, plus three standard deviations of a count of seconds*hz samples (1/sqrt(n) each)."""
+    return 0.10 + 3 / (seconds * hz) ** 0.5
+
+
+def test_sampled_agrees_with_exact_on_the_same_traffic():
+    """Both tracers at once on two lab flows (softirq on one CPU, reader on another, and both on
+    one CPU): each flow above 1% of a CPU agrees within sampling_bound, kernel and app side. The
+    exact tracer's own per-event work lands inside the times both measure."""
+    flows = [LabFlow(SENDER_CPU, READER_CPU), LabFlow(SENDER_CPU, SENDER_CPU)]
+    topo = read_topology()
+    exact = Tracer(timing="exact").start()
+    sampled = Tracer(timing="sampled").start()
+    try:
+        with Lab(flows, seconds=SECONDS) as lab:
+            lab.start_servers()
+            e0, s0 = exact.sample(), sampled.sample()
+            lab.start_clients()
+            results = lab.wait(timeout=SECONDS + 30)
+            time.sleep(0.2)
+            e1, s1 = exact.sample(), sampled.sample()
+    finally:
+        sampled.stop()
+        exact.stop()
+    ex = build_snapshot(e0, e1, topo, exact.capabilities)
+    sa = {f.flow: f for f in build_snapshot(s0, s1, topo, sampled.capabilities).flows}
+    checked = 0
+    for r in results:
+        assert r.error is None, r.error
+        f = next(f for f in ex.flows if f.flow.dport == r.flow.port and f.flow.sport == r.sender_port)
+        g = sa[f.flow]
+        assert g.app_bytes == f.app_bytes
+        # the socket's count starts at the first read the tracer saw, so it may miss what was
+        # queued before it; a window of 1 MB in GBs
+        assert abs(g.rx_bytes - g.app_bytes) <= 0.001 * g.app_bytes
+        for side in ("kernel_seconds", "app_seconds"):
+            want, got = getattr(f, side), getattr(g, side)
+            if want < 0.01 * f.duration:
+                continue   # below 1% of a CPU: not held to a bound
+            bound = sampling_bound(want)
+            print(f"{f.flow} {side}: exact {want:.3f} s, sampled {got:.3f} s "
+                  f"({got / want - 1:+.1%}, bound {bound:.1%})")
+            assert abs(got - want) / want < bound
+            checked += 1
+        assert g.kernel_cpu == f.kernel_cpu and g.app_cpu == f.app_cpu
+        assert g.placement.cls == f.placement.cls
+    assert checked >= 3
+
+
+def test_sampled_timing_hooks_no_syscall():
+    tracer = Tracer(timing="sampled").start()
+    try:
+        attached = set(tracer.attached_programs)
+        assert attached.isdisjoint(SYSCALL_PROGRAMS), attached
+        assert {"ft_sample", "ft_skb_hint"} <= attached
+        assert tracer.capabilities.timing.startswith("available (sampled")
+    finally:
+        tracer.stop()
