@@ -91,6 +91,17 @@ def alternate(a, b, pairs: int) -> list[tuple[float, float]]:
     return out
 
 
+def compare_modes(run, pairs: int, what: str) -> tuple[dict, dict]:
+    """RUN(mode) for every tracer mode against RUN(None), PAIRS ABBA pairs each: the ratio
+    statistics and the raw pairs, by mode."""
+    results, runs = {}, {}
+    for mode in TRACER_MODES:
+        print(f"{what}, {mode}: {pairs} pairs, A = no tracer, B = {mode}")
+        runs[mode] = alternate(lambda: run(None), lambda: run(mode), pairs)
+        results[mode] = ratio_stats(runs[mode])
+    return results, runs
+
+
 def stats(values: list[float]) -> dict:
     values = [v for v in values if v is not None]
     if not values:

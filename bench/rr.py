@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 
-from .common import (TRACER_MODES, alternate, fmt, parser, ratio_stats, require_root, stats, traced,
+from .common import (compare_modes, fmt, parser, require_root, stats, traced,
                      write)
 
 CLIENTS = 20   # redis-benchmark's default connection count
@@ -60,12 +60,7 @@ def main(argv=None) -> int:
             rows = [r for r in csv.reader(io.StringIO(out)) if r and r[0] == "GET"]
             return float(rows[-1][1])
 
-        results, runs = {}, {}
-        for mode in TRACER_MODES:
-            print(f"redis GET, {mode}: {args.pairs} pairs, A = no tracer, B = {mode}")
-            pairs = alternate(lambda: run(None), lambda: run(mode), args.pairs)
-            results[mode] = ratio_stats(pairs)
-            runs[mode] = pairs
+        results, runs = compare_modes(run, args.pairs, "redis GET")
     finally:
         server.kill()
         server.wait()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .common import (HERE, TRACER_MODES, alternate, fmt, parser, ratio_stats, require_root, stats,
+from .common import (HERE, compare_modes, fmt, parser, require_root, stats,
                      traced, write)
 
 BUILD = os.path.join(os.path.dirname(HERE), "build")
@@ -45,12 +45,7 @@ def main(argv=None) -> int:
                                  capture_output=True, text=True, check=True).stdout
         return float(out)
 
-    results, runs = {}, {}
-    for mode in TRACER_MODES:
-        print(f"syscall tax, {mode}: {args.pairs} pairs, A = no tracer, B = {mode}")
-        pairs = alternate(lambda: run(None), lambda: run(mode), args.pairs)
-        results[mode] = ratio_stats(pairs)
-        runs[mode] = pairs
+    results, runs = compare_modes(run, args.pairs, "syscall tax")
     base = stats([a for pairs in runs.values() for a, _ in pairs])
     rows = [f"| {mode} | {fmt(base.get('median'), '.1f')} | "
             f"{fmt(stats([b for _, b in runs[mode]]).get('median'), '.1f')} | "

@@ -52,10 +52,11 @@ def _bounded_int(lo: int, hi: int):
     return parse
 
 
-def _tracer_options(p: argparse.ArgumentParser) -> None:
+def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
+    """TIMING: this command's default timing mode, where it is not the always-on one."""
     from .tracer import DEFAULT_SAMPLE_HZ, DEFAULT_TIMING, MAX_SAMPLE_HZ, TIMINGS
     g = p.add_argument_group("tracer")
-    g.add_argument("--timing", choices=TIMINGS, default=DEFAULT_TIMING,
+    g.add_argument("--timing", choices=TIMINGS, default=timing or DEFAULT_TIMING,
                    help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
                         "1/--sample-hz s, charged to the flow the CPU works on; per-flow seconds "
                         "are estimates, bytes are exact, and nothing runs on unrelated system "
@@ -253,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --dev: the receiver to start and pin, e.g. 'iperf3 -s -p 5201'; "
                          "a client on another host must send to it for the whole sweep")
     sw.add_argument("--port", type=int, default=5201, help="TCP port of the swept flow")
-    _tracer_options(sw)
+    # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU
+    _tracer_options(sw, timing="exact")
 
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
