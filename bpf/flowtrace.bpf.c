@@ -93,6 +93,9 @@ struct cpu_state {
 	__u64 sample_ns;	/* sampled timing: bpf_ktime_get_ns() at the previous sample, a clock
 				 * good to one period for last_seen_ns (tracing programs may not
 				 * call bpf_ktime_get_coarse_ns) */
+	__u64 sample_idle;	/* sampled timing: idle_ns (and the open idle period) at it */
+	__u64 idle_ns;		/* time the idle task held this CPU (sched_switch) */
+	__u64 idle_start;	/* start of the idle task's turn under way, 0 when a task runs */
 	struct ft_flow_key cur;
 	__u8 ctx;		/* CTX_* */
 	__u8 cur_valid;		/* cur holds the flow of the last skb */
@@ -593,6 +596,7 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 	struct cpu_state *s;
 	struct sock_state *ss = 0, fresh = {};
 	struct ft_flow_stats *st;
+	struct tcp_sock *tp;
 	__u64 bytes;
 	__u32 segs;
 
@@ -607,9 +611,10 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 		/* first read seen: the bytes this call returned arrived while tracing, the rest of
 		 * what the socket received before did not (or cannot be told apart) */
 		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
-		if (ss->flow.proto == IPPROTO_TCP) {
-			ss->bytes_received = BPF_CORE_READ((struct tcp_sock *)sk, bytes_received);
-			ss->segs_in = BPF_CORE_READ((struct tcp_sock *)sk, segs_in);
+		tp = ss->flow.proto == IPPROTO_TCP ? bpf_skc_to_tcp_sock(sk) : 0;
+		if (tp) {
+			ss->bytes_received = tp->bytes_received;
+			ss->segs_in = tp->segs_in;
 			if (ret > 0)
 				ss->bytes_received -= ret;
 		}
@@ -623,9 +628,11 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 	s = this_cpu_state();
 	if (s)
 		st->last_seen_ns = s->sample_ns;
-	if (ss->flow.proto == IPPROTO_TCP && ss != &fresh) {
-		bytes = BPF_CORE_READ((struct tcp_sock *)sk, bytes_received);
-		segs = BPF_CORE_READ((struct tcp_sock *)sk, segs_in);
+	/* a typed tcp_sock: its counters are plain loads, not probe reads */
+	tp = ss->flow.proto == IPPROTO_TCP && ss != &fresh ? bpf_skc_to_tcp_sock(sk) : 0;
+	if (tp) {
+		bytes = tp->bytes_received;
+		segs = tp->segs_in;
 		st->rx_bytes += bytes - ss->bytes_received;
 		st->rx_packets += segs - ss->segs_in;
 		ss->bytes_received = bytes;
@@ -898,6 +905,51 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
  * per-packet work left is ft_skb_hint's one store; the cost grows with the sample rate instead of
  * the packet and syscall rates, and unrelated syscalls pay nothing. */
 
+/* A sample in a task stands for the time tasks (not the idle task) ran on the CPU since the
+ * previous such sample, not for one nominal period: a timer that fires late (interrupts off, or
+ * a virtual CPU woken late from a halt, where the kernel forwards the timer and drops the
+ * periods it missed) would otherwise lose that time, and the idle loop's own work would be
+ * charged to whichever task it woke. sched_switch brackets the idle task's turns; a sample taken
+ * on the idle task's stack (a softirq on an idle CPU) stands for one period and leaves the
+ * tasks' account alone. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(ft_idle_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct cpu_state *s = this_cpu_state();
+	__u64 now;
+
+	if (!s || (prev->pid && next->pid))
+		return 0;	/* task to task: nothing to note */
+	now = bpf_ktime_get_ns();
+	if (!next->pid) {
+		if (!s->idle_start)
+			s->idle_start = now;
+	} else if (s->idle_start) {
+		s->idle_ns += now - s->idle_start;
+		s->idle_start = 0;
+	}
+	return 0;
+}
+
+/* the longest task time one sample may stand for: beyond it something stopped the sampler
+ * (throttling, a CPU coming back online), and the CPU's context is not known for that long */
+#define MAX_SAMPLE_WEIGHT_PERIODS	100
+
+static __always_inline __u64 sample_weight(struct cpu_state *s, __u64 now, __u64 period)
+{
+	__u64 idle, wall, slept, w;
+
+	if (!bpf_get_current_task_btf()->pid)
+		return period;
+	idle = s->idle_ns + (s->idle_start ? now - s->idle_start : 0);
+	wall = now - s->sample_ns;
+	slept = idle - s->sample_idle;
+	w = !s->sample_ns ? period : wall > slept ? wall - slept : 0;
+	s->sample_ns = now;
+	s->sample_idle = idle;
+	return w < period * MAX_SAMPLE_WEIGHT_PERIODS ? w : period * MAX_SAMPLE_WEIGHT_PERIODS;
+}
+
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 {
@@ -910,7 +962,7 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 
 /* frames of the interrupted kernel stack looked at: net_rx_action sits ~15-25 frames below the
  * deepest TCP function, and a softirq that interrupted a syscall adds the syscall's frames below */
-#define FT_STACK_DEPTH	64
+#define FT_STACK_DEPTH	24
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -1016,6 +1068,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	__u64 period = ctx->sample_period, llc, dllc;
 	__u32 cpu = bpf_get_smp_processor_id();
 	int where, kthread;
+	char comm[8];
 
 	if (!s || !tot)
 		return 0;
@@ -1024,12 +1077,23 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	dllc = s->sample_llc ? llc - s->sample_llc : 0;
 	s->sample_llc = llc;
 	tot->samples++;
-	s->sample_ns = bpf_ktime_get_ns();
+	period = sample_weight(s, bpf_ktime_get_ns(), period);
 	if (sampled_user_mode(ctx))
 		return 0;
 	tot->samples_kernel_mode++;
 	where = where_sampled(ctx);
-	kthread = where == WHERE_TASK && current_is_cpumap_kthread();
+	kthread = 0;
+	if (where == WHERE_TASK) {
+		bpf_get_current_comm(comm, sizeof(comm));
+		/* threaded NAPI (napi/<dev>-<id>) runs the NET_RX work in a kthread, bh disabled */
+		if (comm[0] == 'n' && comm[1] == 'a' && comm[2] == 'p' && comm[3] == 'i' &&
+		    comm[4] == '/')
+			where = WHERE_NET_RX;
+		/* cpumap kthreads are named "cpumap/<cpu>/map:<id>" (kernel/bpf/cpumap.c) */
+		else if (comm[0] == 'c' && comm[1] == 'p' && comm[2] == 'u' && comm[3] == 'm' &&
+			 comm[4] == 'a' && comm[5] == 'p' && comm[6] == '/')
+			kthread = 1;
+	}
 
 	if (where == WHERE_NET_RX || kthread) {
 		st = hint_flow(s, &k) == 0 ? flow_entry(&k, cpu, tot) : 0;

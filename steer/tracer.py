@@ -47,7 +47,7 @@ SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit", "ft_sched_switch")
 # call one read of the socket's counters, nothing on other syscalls.
 EXACT_PROGRAMS = ("ft_softirq_entry", "ft_softirq_exit", "ft_netif_receive_skb", "ft_xdp_redirect",
                   "ft_xdp_cpumap_kthread", *SYSCALL_PROGRAMS)
-SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample")
+SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample", "ft_idle_switch")
 TIMINGS = ("sampled", "exact")
 DEFAULT_TIMING = "sampled"
 DEFAULT_SAMPLE_HZ = 1000   # per CPU: 1 ms of a busy CPU per sample; a flow at 10% of a CPU gets

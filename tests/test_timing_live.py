@@ -64,18 +64,17 @@ def _reader_run(recv_only, tracer):
     return {k: int(v) for k, v in truth.items()}, flow
 
 
-# How far below the scheduler's on-CPU time each mode may read on this 2-vCPU Firecracker VM.
-# Measured 2026-11-22 with this reader: exact -11% to -33%, sampled -21% to -48% (1 kHz; -21% at
-# 5 kHz): the reader sleeps and wakes thousands of times a second on an otherwise idle vCPU, and
-# neither the tracepoint brackets nor the cpu-clock samples see all of that time here. Issue #12
-# asks for 10%; that is not met yet, and these bounds only keep it from getting worse.
-SCHEDSTAT_BOUND = {"exact": 0.40, "sampled": 0.60}
+# How far from the scheduler's on-CPU time each mode may read on this 2-vCPU Firecracker VM, for a
+# reader that sleeps and wakes thousands of times a second on an otherwise idle vCPU. Measured
+# 2026-11-22: exact -11% to -33% (part of that time is outside every bracket); sampled -10% to
+# -12%. Issue #12 asks for 10%; the bounds keep either from getting worse unnoticed.
+SCHEDSTAT_BOUND = {"exact": (-0.40, 0.05), "sampled": (-0.20, 0.10)}
 
 
 @pytest.mark.parametrize("timing", ["exact", "sampled"])
 def test_recv_only_reader_against_schedstat(recv_only, timing):
     """Bytes exactly; app time + nested softirq against the thread's on-CPU time minus its user
-    time, within SCHEDSTAT_BOUND (and never above it: steer must not invent time)."""
+    time, within SCHEDSTAT_BOUND."""
     tracer = Tracer(timing=timing).start()
     try:
         truth, f = _reader_run(recv_only, tracer)
@@ -93,8 +92,8 @@ def test_recv_only_reader_against_schedstat(recv_only, timing):
     else:                     # every payload byte up the stack, retransmitted ones included
         assert truth["bytes"] * 0.999 <= f.rx_bytes <= truth["bytes"] * 1.01
     assert f.app_cpu == READER_CPU
-    assert ours <= kernel_side * 1.05
-    assert (kernel_side - ours) / kernel_side < SCHEDSTAT_BOUND[timing]
+    low, high = SCHEDSTAT_BOUND[timing]
+    assert low < ours / kernel_side - 1 < high
 
 
 def sampling_bound(seconds: float, hz: int = DEFAULT_SAMPLE_HZ) -> float:
@@ -130,9 +129,11 @@ def test_sampled_agrees_with_exact_on_the_same_traffic():
         f = next(f for f in ex.flows if f.flow.dport == r.flow.port and f.flow.sport == r.sender_port)
         g = sa[f.flow]
         assert g.app_bytes == f.app_bytes
-        # the socket's count starts at the first read the tracer saw, so it may miss what was
-        # queued before it; a window of 1 MB in GBs
-        assert abs(g.rx_bytes - g.app_bytes) <= 0.001 * g.app_bytes
+        # the socket's in-order count: all the reader got, and what reached the socket but was
+        # never read (iperf3's server stops reading at the end), but no retransmitted duplicate
+        # (the exact mode counts those on the stack)
+        print(f"{f.flow}: rx exact {f.rx_bytes} B, sampled {g.rx_bytes} B, read {g.app_bytes} B")
+        assert g.app_bytes <= g.rx_bytes <= f.rx_bytes * 1.0001
         for side in ("kernel_seconds", "app_seconds"):
             want, got = getattr(f, side), getattr(g, side)
             if want < 0.01 * f.duration:
