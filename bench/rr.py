@@ -3,12 +3,14 @@ redis-benchmark -c 20 to another) with each tracer mode attached (B) vs none (A)
 Many small requests and many syscalls per byte: where per-packet and per-syscall tracing cost
 shows most. Target for the default (sampled) mode: B/A >= 0.97.
 
-    sudo .venv/bin/python -m bench.rr [--pairs 8] [--requests 200000]
+One redis-benchmark runs for the whole measurement and each window's rate is the server's own
+count of commands (INFO stats) over --seconds: runs of redis-benchmark of their own varied by
++-15% here, from start-up to start-up, which drowned a 3% effect.
+
+    sudo .venv/bin/python -m bench.rr [--pairs 12] [--seconds 5]
 """
 from __future__ import annotations
 
-import csv
-import io
 import os
 import shutil
 import socket
@@ -19,6 +21,24 @@ from .common import (compare_modes, fmt, parser, require_root, stats, traced,
                      write)
 
 CLIENTS = 20   # redis-benchmark's default connection count
+ENDLESS = 10**10   # requests for the one redis-benchmark: it runs until the measurement kills it
+WARMUP_SECONDS = 10   # load before the first window: connections, buffers and caches settle
+
+
+def commands_processed(port: int) -> int:
+    """The server's total_commands_processed, by one INFO over a connection of its own."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"*2\r\n$4\r\nINFO\r\n$5\r\nstats\r\n")
+        buf = b""
+        while b"total_commands_processed:" not in buf or not buf.endswith(b"\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    for line in buf.decode().splitlines():
+        if line.startswith("total_commands_processed:"):
+            return int(line.split(":")[1])
+    raise SystemExit("redis INFO has no total_commands_processed")
 
 
 def free_port() -> int:
@@ -28,21 +48,21 @@ def free_port() -> int:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0], pairs=8)
-    p.add_argument("--requests", type=int, default=200_000, help="GET requests per run")
+    p = parser(__doc__.splitlines()[0], pairs=12, seconds=5.0)
     args = p.parse_args(argv)
     require_root()
     for tool in ("redis-server", "redis-benchmark"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} not found: apt-get install redis-server redis-tools")
     if args.smoke:
-        args.pairs, args.requests = 1, 20_000
+        args.pairs, args.seconds = 1, 1.0
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu, client_cpu = cpus[-1], cpus[0]
     port = free_port()
     server = subprocess.Popen(["taskset", "-c", str(server_cpu), "redis-server", "--port", str(port),
                                "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = None
     try:
         deadline = time.monotonic() + 10
         while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
@@ -51,30 +71,38 @@ def main(argv=None) -> int:
                 raise SystemExit("redis-server did not start")
             time.sleep(0.1)
 
+        client = subprocess.Popen(["taskset", "-c", str(client_cpu), "redis-benchmark", "-p",
+                                   str(port), "-t", "get", "-n", str(ENDLESS), "-c", str(CLIENTS),
+                                   "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0 if args.smoke else WARMUP_SECONDS)
+
         def run(mode):
             with traced(mode):
-                out = subprocess.run(["taskset", "-c", str(client_cpu), "redis-benchmark", "-p",
-                                      str(port), "-t", "get", "-n", str(args.requests), "-c",
-                                      str(CLIENTS), "--csv"],
-                                     capture_output=True, text=True, check=True).stdout
-            rows = [r for r in csv.reader(io.StringIO(out)) if r and r[0] == "GET"]
-            return float(rows[-1][1])
+                n0, t0 = commands_processed(port), time.monotonic()
+                time.sleep(args.seconds)
+                n1, t1 = commands_processed(port), time.monotonic()
+            if client.poll() is not None:
+                raise SystemExit("redis-benchmark stopped")
+            return (n1 - n0) / (t1 - t0)
 
         results, runs = compare_modes(run, args.pairs, "redis GET")
     finally:
-        server.kill()
-        server.wait()
+        for proc in (client, server):
+            if proc:
+                proc.kill()
+                proc.wait()
     rows = [f"| {mode} | {fmt(stats([a for a, _ in runs[mode]]).get('median'), ',.0f')} | "
             f"{fmt(stats([b for _, b in runs[mode]]).get('median'), ',.0f')} | "
             f"{fmt(r.get('median'))} | {fmt(r.get('min'))} | {fmt(r.get('max'))} |"
             for mode, r in results.items()]
     table = "\n".join([
-        f"### Request/response: redis GET ({args.pairs} pairs x {args.requests:,} requests, "
-        f"-c {CLIENTS}, server CPU {server_cpu}, client CPU {client_cpu}, loopback)", "",
+        f"### Request/response: redis GET ({args.pairs} pairs x {args.seconds:g} s windows of one "
+        f"redis-benchmark -c {CLIENTS}, server CPU {server_cpu}, client CPU {client_cpu}, "
+        "loopback)", "",
         "| tracer | requests/s without (median) | requests/s with (median) | ratio with/without: median | min | max |",
         "|---|---|---|---|---|---|", *rows, "",
         "Target for the default (sampled) mode: >= 0.97."])
-    write("rr", args.out, {"pairs": args.pairs, "requests": args.requests, "clients": CLIENTS,
+    write("rr", args.out, {"pairs": args.pairs, "seconds": args.seconds, "clients": CLIENTS,
                            "server_cpu": server_cpu, "client_cpu": client_cpu, "runs": runs,
                            "ratio": results, "smoke": args.smoke}, table)
     return 0

@@ -1,7 +1,7 @@
 """Syscall tax: ns per unrelated system call (getppid() in a C loop, pinned) with each tracer mode
 attached (B) vs none (A), alternated. Target for the default (sampled) mode: B/A <= 1.05.
 
-    sudo .venv/bin/python -m bench.syscall_tax [--pairs 5] [--calls 2000000]
+    sudo .venv/bin/python -m bench.syscall_tax [--pairs 10] [--calls 5000000]
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def build_loop() -> str:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0], pairs=5)
-    p.add_argument("--calls", type=int, default=2_000_000, help="getppid() calls per run")
+    p = parser(__doc__.splitlines()[0], pairs=10)
+    p.add_argument("--calls", type=int, default=5_000_000, help="getppid() calls per run")
     p.add_argument("--cpu", type=int, default=None,
                    help="CPU the loop is pinned to (default: the last one)")
     args = p.parse_args(argv)
