@@ -12,13 +12,15 @@ from steer.kernel import BpfObject, prog_run_stats
 from steer.lab import Lab, LabFlow
 from steer.tracer import Tracer, bpf_dir
 
-from .common import fmt, lab_reader_cpu, parser, require_root, write
+from .common import TRACER_MODES, fmt, lab_reader_cpu, parser, require_root, write
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
 
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0], seconds=10.0)
+    p.add_argument("--timing", choices=list(TRACER_MODES), default="sampled",
+                   help="the tracer's timing mode")
     args = p.parse_args(argv)
     require_root()
     if args.smoke:
@@ -29,7 +31,7 @@ def main(argv=None) -> int:
     try:
         with open(STATS, "w") as f:
             f.write("1")
-        tracer = Tracer().start()
+        tracer = Tracer(**TRACER_MODES[args.timing]).start()
         floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), no_pin=True)
         floor.attach_all()
         floor_progs = {n: floor.prog_fd(n) for n in floor.programs()}
@@ -61,7 +63,8 @@ def main(argv=None) -> int:
     fl = {p: v["ns_per_event"] for p, v in per_event.items() if p.startswith("floor_")}
     gb = (res.received_bytes or 0) / 1e9
     table = "\n".join([
-        f"### Per-event cost ({args.seconds:g} s of lab traffic, {gb:.1f} GB received)", "",
+        f"### Per-event cost, {args.timing} timing ({args.seconds:g} s of lab traffic, "
+        f"{gb:.1f} GB received)", "",
         "| program | events | ns per event |", "|---|---|---|", *rows, "",
         f"Median over steer's programs with more than 1,000 events: {fmt(med, '.1f')} ns (target <= 60). "
         f"The floor on this host, measured alongside: an empty program costs "
@@ -69,7 +72,8 @@ def main(argv=None) -> int:
         f"{fmt(fl.get('floor_clock'), '.1f')} ns (bpf_stats itself reads the clock twice per run). "
         f"All programs together: {total_ns / 1e9:.3f} CPU-seconds, "
         f"{fmt(total_ns / 1e9 / gb if gb else None, '.4f')} CPU-seconds per GB received."])
-    write("event_cost", args.out, {"seconds": args.seconds, "programs": per_event, "floor": fl,
+    name = "event_cost" if args.timing == "sampled" else f"event_cost_{args.timing}"
+    write(name, args.out, {"timing": args.timing, "seconds": args.seconds, "programs": per_event, "floor": fl,
                                    "median_ns_per_event": med, "received_bytes": res.received_bytes,
                                    "smoke": args.smoke}, table)
     return 0

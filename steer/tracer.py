@@ -212,10 +212,6 @@ class Capabilities:
     timing: str = "available (exact)"
 
     @property
-    def sampled(self) -> bool:
-        return "sampled" in self.timing
-
-    @property
     def llc_available(self) -> bool:
         return self.llc.startswith("available")
 
@@ -306,7 +302,7 @@ class Tracer:
                                   "(use --timing exact)")
 
         llc_status, counters = self._open_counters()
-        clocks = self._open_clocks() if sampled else []
+        clocks: list[PerfCounter] = []
         tried: list[str] = []
         for hook, programs, flags_arg, why_not in self._app_hook_candidates():
             if why_not:
@@ -316,6 +312,14 @@ class Tracer:
                              timing=abi.FT_TIMING_SAMPLED if sampled else abi.FT_TIMING_EXACT)
             for i, (lo, hi) in enumerate(text):
                 cfg.text[i][0], cfg.text[i][1] = lo, hi
+            try:
+                # fresh events for each attempt: an attached one belongs to its link, which a
+                # failed attempt destroys
+                clocks = self._open_clocks() if sampled else []
+            except TracerError:
+                for c in counters:
+                    c.close()
+                raise
             if hook != "off":
                 off = disable - set(programs)
             elif sampled:
@@ -340,6 +344,8 @@ class Tracer:
                     c.fd = -1   # libbpf's link owns the event now and closes it with the link
                 break
             except KernelError as e:
+                for c in clocks:
+                    c.close()
                 self.stop()
                 # kernels refuse a hook they cannot run in several ways (ENOTSUPP, EPERM, EINVAL);
                 # whatever else is wrong fails the last attempt, which loads no hook, as well
