@@ -18,11 +18,15 @@ ALL_MIRRORS = [(OBJ, n, m) for n, m in sorted(abi.MIRRORS.items())] + \
     [(STEER_OBJ, n, m) for n, m in sorted(steer_abi.MIRRORS.items())]
 
 
+def btf_raw(path):
+    return subprocess.run(["bpftool", "btf", "dump", "file", path, "format", "raw"],
+                          capture_output=True, text=True, check=True).stdout
+
+
 def btf_structs(path):
     """{struct name: (size, {member: byte offset})} from the object's BTF, read by bpftool."""
-    out = subprocess.run(["bpftool", "btf", "dump", "file", path, "format", "raw"],
-                         capture_output=True, text=True, check=True).stdout
     structs, cur = {}, None
+    out = btf_raw(path)
     for line in out.splitlines():
         m = re.match(r"\[\d+\] STRUCT '(\w+)' size=(\d+)", line)
         if m:
@@ -61,9 +65,8 @@ def test_python_mirror_matches_btf(built, obj, name, mirror):
 
 def btf_enums(path):
     """{enum name: {enumerator: value}} from the object's BTF."""
-    out = subprocess.run(["bpftool", "btf", "dump", "file", path, "format", "raw"],
-                         capture_output=True, text=True, check=True).stdout
     enums, cur = {}, None
+    out = btf_raw(path)
     for line in out.splitlines():
         m = re.match(r"\[\d+\] ENUM '(\w+)'", line)
         if m:
