@@ -915,11 +915,14 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 SEC("tp_btf/sched_switch")
 int BPF_PROG(ft_idle_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	struct cpu_state *s = this_cpu_state();
+	struct cpu_state *s;
 	__u64 now;
 
-	if (!s || (prev->pid && next->pid))
-		return 0;	/* task to task: nothing to note */
+	if (prev->pid && next->pid)
+		return 0;	/* task to task, the common switch: nothing to note */
+	s = this_cpu_state();
+	if (!s)
+		return 0;
 	now = bpf_ktime_get_ns();
 	if (!next->pid) {
 		if (!s->idle_start)
