@@ -347,14 +347,19 @@ static __always_inline int same_flow(const struct ft_flow_key *a, const struct f
 	return 1;
 }
 
+/* cpumap kthreads are named "cpumap/<cpu>/map:<id>" (kernel/bpf/cpumap.c) */
+static __always_inline int comm_is_cpumap(const char *comm)
+{
+	return comm[0] == 'c' && comm[1] == 'p' && comm[2] == 'u' && comm[3] == 'm' &&
+	       comm[4] == 'a' && comm[5] == 'p' && comm[6] == '/';
+}
+
 static __always_inline int current_is_cpumap_kthread(void)
 {
 	char comm[8];
 
-	/* cpumap kthreads are named "cpumap/<cpu>/map:<id>" (kernel/bpf/cpumap.c) */
 	bpf_get_current_comm(comm, sizeof(comm));
-	return comm[0] == 'c' && comm[1] == 'p' && comm[2] == 'u' && comm[3] == 'm' &&
-	       comm[4] == 'a' && comm[5] == 'p' && comm[6] == '/';
+	return comm_is_cpumap(comm);
 }
 
 SEC("tp_btf/softirq_entry")
@@ -1092,9 +1097,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		if (comm[0] == 'n' && comm[1] == 'a' && comm[2] == 'p' && comm[3] == 'i' &&
 		    comm[4] == '/')
 			where = WHERE_NET_RX;
-		/* cpumap kthreads are named "cpumap/<cpu>/map:<id>" (kernel/bpf/cpumap.c) */
-		else if (comm[0] == 'c' && comm[1] == 'p' && comm[2] == 'u' && comm[3] == 'm' &&
-			 comm[4] == 'a' && comm[5] == 'p' && comm[6] == '/')
+		else if (comm_is_cpumap(comm))
 			kthread = 1;
 	}
 
