@@ -90,9 +90,10 @@ struct cpu_state {
 	__u16 hint_proto;	/* Ethernet protocol, network order */
 	__u8 hint_pad[6];
 	__u64 sample_llc;	/* sampled timing: the LLC counter at the previous sample */
-	__u64 sample_ns;	/* sampled timing: bpf_ktime_get_ns() at the previous sample, a clock
+	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock
 				 * good to one period for last_seen_ns (tracing programs may not
 				 * call bpf_ktime_get_coarse_ns) */
+	__u64 sample_ns;	/* sampled timing: the last sample taken in a task */
 	__u64 sample_idle;	/* sampled timing: idle_ns (and the open idle period) at it */
 	__u64 idle_ns;		/* time the idle task held this CPU (sched_switch) */
 	__u64 idle_start;	/* start of the idle task's turn under way, 0 when a task runs */
@@ -604,6 +605,7 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 	struct tcp_sock *tp;
 	__u64 bytes;
 	__u32 segs;
+	int first = 0;
 
 	if (!tot || !sk || (flags & MSG_PEEK))
 		return;
@@ -613,31 +615,29 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 		ss = &fresh;
 		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
 	} else if (!ss->flow_ok) {
-		/* first read seen: the bytes this call returned arrived while tracing, the rest of
-		 * what the socket received before did not (or cannot be told apart) */
 		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
-		tp = ss->flow.proto == IPPROTO_TCP ? bpf_skc_to_tcp_sock(sk) : 0;
-		if (tp) {
-			ss->bytes_received = tp->bytes_received;
-			ss->segs_in = tp->segs_in;
-			if (ret > 0)
-				ss->bytes_received -= ret;
-		}
+		first = 1;
 	}
 	if (ss->flow_ok != 1)
 		return;
+	/* a typed tcp_sock: its counters are plain loads, not probe reads */
+	tp = ss->flow.proto == IPPROTO_TCP && ss != &fresh ? bpf_skc_to_tcp_sock(sk) : 0;
+	bytes = tp ? tp->bytes_received : 0;
+	segs = tp ? tp->segs_in : 0;
+	if (tp && first) {
+		/* first read seen: the bytes this call returned arrived while tracing, the rest of
+		 * what the socket received before did not (or cannot be told apart) */
+		ss->bytes_received = bytes - (ret > 0 ? ret : 0);
+		ss->segs_in = segs;
+	}
 	st = flow_entry(&ss->flow, bpf_get_smp_processor_id(), tot);
 	if (!st)
 		return;
 	count_read(st, ret);
 	s = this_cpu_state();
 	if (s)
-		st->last_seen_ns = s->sample_ns;
-	/* a typed tcp_sock: its counters are plain loads, not probe reads */
-	tp = ss->flow.proto == IPPROTO_TCP && ss != &fresh ? bpf_skc_to_tcp_sock(sk) : 0;
+		st->last_seen_ns = s->clock_ns;
 	if (tp) {
-		bytes = tp->bytes_received;
-		segs = tp->segs_in;
 		st->rx_bytes += bytes - ss->bytes_received;
 		st->rx_packets += segs - ss->segs_in;
 		ss->bytes_received = bytes;
@@ -1085,7 +1085,8 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	dllc = s->sample_llc ? llc - s->sample_llc : 0;
 	s->sample_llc = llc;
 	tot->samples++;
-	period = sample_weight(s, bpf_ktime_get_ns(), period);
+	s->clock_ns = bpf_ktime_get_ns();
+	period = sample_weight(s, s->clock_ns, period);
 	if (sampled_user_mode(ctx))
 		return 0;
 	tot->samples_kernel_mode++;
@@ -1109,7 +1110,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 			else
 				st->kernel_ns += period;
 			st->llc_kernel += dllc;
-			st->last_seen_ns = s->sample_ns;
+			st->last_seen_ns = s->clock_ns;
 		} else if (kthread) {
 			tot->kthread_unattributed_ns += period;
 		} else {
@@ -1141,6 +1142,6 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		st->app_nested_ns += period;
 		tot->app_nested_ns += period;
 	}
-	st->last_seen_ns = s->sample_ns;
+	st->last_seen_ns = s->clock_ns;
 	return 0;
 }
