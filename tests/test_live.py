@@ -216,11 +216,13 @@ def test_kill_9_of_top_leaves_nothing_attached():
     p = subprocess.Popen([*STEER, "top", "--duration", "60"], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
     try:
-        # sampled timing (the default): the skb hint, the receive hook, and the sampler (one
-        # link per CPU)
-        assert _wait_for(lambda: len(_our_programs()) >= 3), p.stderr.read() if p.poll() else ""
+        # sampled timing (the default): the skb hint, the receive hook, the idle switch and the
+        # sampler (one link per CPU); wait for the links, which come after every program loaded
+        want = 3 + len(os.sched_getaffinity(0))
+        assert _wait_for(lambda: len(_links_of(_our_programs())) >= want), \
+            p.stderr.read() if p.poll() else ""
         progs = _our_programs()
-        assert len(_links_of(progs)) >= 3
+        assert len(progs) >= 4 and len(_links_of(progs)) >= want
     finally:
         p.kill()
         p.wait()
