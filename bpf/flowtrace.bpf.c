@@ -93,10 +93,6 @@ struct cpu_state {
 	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock
 				 * good to one period for last_seen_ns (tracing programs may not
 				 * call bpf_ktime_get_coarse_ns) */
-	__u64 sample_ns;	/* sampled timing: the last sample taken in a task */
-	__u64 sample_idle;	/* sampled timing: idle_ns (and the open idle period) at it */
-	__u64 idle_ns;		/* time the idle task held this CPU (sched_switch) */
-	__u64 idle_start;	/* start of the idle task's turn under way, 0 when a task runs */
 	struct ft_flow_key cur;
 	__u8 ctx;		/* CTX_* */
 	__u8 cur_valid;		/* cur holds the flow of the last skb */
@@ -562,13 +558,30 @@ static __always_inline int sock_flow(struct sock *sk, struct ft_flow_key *k)
 	return 0;
 }
 
-/* sampled timing: per socket, its flow (parsed once) and the TCP counters at the last read */
+/* sampled timing: a TCP socket's reads add up in its own storage, and reach the flow map only
+ * when they are flushed: when the reader changes CPU or process, at end of file, when the socket
+ * is destroyed, and whenever userspace reads the map (the ft_flush_socks iterator). A read then
+ * costs a storage lookup and two additions, not a hash of the 4-tuple; the flow map is as current
+ * as the last flush, which every sample makes. The rx bytes and segments are the socket's own
+ * counters (tcp_sock.bytes_received, in-order payload, and segs_in) at the flush.
+ * Flushers may race (a reader on one CPU, the iterator on another, a destroy): each counter is
+ * cumulative, and a flush moves its flushed mark forward with a compare-and-swap, so each range
+ * of a counter is flushed exactly once. */
 struct sock_state {
 	struct ft_flow_key flow;
-	__u64 bytes_received;
-	__u32 segs_in;
-	__u8 flow_ok;
+	__u64 read_bytes;	/* cumulative since the first read seen: the reader adds */
+	__u64 read_calls;
+	__u64 flushed_bytes;	/* how much of them is in the flow map: the flushers advance */
+	__u64 flushed_calls;
+	__u64 bytes_received;	/* tcp_sock.bytes_received at the last flush */
+	__u64 segs_in;		/* tcp_sock.segs_in (a __u32) at the last flush: 64 bits, because
+				 * compare-and-swap on 32 bits needs a newer BPF ISA than -mcpu's
+				 * default */
+	__u32 cpu;		/* the CPU and process of the reads not yet flushed */
+	__u32 pid;
+	__u8 flow_ok;		/* 0 not parsed yet, 1 a TCP/UDP flow, 2 something else */
 	__u8 pad[3];
+	char comm[16];
 };
 
 struct {
@@ -592,60 +605,171 @@ static __always_inline void count_read(struct ft_flow_stats *st, int ret)
 	}
 }
 
-/* sampled timing: no per-packet accounting, so a TCP flow's received bytes and segments come from
- * its socket (tcp_sock.bytes_received, in-order payload, and segs_in) at each read; a UDP socket
- * has no such counters, and what it was handed is what it received. SK_STORAGE says whether SK is a
- * typed pointer that can carry socket storage (tracepoint, fexit) or not (kprobe). */
-static __always_inline void on_receive_sampled(struct sock *sk, int ret, int flags, int sk_storage)
+/* move *MARK from what it was to NOW, and return by how much, unless another flusher moved it
+ * first (then it flushes that range, and this one leaves it) */
+static __always_inline __u64 advance(__u64 *mark, __u64 now)
+{
+	__u64 old = *mark;
+
+	if (now == old || __sync_val_compare_and_swap(mark, old, now) != old)
+		return 0;
+	return now - old;
+}
+
+/* put SK's reads and received data since the last flush into the flow map */
+static __always_inline void flush_sock(struct sock *sk, struct sock_state *ss)
 {
 	struct ft_cpu_stats *tot = totals();
-	struct cpu_state *s;
-	struct sock_state *ss = 0, fresh = {};
 	struct ft_flow_stats *st;
 	struct tcp_sock *tp;
-	__u64 bytes;
-	__u32 segs;
-	int first = 0;
+	__u64 bytes, calls, rx = 0;
+	__u32 segs = 0;
 
-	if (!tot || !sk || (flags & MSG_PEEK))
+	if (!tot || ss->flow_ok != 1)
+		return;
+	bytes = advance(&ss->flushed_bytes, ss->read_bytes);
+	calls = advance(&ss->flushed_calls, ss->read_calls);
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (tp && tp->bytes_received < ss->bytes_received) {
+		/* tcp_disconnect zeroed the counters (after its move to TCP_CLOSE, which flushed) */
+		ss->bytes_received = tp->bytes_received;
+		ss->segs_in = tp->segs_in;
+	} else if (tp) {
+		rx = advance(&ss->bytes_received, tp->bytes_received);
+		/* the u32 counter wraps: the delta modulo 2^32 is still right */
+		segs = (__u32)advance(&ss->segs_in, tp->segs_in);
+	}
+	if (!bytes && !calls && !rx && !segs)
+		return;
+	st = flow_entry(&ss->flow, ss->cpu, tot);
+	if (!st)
+		return;
+	/* the entry is another CPU's when the iterator or a destroy flushes: add atomically */
+	__sync_fetch_and_add(&st->app_bytes, bytes);
+	__sync_fetch_and_add(&st->app_calls, calls);
+	__sync_fetch_and_add(&st->rx_bytes, rx);
+	__sync_fetch_and_add(&st->rx_packets, segs);
+	if (st->app_pid != ss->pid) {
+		st->app_pid = ss->pid;
+		__builtin_memcpy(st->app_comm, ss->comm, sizeof(st->app_comm));
+	}
+	st->last_seen_ns = bpf_ktime_get_ns();
+}
+
+/* sampled timing, a UDP socket or a kprobe's untyped pointer (no socket storage): what the read
+ * was handed is what the socket received, counted in the flow map at once */
+static __always_inline void count_read_direct(struct sock *sk, struct ft_flow_key *k, int ret)
+{
+	struct ft_cpu_stats *tot = totals();
+	struct cpu_state *s = this_cpu_state();
+	struct ft_flow_stats *st;
+
+	if (!tot)
+		return;
+	st = flow_entry(k, bpf_get_smp_processor_id(), tot);
+	if (!st)
+		return;
+	count_read(st, ret);
+	if (s)
+		st->last_seen_ns = s->clock_ns;
+	if (ret > 0) {
+		st->rx_bytes += ret;
+		st->rx_packets++;
+	}
+}
+
+/* sampled timing: no per-packet accounting. SK_STORAGE says whether SK is a typed pointer that
+ * can carry socket storage (tracepoint, fexit) or not (kprobe). */
+static __always_inline void on_receive_sampled(struct sock *sk, int ret, int flags, int sk_storage)
+{
+	struct sock_state *ss = 0;
+	struct ft_flow_key k = {};
+	struct tcp_sock *tp;
+	__u32 cpu, pid;
+
+	if (!sk || (flags & MSG_PEEK))
 		return;
 	if (sk_storage)
 		ss = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!ss) {
-		ss = &fresh;
+		if (sock_flow(sk, &k) == 0)
+			count_read_direct(sk, &k, ret);
+		return;
+	}
+	cpu = bpf_get_smp_processor_id();
+	pid = bpf_get_current_pid_tgid() >> 32;
+	if (!ss->flow_ok) {
 		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
-	} else if (!ss->flow_ok) {
-		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
-		first = 1;
+		tp = ss->flow.proto == IPPROTO_TCP ? bpf_skc_to_tcp_sock(sk) : 0;
+		if (tp) {
+			/* the bytes this first read returned arrived while tracing; the rest of what
+			 * the socket received before did not (or cannot be told apart) */
+			ss->bytes_received = tp->bytes_received - (ret > 0 ? ret : 0);
+			ss->segs_in = tp->segs_in;
+		}
+		ss->cpu = cpu;
+		ss->pid = pid;
+		bpf_get_current_comm(ss->comm, sizeof(ss->comm));
 	}
 	if (ss->flow_ok != 1)
 		return;
-	/* a typed tcp_sock: its counters are plain loads, not probe reads */
-	tp = ss->flow.proto == IPPROTO_TCP && ss != &fresh ? bpf_skc_to_tcp_sock(sk) : 0;
-	bytes = tp ? tp->bytes_received : 0;
-	segs = tp ? tp->segs_in : 0;
-	if (tp && first) {
-		/* first read seen: the bytes this call returned arrived while tracing, the rest of
-		 * what the socket received before did not (or cannot be told apart) */
-		ss->bytes_received = bytes - (ret > 0 ? ret : 0);
-		ss->segs_in = segs;
-	}
-	st = flow_entry(&ss->flow, bpf_get_smp_processor_id(), tot);
-	if (!st)
+	if (ss->flow.proto != IPPROTO_TCP) {
+		count_read_direct(sk, &ss->flow, ret);
 		return;
-	count_read(st, ret);
-	s = this_cpu_state();
-	if (s)
-		st->last_seen_ns = s->clock_ns;
-	if (tp) {
-		st->rx_bytes += bytes - ss->bytes_received;
-		st->rx_packets += segs - ss->segs_in;
-		ss->bytes_received = bytes;
-		ss->segs_in = segs;
-	} else if (ret > 0) {
-		st->rx_bytes += ret;
-		st->rx_packets++;
 	}
+	if (ss->cpu != cpu || ss->pid != pid) {
+		/* the reads so far belong to the previous CPU or process */
+		flush_sock(sk, ss);
+		ss->cpu = cpu;
+		if (ss->pid != pid) {
+			ss->pid = pid;
+			bpf_get_current_comm(ss->comm, sizeof(ss->comm));
+		}
+	}
+	if (ret > 0)
+		ss->read_bytes += ret;
+	ss->read_calls++;
+	if (ret == 0)
+		flush_sock(sk, ss);	/* end of file: likely the last read */
+}
+
+/* sampled timing: a TCP socket's final counts reach the flow map on its move to TCP_CLOSE (before
+ * tcp_disconnect, a reset on close, zeroes its counters), and its last reads before its storage
+ * goes */
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(ft_tcp_close, struct sock *sk, int oldstate, int newstate)
+{
+	struct sock_state *ss;
+
+	if (newstate != TCP_CLOSE)
+		return 0;
+	ss = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (ss)
+		flush_sock(sk, ss);
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(ft_tcp_destroy, struct sock *sk)
+{
+	struct sock_state *ss = bpf_sk_storage_get(&socks, sk, 0, 0);
+
+	if (ss)
+		flush_sock(sk, ss);
+	return 0;
+}
+
+/* sampled timing: run by userspace before it reads the flow map, over every socket with reads */
+SEC("iter/bpf_sk_storage_map")
+int ft_flush_socks(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct sock_state *ss = ctx->value;
+	struct sock *sk = ctx->sk;
+
+	if (sk && ss)
+		flush_sock(sk, ss);
+	return 0;
 }
 
 /* one receive call returned RET bytes (or an error) from SK to the current thread */
@@ -910,51 +1034,37 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
  * per-packet work left is ft_skb_hint's one store; the cost grows with the sample rate instead of
  * the packet and syscall rates, and unrelated syscalls pay nothing. */
 
-/* A sample in a task stands for the time tasks (not the idle task) ran on the CPU since the
- * previous such sample, not for one nominal period: a timer that fires late (interrupts off, or
- * a virtual CPU woken late from a halt, where the kernel forwards the timer and drops the
- * periods it missed) would otherwise lose that time, and the idle loop's own work would be
- * charged to whichever task it woke. sched_switch brackets the idle task's turns; a sample taken
- * on the idle task's stack (a softirq on an idle CPU) stands for one period and leaves the
- * tasks' account alone. */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(ft_idle_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	struct cpu_state *s;
-	__u64 now;
-
-	if (prev->pid && next->pid)
-		return 0;	/* task to task, the common switch: nothing to note */
-	s = this_cpu_state();
-	if (!s)
-		return 0;
-	now = bpf_ktime_get_ns();
-	if (!next->pid) {
-		if (!s->idle_start)
-			s->idle_start = now;
-	} else if (s->idle_start) {
-		s->idle_ns += now - s->idle_start;
-		s->idle_start = 0;
-	}
-	return 0;
-}
+/* A sample in a task stands for the time that task ran since its own previous sample, by the
+ * scheduler's account of it (sum_exec_runtime), not for one nominal period: a timer that fires
+ * late (interrupts off, or a virtual CPU woken late from a halt, where the kernel forwards the
+ * timer and drops the periods it missed) would otherwise lose that time, and a task that shares
+ * its CPU with others would be charged theirs. sum_exec_runtime lags by up to a tick while the
+ * task runs; the lags cancel from one sample to the next. A sample taken on the idle task's stack
+ * (a softirq on an idle CPU) stands for one period. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);	/* sum_exec_runtime at the task's previous sample */
+} sampled_runtime SEC(".maps");
 
 /* the longest task time one sample may stand for: beyond it something stopped the sampler
- * (throttling, a CPU coming back online), and the CPU's context is not known for that long */
+ * (throttling, a CPU coming back online), and the task's context is not known for that long */
 #define MAX_SAMPLE_WEIGHT_PERIODS	100
 
-static __always_inline __u64 sample_weight(struct cpu_state *s, __u64 now, __u64 period)
+static __always_inline __u64 sample_weight(__u64 period)
 {
-	__u64 idle, wall, slept, w;
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 *last, runtime, w;
 
-	if (!bpf_get_current_task_btf()->pid)
+	if (!task->pid)
 		return period;
-	idle = s->idle_ns + (s->idle_start ? now - s->idle_start : 0);
-	wall = now - s->sample_ns;
-	slept = idle - s->sample_idle;
-	w = !s->sample_ns ? period : wall > slept ? wall - slept : 0;
-	s->sample_ns = now;
-	s->sample_idle = idle;
+	last = bpf_task_storage_get(&sampled_runtime, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!last)
+		return period;
+	runtime = task->se.sum_exec_runtime;
+	w = !*last ? period : runtime > *last ? runtime - *last : 0;
+	*last = runtime;
 	return w < period * MAX_SAMPLE_WEIGHT_PERIODS ? w : period * MAX_SAMPLE_WEIGHT_PERIODS;
 }
 
@@ -1086,7 +1196,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	s->sample_llc = llc;
 	tot->samples++;
 	s->clock_ns = bpf_ktime_get_ns();
-	period = sample_weight(s, s->clock_ns, period);
+	period = sample_weight(period);
 	if (sampled_user_mode(ctx))
 		return 0;
 	tot->samples_kernel_mode++;

@@ -81,6 +81,9 @@ def _libbpf():
             ("bpf_program__autoload", ctypes.c_bool, [vp]),
             ("bpf_program__attach", vp, [vp]),
             ("bpf_program__attach_perf_event", vp, [vp, i]),
+            ("bpf_program__attach_iter", vp, [vp, vp]),   # opts: _IterAttachOpts
+            ("bpf_link__fd", i, [vp]),
+            ("bpf_iter_create", i, [i]),
             ("bpf_program__fd", i, [vp]),
             ("bpf_link__destroy", i, [vp]),
             ("bpf_map__set_max_entries", i, [vp, u32]),
@@ -337,6 +340,11 @@ class _OpenOpts(ctypes.Structure):
                 ("kernel_log_size", ctypes.c_size_t), ("kernel_log_level", ctypes.c_uint32)]
 
 
+class _IterAttachOpts(ctypes.Structure):   # struct bpf_iter_attach_opts
+    _fields_ = [("sz", ctypes.c_size_t), ("link_info", ctypes.c_void_p),
+                ("link_info_len", ctypes.c_uint32)]
+
+
 class BpfObject:
     """A BPF object file: open, configure, load, attach with links, close.
 
@@ -443,15 +451,45 @@ class BpfObject:
             raise _fail(f"cannot attach {name} to a perf event", ctypes.get_errno())
         self._links.append((name, link))
 
+    def attach_iter(self, name: str, map_name: str) -> None:
+        """Attach the iterator program NAME to the map MAP_NAME (iter/bpf_*_map programs)."""
+        lib = _libbpf()
+        info = ctypes.c_uint32(lib.bpf_map__fd(self._map_handle(map_name)))  # bpf_iter_link_info.map
+        opts = _IterAttachOpts(sz=ctypes.sizeof(_IterAttachOpts), link_info=ctypes.addressof(info),
+                               link_info_len=ctypes.sizeof(info))
+        link = lib.bpf_program__attach_iter(self._prog_handle(name), ctypes.byref(opts))
+        if not link:
+            raise _fail(f"cannot attach the iterator {name}", ctypes.get_errno())
+        self._links.append((name, link))
+
+    def run_iter(self, name: str) -> bytes:
+        """Run the attached iterator NAME once over its map; returns what it wrote."""
+        lib = _libbpf()
+        link = next(link for n, link in self._links if n == name)
+        fd = lib.bpf_iter_create(lib.bpf_link__fd(link))
+        if fd < 0:
+            raise _fail(f"cannot run the iterator {name}", -fd)
+        try:
+            out = []
+            while chunk := os.read(fd, 65536):
+                out.append(chunk)
+            return b"".join(out)
+        finally:
+            os.close(fd)
+
     @property
     def attached(self) -> list[str]:
         return [n for n, _ in self._links]
 
-    def close(self) -> None:
+    def detach_all(self) -> None:
         lib = _libbpf()
         while self._links:
             _, link = self._links.pop()
             lib.bpf_link__destroy(link)
+
+    def close(self) -> None:
+        lib = _libbpf()
+        self.detach_all()
         if self._obj:
             lib.bpf_object__close(self._obj)
             self._obj = None

@@ -44,10 +44,14 @@ SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit", "ft_sched_switch")
 # How CPU time is measured. exact: clock reads at every softirq, skb and receive syscall (the
 # syscall programs run on every system call of the host). sampled: a cpu-clock sample per CPU every
 # 1/sample_hz seconds, charged to the flow the CPU is working on; per packet one store, per receive
-# call one read of the socket's counters, nothing on other syscalls.
+# call two additions in the socket's storage, nothing on other syscalls.
 EXACT_PROGRAMS = ("ft_softirq_entry", "ft_softirq_exit", "ft_netif_receive_skb", "ft_xdp_redirect",
                   "ft_xdp_cpumap_kthread", *SYSCALL_PROGRAMS)
-SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample", "ft_idle_switch")
+# sampled timing: a TCP socket's reads wait in its storage until flushed (flowtrace.bpf.c,
+# sock_state): at TCP_CLOSE, at destroy, and by the iterator that sample() runs before it reads
+# the flow map
+FLUSH_ITERATOR = "ft_flush_socks"
+SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample", "ft_tcp_close", "ft_tcp_destroy", FLUSH_ITERATOR)
 TIMINGS = ("sampled", "exact")
 DEFAULT_TIMING = "sampled"
 DEFAULT_SAMPLE_HZ = 99     # per CPU, as always-on profilers sample (99, not 100: out of step with
@@ -336,12 +340,7 @@ class Tracer:
                     m = self._obj.map("llc_counters")
                     for c in counters:
                         m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
-                for name in self._obj.programs():
-                    if name != "ft_sample":
-                        self._obj.attach(name)
-                for c in clocks:
-                    self._obj.attach_perf_event("ft_sample", c.fd)
-                    c.fd = -1   # libbpf's link owns the event now and closes it with the link
+                self._attach(clocks)
                 break
             except KernelError as e:
                 for c in clocks:
@@ -388,6 +387,37 @@ class Tracer:
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
         return self
+
+    def _attach(self, clocks: list[PerfCounter]) -> None:
+        for name in self._obj.programs():
+            if name == FLUSH_ITERATOR:
+                self._obj.attach_iter(name, "socks")
+            elif name != "ft_sample":
+                self._obj.attach(name)
+        for c in clocks:
+            self._obj.attach_perf_event("ft_sample", c.fd)
+            c.fd = -1   # libbpf's link owns the event now and closes it with the link
+
+    def detach(self) -> None:
+        """Take every program off its hook and leave the maps as they are: what it costs to be
+        attached is then measured apart from what it costs to load (bench/)."""
+        if self._obj:
+            self._obj.detach_all()
+        self._clocks = []   # their links closed them
+
+    def attach(self) -> None:
+        """Put the programs back on their hooks after detach()."""
+        if not self._obj or self._obj.attached:
+            raise TracerError("attach() follows detach() of a started tracer")
+        clocks = self._open_clocks() if self.timing == "sampled" else []
+        try:
+            self._attach(clocks)
+        except KernelError as e:
+            self._obj.detach_all()
+            for c in clocks:
+                c.close()
+            raise TracerError(str(e)) from None
+        self._clocks = clocks
 
     def _open_clocks(self) -> list[PerfCounter]:
         """One cpu-clock event per online CPU that overflows every 1/sample_hz seconds."""
@@ -484,6 +514,8 @@ class Tracer:
     def sample(self) -> TraceSample:
         if not self._obj:
             raise TracerError("tracer is not running")
+        if FLUSH_ITERATOR in self._obj.attached:
+            self._obj.run_iter(FLUSH_ITERATOR)   # sockets' reads since the last flush, into flows
         # bpf_ktime_get_ns() and time.monotonic_ns() read the same clock (CLOCK_MONOTONIC)
         cutoff = time.monotonic_ns() - int(self.idle_timeout * 1e9)
         last, idle, changed = {}, [], []

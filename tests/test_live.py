@@ -16,7 +16,7 @@ from helpers import ROOT, STEER, live
 from steer.flows import build_snapshot
 from steer.lab import Lab, LabFlow, lab_namespaces
 from steer.topology import read_topology
-from steer.tracer import Tracer
+from steer.tracer import SAMPLED_PROGRAMS, Tracer
 
 pytestmark = live
 
@@ -216,9 +216,9 @@ def test_kill_9_of_top_leaves_nothing_attached():
     p = subprocess.Popen([*STEER, "top", "--duration", "60"], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
     try:
-        # sampled timing (the default): the skb hint, the receive hook, the idle switch and the
-        # sampler (one link per CPU); wait for the links, which come after every program loaded
-        want = 3 + len(os.sched_getaffinity(0))
+        # sampled timing (the default): its programs, the sampler with one link per CPU, and the
+        # receive hook; wait for the links, which come after every program loaded
+        want = len(SAMPLED_PROGRAMS) - 1 + len(os.sched_getaffinity(0)) + 1
         assert _wait_for(lambda: len(_links_of(_our_programs())) >= want), \
             p.stderr.read() if p.poll() else ""
         progs = _our_programs()

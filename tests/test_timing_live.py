@@ -69,9 +69,10 @@ def _reader_run(recv_only, tracer):
 
 # How far from the scheduler's on-CPU time each mode may read on this 2-vCPU Firecracker VM, for a
 # reader that sleeps and wakes thousands of times a second on an otherwise idle vCPU. Measured
-# 2026-11-22: exact -11% to -33% (part of that time is outside every bracket); sampled -10% to
-# -12%. Issue #12 asks for 10%; the bounds keep either from getting worse unnoticed.
-SCHEDSTAT_BOUND = {"exact": (-0.40, 0.05), "sampled": (-0.20, 0.10)}
+# 2026-11-22: exact -11% to -33% (part of that time is outside every bracket); sampled, whose
+# samples take their weight from the scheduler's account of the task, -0.2% to -1.1%. Issue #12
+# asks for 10%; the bounds keep either from getting worse unnoticed.
+SCHEDSTAT_BOUND = {"exact": (-0.40, 0.05), "sampled": (-0.10, 0.10)}
 
 
 @pytest.mark.parametrize("timing", ["exact", "sampled"])
@@ -105,18 +106,17 @@ def sampling_bound(seconds: float, hz: int = SAMPLE_HZ) -> float:
     return 0.10 + 3 / (seconds * hz) ** 0.5
 
 
-# A sample in a task stands for all task time on its CPU since the previous one (bpf/flowtrace.bpf.c,
-# sample_weight): where a reader shares an otherwise idling CPU with other tasks (this test's own
-# process, the exact tracer's programs), some of their time is charged to it. Measured
-# 2026-11-22: +2% to +33% on the app side of the flow whose reader has a CPU of its own; a
-# per-task account at sched_switch would remove it (issue #12 note).
-SHARED_IDLING_CPU_BOUND = 0.40
+# A reader with a CPU of its own sleeps and wakes thousands of times a second, and there the exact
+# mode reads low: against the scheduler it gives -15% to -33% (test above), the sampled mode -0.2%
+# to -1.1%. So for that flow's app side exact is no reference, and the two differ by that much:
+# measured 2026-11-22, sampled +10% to +32% over exact.
+IDLING_READER_BOUND = 0.40
 
 
 def test_sampled_agrees_with_exact_on_the_same_traffic():
     """Both tracers at once on two lab flows (softirq on one CPU, reader on another, and both on
     one CPU): each flow above 1% of a CPU agrees within sampling_bound, kernel and app side, but
-    for the reader alone on an idling CPU (SHARED_IDLING_CPU_BOUND). The exact tracer's own
+    for the reader alone on an idling CPU (IDLING_READER_BOUND). The exact tracer's own
     per-event work lands inside the times both measure."""
     flows = [LabFlow(SENDER_CPU, READER_CPU), LabFlow(SENDER_CPU, SENDER_CPU)]
     topo = read_topology()
@@ -151,7 +151,7 @@ def test_sampled_agrees_with_exact_on_the_same_traffic():
             if want < 0.01 * f.duration:
                 continue   # below 1% of a CPU: not held to a bound
             idling = side == "app_seconds" and r.flow.app_cpu != r.flow.kernel_cpu
-            bound = SHARED_IDLING_CPU_BOUND if idling else sampling_bound(want)
+            bound = IDLING_READER_BOUND if idling else sampling_bound(want)
             print(f"{f.flow} {side}: exact {want:.3f} s, sampled {got:.3f} s "
                   f"({got / want - 1:+.1%}, bound {bound:.1%})")
             assert abs(got - want) / want < bound
@@ -169,4 +169,61 @@ def test_sampled_timing_hooks_no_syscall():
         assert {"ft_sample", "ft_skb_hint"} <= attached
         assert tracer.capabilities.timing.startswith("available (sampled")
     finally:
+        tracer.stop()
+
+
+def _flow_on(sample, port: int) -> dict[int, object]:
+    """CPU -> the entry of the loopback flow to PORT (the reader's side) in SAMPLE."""
+    return {e.cpu: e for e in sample.entries.values() if e.flow.dport == port}
+
+
+def test_sampled_reads_reach_the_flow_map_however_the_socket_ends():
+    """Sampled timing keeps a TCP socket's reads in the socket until a flush: every sample() must
+    show them all, each on the CPU it ran on, and a socket destroyed before the next sample()
+    must have handed its last reads over. This process reads on loopback, so every read is known."""
+    import socket
+    import struct
+
+    tracer = Tracer(timing="sampled").start()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    sender = socket.create_connection(("127.0.0.1", port))
+    reader, _ = listener.accept()
+    before = os.sched_getaffinity(0)
+    chunk = b"x" * 1000
+    try:
+        def read(cpu: int, calls: int) -> None:
+            os.sched_setaffinity(0, {cpu})   # this thread, so the reads run on CPU
+            for _ in range(calls):
+                sender.sendall(chunk)
+                got = 0
+                while got < len(chunk):
+                    got += len(reader.recv(len(chunk) - got))
+
+        read(READER_CPU, 10)
+        first = _flow_on(tracer.sample(), port)
+        # no read returned end of file, the socket lives on: only the iterator could flush
+        assert first[READER_CPU].app_bytes == 10 * len(chunk)
+        assert first[READER_CPU].rx_bytes == 10 * len(chunk)
+        assert first[READER_CPU].app_calls >= 10
+        assert first[READER_CPU].app_comm
+
+        read(SENDER_CPU, 5)   # the reader moves: the first CPU's reads stay where they ran
+        second = _flow_on(tracer.sample(), port)
+        if SENDER_CPU != READER_CPU:
+            assert second[READER_CPU].app_bytes == 10 * len(chunk)
+            assert second[SENDER_CPU].app_bytes == 5 * len(chunk)
+        assert sum(e.app_bytes for e in second.values()) == 15 * len(chunk)
+
+        read(SENDER_CPU, 3)
+        # a reset on close destroys the socket at once: only the destroy hook can flush it
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        reader.close()
+        third = _flow_on(tracer.sample(), port)
+        assert sum(e.app_bytes for e in third.values()) == 18 * len(chunk)
+        assert sum(e.rx_bytes for e in third.values()) == 18 * len(chunk)
+    finally:
+        os.sched_setaffinity(0, before)
+        for s in (sender, reader, listener):
+            s.close()
         tracer.stop()
