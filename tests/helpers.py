@@ -11,6 +11,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEER = [sys.executable, "-m", "steer"]
 
 
+# sampled timing is tested at the rate `steer flows --sample-hz` offers for precise windows; at the
+# always-on default (99 Hz) the same bounds hold for flows with 10x the CPU time
+SAMPLE_HZ = 1000
+
+
+def sampling_bound(seconds: float, hz: int = SAMPLE_HZ) -> float:
+    """The relative error sampled timing is held to against exact, for a flow that took SECONDS of
+    CPU: 10%, plus three standard deviations of a count of seconds*hz samples (1/sqrt(n) each)."""
+    return 0.10 + 3 / (seconds * hz) ** 0.5
+
+
 def steer(*args, env=None, timeout=120, prefix=()):
     e = dict(os.environ, PYTHONPATH=ROOT)
     e.update(env or {})

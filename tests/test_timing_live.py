@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, live
+from helpers import ROOT, SAMPLE_HZ, live, sampling_bound
 from steer.flows import build_snapshot
 from steer.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.topology import read_topology
@@ -24,9 +24,6 @@ pytestmark = live
 HZ = os.sysconf("SC_CLK_TCK")
 PORT = 5301
 SECONDS = 4
-# the estimator is tested at the rate `steer flows --sample-hz` offers for precise windows; at the
-# always-on default (99 Hz) the same bounds hold for flows with 10x the CPU time
-SAMPLE_HZ = 1000
 CPUS = sorted(os.sched_getaffinity(0))
 READER_CPU, SENDER_CPU = CPUS[-1], CPUS[0]
 
@@ -100,23 +97,19 @@ def test_recv_only_reader_against_schedstat(recv_only, timing):
     assert low < ours / kernel_side - 1 < high
 
 
-def sampling_bound(seconds: float, hz: int = SAMPLE_HZ) -> float:
-    """The relative error sampled timing is held to against exact, for a flow that took SECONDS of
-    CPU: 10%, plus three standard deviations of a count of seconds*hz samples (1/sqrt(n) each)."""
-    return 0.10 + 3 / (seconds * hz) ** 0.5
-
-
 # A reader with a CPU of its own sleeps and wakes thousands of times a second, and there the exact
-# mode reads low: against the scheduler it gives -15% to -33% (test above), the sampled mode -0.2%
-# to -1.1%. So for that flow's app side exact is no reference, and the two differ by that much:
-# measured 2026-11-22, sampled +10% to +32% over exact.
-IDLING_READER_BOUND = 0.40
+# mode is no reference: against the scheduler it reads low by up to 40% (test above), the sampled
+# mode within 10%. So for that flow's app side the two are held only to what those bounds allow
+# together: sampled/exact between (1 - 10%)/(1 + 5%) and (1 + 10%)/(1 - 40%). Measured: +10% to
+# +32% here, +61% on the CI machine; the schedstat test above is the accuracy check for this side.
+_S, _E = SCHEDSTAT_BOUND["sampled"], SCHEDSTAT_BOUND["exact"]
+IDLING_READER_RATIO = ((1 + _S[0]) / (1 + _E[1]), (1 + _S[1]) / (1 + _E[0]))
 
 
 def test_sampled_agrees_with_exact_on_the_same_traffic():
     """Both tracers at once on two lab flows (softirq on one CPU, reader on another, and both on
     one CPU): each flow above 1% of a CPU agrees within sampling_bound, kernel and app side, but
-    for the reader alone on an idling CPU (IDLING_READER_BOUND). The exact tracer's own
+    for the reader alone on an idling CPU (IDLING_READER_RATIO). The exact tracer's own
     per-event work lands inside the times both measure."""
     flows = [LabFlow(SENDER_CPU, READER_CPU), LabFlow(SENDER_CPU, SENDER_CPU)]
     topo = read_topology()
@@ -150,11 +143,13 @@ def test_sampled_agrees_with_exact_on_the_same_traffic():
             want, got = getattr(f, side), getattr(g, side)
             if want < 0.01 * f.duration:
                 continue   # below 1% of a CPU: not held to a bound
-            idling = side == "app_seconds" and r.flow.app_cpu != r.flow.kernel_cpu
-            bound = IDLING_READER_BOUND if idling else sampling_bound(want)
+            if side == "app_seconds" and r.flow.app_cpu != r.flow.kernel_cpu:
+                low, high = IDLING_READER_RATIO
+            else:
+                low, high = 1 - sampling_bound(want), 1 + sampling_bound(want)
             print(f"{f.flow} {side}: exact {want:.3f} s, sampled {got:.3f} s "
-                  f"({got / want - 1:+.1%}, bound {bound:.1%})")
-            assert abs(got - want) / want < bound
+                  f"({got / want - 1:+.1%}, bounds {low - 1:+.1%} {high - 1:+.1%})")
+            assert low < got / want < high
             checked += 1
         assert g.kernel_cpu == f.kernel_cpu and g.app_cpu == f.app_cpu
         assert g.placement.cls == f.placement.cls
