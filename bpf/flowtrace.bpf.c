@@ -5,7 +5,8 @@
  * flow of the earlier skb, the time before the first skb of a NET_RX softirq to the first skb, and
  * the tail to the last one, so that the flows' time plus the unattributed rest is exactly the CPU's
  * NET_RX time. Steered packets run up the stack in a cpumap kthread instead; that context is
- * bracketed the same way and closed by the xdp_cpumap_kthread tracepoint.
+ * bracketed the same way, from its first skb or its xdp_cpumap_kthread event until its next event,
+ * softirq or context switch.
  *
  * Application side: sock_recv_length (kernel >= 6.3; before it the exit of tcp_recvmsg and
  * udp(v6)_recvmsg, by fexit or kretprobe) names the socket and the bytes; the receive syscall
@@ -359,6 +360,28 @@ static __always_inline int current_is_cpumap_kthread(void)
 	return comm_is_cpumap(comm);
 }
 
+/* The cpumap kthread's context on this CPU: open from its first skb of a batch or from its
+ * xdp_cpumap_kthread event, closed when it next reaches that event, runs a softirq (at
+ * local_bh_enable) or leaves the CPU. Since 6.14 the event comes before its batch goes up the stack
+ * (through GRO), so an interval that only the next event closed would span the kthread's sleep. */
+static __always_inline void open_kthread(struct cpu_state *s, __u64 now, __u64 llc)
+{
+	s->ctx = CTX_KTHREAD;
+	s->cur_valid = 0;	/* the head of the interval goes to its first skb */
+	s->kthread_start = now;
+	s->mark = now;
+	s->llc_mark = llc;
+}
+
+static __always_inline void close_kthread(struct cpu_state *s, struct ft_cpu_stats *tot, __u64 now)
+{
+	if (s->ctx != CTX_KTHREAD)
+		return;
+	tot->kthread_ns += now - s->kthread_start;
+	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now(), 0);
+	s->ctx = CTX_NONE;
+}
+
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(ft_softirq_entry, unsigned int vec_nr)
 {
@@ -368,6 +391,7 @@ int BPF_PROG(ft_softirq_entry, unsigned int vec_nr)
 
 	if (!s || !tot)
 		return 0;
+	close_kthread(s, tot, now);	/* a softirq run by the kthread's local_bh_enable */
 	/* softirqs do not nest on a CPU, so one start time serves every vector */
 	s->softirq_start = now;
 	s->softirq_llc_start = llc_now();
@@ -434,14 +458,8 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 		goto count;
 	}
 
-	if (s->ctx == CTX_NONE && s->softirq_start == 0 && current_is_cpumap_kthread()) {
-		/* first skb of a cpumap batch: the interval runs until xdp_cpumap_kthread */
-		s->ctx = CTX_KTHREAD;
-		s->cur_valid = 0;
-		s->kthread_start = now;
-		s->mark = now;
-		s->llc_mark = llc_now();
-	}
+	if (s->ctx == CTX_NONE && s->softirq_start == 0 && current_is_cpumap_kthread())
+		open_kthread(s, now, llc_now());	/* first skb of a cpumap batch */
 	if (s->ctx == CTX_KTHREAD) {
 		/* generic XDP already passed this skb through netif_receive_skb on the arrival CPU,
 		 * which set skb_iif; an skb built from an xdp_frame (native XDP) arrives here fresh */
@@ -511,11 +529,14 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 	struct ft_cpu_stats *tot = totals();
 	__u64 now = bpf_ktime_get_ns();
 
-	if (!s || !tot || s->ctx != CTX_KTHREAD)
+	if (!s || !tot || s->softirq_start)
 		return 0;
-	tot->kthread_ns += now - s->kthread_start;
-	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now(), 0);
-	s->ctx = CTX_NONE;
+	if (s->ctx == CTX_KTHREAD && !s->cur_valid)
+		return 0;	/* no skb yet since the wake-up: the head goes on to the first one */
+	close_kthread(s, tot, now);
+	/* what follows is this kthread's work: the rest of the loop before 6.14, the batch's way up
+	 * the stack since */
+	open_kthread(s, now, llc_now());
 	return 0;
 }
 
@@ -1010,12 +1031,19 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct ft_cpu_stats *tot = totals();
+	struct cpu_state *s;
 	struct recv_state *r;
 	__u64 now;
 
 	if (!tot)
 		return 0;
 	now = bpf_ktime_get_ns();
+	s = this_cpu_state();
+	if (s) {
+		close_kthread(s, tot, now);	/* the cpumap kthread sleeps or is preempted */
+		if (comm_is_cpumap(next->comm))
+			open_kthread(s, now, llc_now());
+	}
 	/* a reader that blocks or is preempted inside its receive syscall is off-CPU until it
 	 * comes back: only its on-CPU segments count */
 	r = bpf_task_storage_get(&readers, prev, 0, 0);

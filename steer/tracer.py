@@ -331,7 +331,8 @@ class Tracer:
                 # does that (and sets the sampler's hint) when it is loaded with sampled timing
                 off = disable - {"ft_netif_receive_skb"} | {"ft_skb_hint"}
             else:
-                off = disable | set(SYSCALL_PROGRAMS)
+                # sched_switch stays: it also closes a cpumap kthread's interval when it sleeps
+                off = disable | (set(SYSCALL_PROGRAMS) - {"ft_sched_switch"})
             try:
                 self._obj = BpfObject(str(obj_path), rodata=bytes(cfg),
                                       max_entries={"flows": self.max_flows}, disable=off,
