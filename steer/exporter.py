@@ -1,9 +1,11 @@
 """Prometheus exporter: a Collector that reads the BPF maps at every scrape.
 
 Per-class counters must only go up, yet a flow's class can change between scrapes. So every
-scrape takes what each flow did since the previous scrape, classifies that interval, and adds it
-to the running totals of its class. Per-flow series exist only for the top-K flows by rate of the
-last interval: cardinality stays bounded, and a flow that went away loses its series.
+scrape takes what each flow did since the previous scrape, classifies that interval (by the
+flow's recent past, PlacementMemory, so that sampling noise in one short interval does not move
+it), and adds it to the running totals of its class. Per-flow series exist only for the top-K
+flows by rate of the last interval: cardinality stays bounded, and a flow that went away loses
+its series.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .classify import CLASSES
-from .flows import Snapshot, build_snapshot
+from .flows import PlacementMemory, Snapshot, build_snapshot
 from .topology import Topology
 from .tracer import Tracer, TraceSample
 
@@ -43,6 +45,7 @@ class SteerCollector(Collector):
         self.steering, self.actions = steering, actions
         self._lock = threading.Lock()
         self._last: TraceSample | None = None
+        self._placement = PlacementMemory(topo)
         self._class_totals: dict[str, dict[str, float]] = {
             c: defaultdict(float) for c in CLASSES}
 
@@ -50,7 +53,8 @@ class SteerCollector(Collector):
         """Read the maps once; fold the interval since the last read into the class totals."""
         with self._lock:
             now = self.tracer.sample()
-            snap = build_snapshot(self._last, now, self.topo, self.tracer.capabilities)
+            snap = self._placement.update(
+                build_snapshot(self._last, now, self.topo, self.tracer.capabilities))
             for f in snap.flows:
                 t = self._class_totals[f.placement.cls]
                 t["rx_bytes"] += f.rx_bytes

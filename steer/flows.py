@@ -233,3 +233,56 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
                     flow_failures=sum(c.flow_failures for c in after.cpus),
                     untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
                                      for c in after.cpus))
+
+
+PLACEMENT_HALF_LIFE = 5.0   # seconds
+PLACEMENT_FORGET = 60.0     # seconds without a sighting before a flow's past is dropped
+
+
+class PlacementMemory:
+    """A flow's dominant CPUs and class from its recent past, for readers of many short intervals
+    (the exporter at every scrape). A sampled tracer gives a flow that takes 6% of a CPU about six
+    samples a second at 99 Hz; when its kernel work is split between two CPUs (an ACK-clocked
+    sender on the reader's CPU sends, and so receives, part of it there), one second's dominant
+    CPU can flip on a sample or two, and the flow's bytes would move to another class with it.
+    Here each flow's per-CPU seconds decay with a half-life of HALF_LIFE seconds, and each
+    interval is classified by that decayed sum: a real move (steer pin) shows within a few
+    half-lives, sampling noise does not."""
+
+    def __init__(self, topo: Topology, half_life: float = PLACEMENT_HALF_LIFE,
+                 forget_after: float = PLACEMENT_FORGET):
+        self.topo, self.half_life, self.forget_after = topo, half_life, forget_after
+        self._clock = 0.0
+        # flow -> (kernel seconds by CPU, app seconds by CPU, clock of its last sighting)
+        self._past: dict[FlowId, tuple[dict[int, float], dict[int, float], float]] = {}
+
+    def _decayed(self, weights: dict[int, float], age: float) -> dict[int, float]:
+        f = 0.5 ** (age / self.half_life)
+        return {c: s * f for c, s in weights.items() if s * f > 1e-9}
+
+    def update(self, snap: Snapshot) -> Snapshot:
+        """SNAP with each flow's kernel/app CPU, shares and class taken from its decayed past
+        plus this interval; the memory moves on by SNAP's duration."""
+        self._clock += snap.duration
+        flows = []
+        for f in snap.flows:
+            kernel, app, seen = self._past.get(f.flow, ({}, {}, self._clock))
+            kernel = self._decayed(kernel, self._clock - seen)
+            app = self._decayed(app, self._clock - seen)
+            for mine, now in ((kernel, f.kernel_cpus), (app, f.app_cpus)):
+                for c, s in now.items():
+                    mine[c] = mine.get(c, 0.0) + s
+            self._past[f.flow] = (kernel, app, self._clock)
+            kernel_cpu, kshare = _dominant(kernel)
+            app_cpu, ashare = _dominant(app)
+            if kernel_cpu is None:   # no time yet: the interval's own guess (its stack CPU)
+                kernel_cpu, kshare = f.kernel_cpu, f.kernel_cpu_share
+            if app_cpu is None:      # no time yet: where the interval's reads were
+                app_cpu, ashare = f.app_cpu, f.app_cpu_share
+            flows.append(replace(f, kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
+                                 app_cpu=app_cpu, app_cpu_share=ashare,
+                                 placement=classify(kernel_cpu, app_cpu, self.topo)))
+        for fid in [k for k, (_, _, seen) in self._past.items()
+                    if self._clock - seen > self.forget_after]:
+            del self._past[fid]
+        return replace(snap, flows=flows)

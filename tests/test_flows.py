@@ -1,7 +1,8 @@
 """Snapshot logic on synthetic tracer samples: deltas, dominant CPUs, classes, the UDP join."""
 import os
+from dataclasses import replace
 
-from steer.flows import build_snapshot
+from steer.flows import NS, PLACEMENT_FORGET, PLACEMENT_HALF_LIFE, PlacementMemory, build_snapshot
 from steer.topology import read_topology
 from steer.tracer import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
@@ -68,3 +69,42 @@ def test_cpu_reports_and_evictions():
                           read_topology(VM), CAPS)
     assert snap.cpus[0].net_rx_events == 20 and snap.cpus[0].net_rx_seconds == 1e-6
     assert snap.evictions == 3   # three inserts, none left
+
+
+def _interval(t0, t1, kernel_by_cpu, app_cpu=0):
+    """A snapshot of flow A between T0 and T1 s: KERNEL_BY_CPU seconds, reads on APP_CPU."""
+    entries = [FlowCpuSample(A, c, rx_bytes=10**6, kernel_ns=int(s * NS)) for c, s in kernel_by_cpu.items()]
+    entries.append(FlowCpuSample(A, app_cpu, app_ns=50_000_000, app_calls=10, app_bytes=10**6))
+    merged = {}
+    for e in entries:
+        merged[e.cpu] = replace(merged[e.cpu], app_ns=e.app_ns, app_calls=e.app_calls,
+                                app_bytes=e.app_bytes) if e.cpu in merged else e
+    return build_snapshot(sample(int(t0 * NS), []), sample(int(t1 * NS), merged.values()),
+                          read_topology(VM), CAPS)
+
+
+def test_placement_memory_holds_a_class_through_a_noisy_interval_and_follows_a_move():
+    """Kernel work mostly on CPU 1, reader on CPU 0 (same-socket): one second where a few samples
+    land on CPU 0 makes that interval alone same-core, not the remembered flow; a real move to
+    CPU 0 shows within a few half-lives."""
+    mem = PlacementMemory(read_topology(VM))
+    for t in range(5):
+        (f,) = mem.update(_interval(t, t + 1, {1: 0.08})).flows
+        assert f.placement.cls == "same-socket"
+    noisy = _interval(5, 6, {0: 0.05, 1: 0.04})
+    assert noisy.flows[0].placement.cls == "same-core"       # the interval alone
+    (f,) = mem.update(noisy).flows
+    assert f.placement.cls == "same-socket" and f.kernel_cpu == 1 and f.kernel_cpu_share < 0.9
+    classes = [mem.update(_interval(t, t + 1, {0: 0.08})).flows[0].placement.cls
+               for t in range(6, 6 + 3 * int(PLACEMENT_HALF_LIFE))]
+    assert classes[0] == "same-socket" and classes[-1] == "same-core"
+    assert classes.index("same-core") <= 2 * PLACEMENT_HALF_LIFE
+
+
+def test_placement_memory_forgets_flows_gone_for_a_minute():
+    mem = PlacementMemory(read_topology(VM))
+    mem.update(_interval(0, 1, {1: 0.08}))
+    assert A in mem._past
+    mem.update(build_snapshot(sample(0, []), sample(int(PLACEMENT_FORGET * NS) + NS, []),
+                              read_topology(VM), CAPS))
+    assert A not in mem._past
