@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -27,6 +30,19 @@ def parser(description: str, pairs: int | None = None,
     return p
 
 
+def build_c(name: str) -> str:
+    """bench/NAME.c compiled to build/NAME (again when the source is newer); the path."""
+    exe = os.path.join(os.path.dirname(HERE), "build", name)
+    src = os.path.join(HERE, f"{name}.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        os.makedirs(os.path.dirname(exe), exist_ok=True)
+        cc = next((c for c in ("cc", "clang", "gcc") if shutil.which(c)), None)
+        if cc is None:
+            raise SystemExit("no C compiler (apt-get install clang)")
+        subprocess.run([cc, "-O2", "-o", exe, src], check=True)
+    return exe
+
+
 def lab_reader_cpu() -> int:
     """The lab flow's reader CPU: another core than the sender's (CPU 0) where there is one,
     the common placement on real receivers."""
@@ -43,20 +59,27 @@ def require_root() -> None:
 TRACER_MODES = {"sampled": {"timing": "sampled"}, "exact": {"timing": "exact"}}
 
 
-SETTLE_SECONDS = 1.0   # after attaching: the tracer's start-up (kallsyms, load) is not its cost
+SETTLE_SECONDS = 0.2   # after attaching, before a window starts
+_loaded: dict = {}     # mode -> its Tracer, loaded once and detached between windows
 
 
 class traced:
     """with traced(mode): the tracer of MODE (a TRACER_MODES key, or None for none) attached and
-    read once a second by a thread, as the exporter and steer auto read it."""
+    read once a second by a thread, as the exporter and steer auto read it.
+
+    Each mode's tracer is loaded once, at its first window, and only attached and detached after
+    that: a window measures the cost of running, not of loading (BTF, verifier, kallsyms: a second
+    of CPU), so windows can be short and many, which is what beats this VM's noise."""
 
     def __init__(self, mode: str | None):
         self.mode = mode
+        self.tracer = None
 
     def __enter__(self):
         import threading
-        from steer.tracer import Tracer
-        self.tracer = Tracer(**TRACER_MODES[self.mode]).start() if self.mode else None
+        if self.mode:
+            self.tracer = load_tracer(self.mode)
+            self.tracer.attach()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
@@ -71,7 +94,21 @@ class traced:
         self._stop.set()
         self._thread.join()
         if self.tracer:
-            self.tracer.stop()
+            self.tracer.detach()
+
+
+def load_tracer(mode: str):
+    """MODE's tracer, loaded (at the first call) and detached."""
+    if mode not in _loaded:
+        from steer.tracer import Tracer
+        _loaded[mode] = Tracer(**TRACER_MODES[mode]).start()
+        _loaded[mode].detach()
+    return _loaded[mode]
+
+
+def unload_tracers() -> None:
+    while _loaded:
+        _loaded.popitem()[1].stop()
 
 
 def alternate(a, b, pairs: int) -> list[tuple[float, float]]:
@@ -95,10 +132,14 @@ def compare_modes(run, pairs: int, what: str) -> tuple[dict, dict]:
     """RUN(mode) for every tracer mode against RUN(None), PAIRS ABBA pairs each: the ratio
     statistics and the raw pairs, by mode."""
     results, runs = {}, {}
-    for mode in TRACER_MODES:
-        print(f"{what}, {mode}: {pairs} pairs, A = no tracer, B = {mode}")
-        runs[mode] = alternate(lambda: run(None), lambda: run(mode), pairs)
-        results[mode] = ratio_stats(runs[mode])
+    try:
+        for mode in TRACER_MODES:
+            load_tracer(mode)   # before the first window, which would otherwise pay for it
+            print(f"{what}, {mode}: {pairs} pairs, A = no tracer, B = {mode}")
+            runs[mode] = alternate(lambda: run(None), lambda: run(mode), pairs)
+            results[mode] = ratio_stats(runs[mode])
+    finally:
+        unload_tracers()
     return results, runs
 
 
@@ -112,8 +153,20 @@ def stats(values: list[float]) -> dict:
 
 
 def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
-    """B/A per pair, then median and spread: the ratio is the result, not the raw values."""
-    return stats([b / a for a, b in pairs if a])
+    """B/A per pair, then median and spread: the ratio is the result, not the raw values. The
+    median, because this VM's noise has heavy tails (single windows at 0.6 or 1.6), with its 95%
+    confidence interval by bootstrap (seeded: the same pairs give the same interval)."""
+    ratios = [b / a for a, b in pairs if a]
+    out = stats(ratios)
+    if len(ratios) > 1:
+        rng = random.Random(0)
+        medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                         for _ in range(BOOTSTRAP))
+        out["median_ci95"] = [medians[int(0.025 * BOOTSTRAP)], medians[int(0.975 * BOOTSTRAP) - 1]]
+    return out
+
+
+BOOTSTRAP = 4000   # resamples for a confidence interval
 
 
 def write(name: str, out_dir: str, data: dict, table: str) -> None:
@@ -128,3 +181,11 @@ def write(name: str, out_dir: str, data: dict, table: str) -> None:
 
 def fmt(v, spec=".3f") -> str:
     return "-" if v is None else format(v, spec)
+
+
+def fmt_ci(r: dict) -> str:
+    """'0.98 (0.96-1.00)': a ratio_stats median with its 95% interval."""
+    if "median_ci95" not in r:
+        return fmt(r.get("median"))
+    lo, hi = r["median_ci95"]
+    return f"{fmt(r.get('median'))} ({fmt(lo)}-{fmt(hi)})"

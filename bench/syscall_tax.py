@@ -8,23 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .common import (HERE, compare_modes, fmt, parser, require_root, stats,
-                     traced, write)
-
-BUILD = os.path.join(os.path.dirname(HERE), "build")
-
-
-def build_loop() -> str:
-    exe = os.path.join(BUILD, "getppid_loop")
-    src = os.path.join(HERE, "getppid_loop.c")
-    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
-        os.makedirs(BUILD, exist_ok=True)
-        cc = next((c for c in ("cc", "clang", "gcc") if subprocess.run(
-            ["sh", "-c", f"command -v {c}"], capture_output=True).returncode == 0), None)
-        if cc is None:
-            raise SystemExit("no C compiler (apt-get install clang)")
-        subprocess.run([cc, "-O2", "-o", exe, src], check=True)
-    return exe
+from .common import (build_c, compare_modes, fmt, fmt_ci, parser, require_root, stats, traced,
+                     write)
 
 
 def main(argv=None) -> int:
@@ -36,7 +21,7 @@ def main(argv=None) -> int:
     require_root()
     if args.smoke:
         args.pairs, args.calls = 1, 200_000
-    exe = build_loop()
+    exe = build_c("getppid_loop")
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
 
     def run(mode):
@@ -49,11 +34,11 @@ def main(argv=None) -> int:
     base = stats([a for pairs in runs.values() for a, _ in pairs])
     rows = [f"| {mode} | {fmt(base.get('median'), '.1f')} | "
             f"{fmt(stats([b for _, b in runs[mode]]).get('median'), '.1f')} | "
-            f"{fmt(r.get('median'))} | {fmt(r.get('min'))} | {fmt(r.get('max'))} |"
+            f"{fmt_ci(r)} | {fmt(r.get('min'))} | {fmt(r.get('max'))} |"
             for mode, r in results.items()]
     table = "\n".join([
         f"### Syscall tax ({args.pairs} pairs x {args.calls:,} getppid() calls on CPU {cpu})", "",
-        "| tracer | ns per call without | ns per call with | ratio with/without: median | min | max |",
+        "| tracer | ns per call without | ns per call with | ratio with/without: median (95% interval) | min | max |",
         "|---|---|---|---|---|---|", *rows, "",
         "Target for the default (sampled) mode: <= 1.05."])
     write("syscall_tax", args.out, {"pairs": args.pairs, "calls": args.calls, "cpu": cpu,

@@ -10,7 +10,8 @@ import pytest
 from helpers import ROOT, live
 
 pytestmark = live
-BENCHES = ["overhead", "rr", "syscall_tax", "event_cost", "steering_cost", "scale", "peer", "fuzz"]
+BENCHES = ["overhead", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
+           "peer", "fuzz"]
 
 
 @pytest.mark.parametrize("name", BENCHES)

@@ -1,0 +1,57 @@
+"""Round-trip tax: ns per one-byte TCP round trip over loopback (bench/tcp_roundtrip.c, one
+thread plays both ends, pinned) with each tracer mode attached (B) vs none (A), alternated.
+
+Per round trip: two sends, two receives, two skbs up the stack, no wake-up: what the tracer adds
+per packet and per read, undiluted and with little noise, where bench.rr (redis) measures what a
+server loses of its rate but varies by 10% from one window to the next on this VM. The two agree
+when rr's ratio is about 1 - (added ns per request) / (ns per request).
+
+    sudo .venv/bin/python -m bench.roundtrip [--pairs 10] [--trips 200000]
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from .common import (build_c, compare_modes, fmt, fmt_ci, parser, require_root, stats, traced,
+                     write)
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__.splitlines()[0], pairs=10)
+    p.add_argument("--trips", type=int, default=200_000, help="round trips per run")
+    p.add_argument("--cpu", type=int, default=None,
+                   help="CPU the loop is pinned to (default: the last one)")
+    args = p.parse_args(argv)
+    require_root()
+    if args.smoke:
+        args.pairs, args.trips = 1, 20_000
+    exe = build_c("tcp_roundtrip")
+    cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
+
+    def run(mode):
+        with traced(mode):
+            out = subprocess.run(["taskset", "-c", str(cpu), exe, str(args.trips)],
+                                 capture_output=True, text=True, check=True).stdout
+        return float(out)
+
+    results, runs = compare_modes(run, args.pairs, "TCP round trip")
+    base = stats([a for pairs in runs.values() for a, _ in pairs])
+    rows = []
+    for mode, r in results.items():
+        with_ = stats([b for _, b in runs[mode]]).get("median")
+        added = stats([b - a for a, b in runs[mode]]).get("median")
+        rows.append(f"| {mode} | {fmt(base.get('median'), ',.0f')} | {fmt(with_, ',.0f')} | "
+                    f"{fmt(added, ',.0f')} | {fmt_ci(r)} |")
+    table = "\n".join([
+        f"### Round-trip tax ({args.pairs} pairs x {args.trips:,} one-byte TCP round trips over "
+        f"loopback, one thread on CPU {cpu})", "",
+        "| tracer | ns per round trip without | with | added ns (median of pairs) | ratio with/without: median (95% interval) |",
+        "|---|---|---|---|---|", *rows])
+    write("roundtrip", args.out, {"pairs": args.pairs, "trips": args.trips, "cpu": cpu,
+                                  "runs": runs, "ratio": results, "smoke": args.smoke}, table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
