@@ -236,7 +236,6 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
 
 
 PLACEMENT_HALF_LIFE = 5.0   # seconds
-PLACEMENT_FORGET = 60.0     # seconds without a sighting before a flow's past is dropped
 
 
 class PlacementMemory:
@@ -247,32 +246,31 @@ class PlacementMemory:
     CPU can flip on a sample or two, and the flow's bytes would move to another class with it.
     Here each flow's per-CPU seconds decay with a half-life of HALF_LIFE seconds, and each
     interval is classified by that decayed sum: a real move (steer pin) shows within a few
-    half-lives, sampling noise does not."""
+    half-lives, sampling noise does not. A flow absent from an interval (idle, or gone) loses
+    its past: the memory holds no more flows than the last snapshot, however many connections a
+    second come and go."""
 
-    def __init__(self, topo: Topology, half_life: float = PLACEMENT_HALF_LIFE,
-                 forget_after: float = PLACEMENT_FORGET):
-        self.topo, self.half_life, self.forget_after = topo, half_life, forget_after
-        self._clock = 0.0
-        # flow -> (kernel seconds by CPU, app seconds by CPU, clock of its last sighting)
-        self._past: dict[FlowId, tuple[dict[int, float], dict[int, float], float]] = {}
+    def __init__(self, topo: Topology, half_life: float = PLACEMENT_HALF_LIFE):
+        self.topo, self.half_life = topo, half_life
+        # flow -> (kernel seconds by CPU, app seconds by CPU), decayed to the last snapshot
+        self._past: dict[FlowId, tuple[dict[int, float], dict[int, float]]] = {}
 
-    def _decayed(self, weights: dict[int, float], age: float) -> dict[int, float]:
-        f = 0.5 ** (age / self.half_life)
-        return {c: s * f for c, s in weights.items() if s * f > 1e-9}
+    @staticmethod
+    def _decayed(weights: dict[int, float], factor: float) -> dict[int, float]:
+        return {c: s * factor for c, s in weights.items() if s * factor > 1e-9}
 
     def update(self, snap: Snapshot) -> Snapshot:
         """SNAP with each flow's kernel/app CPU, shares and class taken from its decayed past
         plus this interval; the memory moves on by SNAP's duration."""
-        self._clock += snap.duration
-        flows = []
+        factor = 0.5 ** (snap.duration / self.half_life)
+        flows, past = [], {}
         for f in snap.flows:
-            kernel, app, seen = self._past.get(f.flow, ({}, {}, self._clock))
-            kernel = self._decayed(kernel, self._clock - seen)
-            app = self._decayed(app, self._clock - seen)
+            kernel, app = self._past.get(f.flow, ({}, {}))
+            kernel, app = self._decayed(kernel, factor), self._decayed(app, factor)
             for mine, now in ((kernel, f.kernel_cpus), (app, f.app_cpus)):
                 for c, s in now.items():
                     mine[c] = mine.get(c, 0.0) + s
-            self._past[f.flow] = (kernel, app, self._clock)
+            past[f.flow] = (kernel, app)
             kernel_cpu, kshare = _dominant(kernel)
             app_cpu, ashare = _dominant(app)
             if kernel_cpu is None:   # no time yet: the interval's own guess (its stack CPU)
@@ -282,7 +280,5 @@ class PlacementMemory:
             flows.append(replace(f, kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
                                  app_cpu=app_cpu, app_cpu_share=ashare,
                                  placement=classify(kernel_cpu, app_cpu, self.topo)))
-        for fid in [k for k, (_, _, seen) in self._past.items()
-                    if self._clock - seen > self.forget_after]:
-            del self._past[fid]
+        self._past = past
         return replace(snap, flows=flows)

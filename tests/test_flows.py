@@ -2,7 +2,7 @@
 import os
 from dataclasses import replace
 
-from steer.flows import NS, PLACEMENT_FORGET, PLACEMENT_HALF_LIFE, PlacementMemory, build_snapshot
+from steer.flows import NS, PLACEMENT_HALF_LIFE, PlacementMemory, build_snapshot
 from steer.topology import read_topology
 from steer.tracer import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
@@ -101,10 +101,14 @@ def test_placement_memory_holds_a_class_through_a_noisy_interval_and_follows_a_m
     assert classes.index("same-core") <= 2 * PLACEMENT_HALF_LIFE
 
 
-def test_placement_memory_forgets_flows_gone_for_a_minute():
+def test_placement_memory_holds_only_the_last_snapshots_flows():
+    """Thousands of short connections a second must not grow it: a flow absent from an interval
+    is forgotten, and comes back without its past."""
     mem = PlacementMemory(read_topology(VM))
-    mem.update(_interval(0, 1, {1: 0.08}))
+    for t in range(5):
+        mem.update(_interval(t, t + 1, {1: 0.08}))
     assert A in mem._past
-    mem.update(build_snapshot(sample(0, []), sample(int(PLACEMENT_FORGET * NS) + NS, []),
-                              read_topology(VM), CAPS))
-    assert A not in mem._past
+    mem.update(build_snapshot(sample(0, []), sample(NS, []), read_topology(VM), CAPS))
+    assert not mem._past
+    (f,) = mem.update(_interval(6, 7, {0: 0.05, 1: 0.04})).flows
+    assert f.placement.cls == "same-core"
