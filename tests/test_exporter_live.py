@@ -15,6 +15,7 @@ import pytest
 
 from helpers import ROOT, STEER, live, steer
 from steer.lab import Lab, LabFlow
+from steer.tracer import DEFAULT_SAMPLE_HZ
 from test_dashboards import DASH, panel_exprs
 
 pytestmark = [live, pytest.mark.skipif(shutil.which("prometheus") is None,
@@ -167,8 +168,13 @@ def test_values_agree_with_steer_flows(stack):
     kernel_ours = sum(c["net_rx_seconds"] + c["kthread_seconds"] for c in flows["cpus"]) / flows["duration"]
     kernel_prom = float(query(stack["prom"], f'sum(rate(steer_cpu_kernel_seconds_total'
                                              f'{{instance="{stack["instance"]}"}}[10s]))', at=t_end)[0]["value"][1])
-    print(f"kernel receive CPU: steer flows {kernel_ours:.3f}, Prometheus {kernel_prom:.3f}")
-    assert abs(kernel_prom - kernel_ours) / kernel_ours < 0.10
+    # two tracers, each sampling at the default rate on its own: each figure is good to about
+    # 1/sqrt(samples), their difference to sqrt(2) times that; held to 10% plus three of those
+    samples = kernel_ours * flows["duration"] * DEFAULT_SAMPLE_HZ
+    bound = 0.10 + 3 * (2 / samples) ** 0.5
+    print(f"kernel receive CPU: steer flows {kernel_ours:.3f}, Prometheus {kernel_prom:.3f} "
+          f"({kernel_prom / kernel_ours - 1:+.1%}, bound {bound:.1%})")
+    assert abs(kernel_prom - kernel_ours) / kernel_ours < bound
 
 
 def test_exporter_runs_without_privileges(stack):
