@@ -452,24 +452,42 @@ def cmd_pin(args) -> int:
     from .steering import XdpSteering
     spec = _spec(args.flowspec)
     (cpu,) = _cpus_online(str(args.cpu))
-    with XdpSteering(args.dev, args.netns, mode=args.mode) as st:
-        old, rid = st.pin(spec, cpu)
+    st = XdpSteering(args.dev, args.netns, mode=args.mode).open(reattach=True)
+    try:
         where = f"{args.dev}" + (f" in {args.netns}" if args.netns else "")
+        _say_reattached(st, where)
+        old, rid = st.pin(spec, cpu)
         moved = f" (was CPU {old})" if old is not None and old != cpu else ""
         print(f"pinned {spec} on {where} to CPU {cpu}{moved}: rule {rid}, {st.attached_mode} XDP")
+    finally:
+        st.close()
     return 0
 
 
+def _say_reattached(st, where: str) -> None:
+    if st.reattached:
+        gone, n = st.reattached
+        print(f"{where} is a new device since its rules were pinned ({gone}): {st.attached_mode} "
+              f"XDP attached to it, {n} earlier rule(s) kept")
+
+
 def cmd_unpin(args) -> int:
-    from .steering import XdpSteering, pin_root, _dir_name
+    from .steering import DeviceGone, XdpSteering, pin_root, _dir_name
     spec = _spec(args.flowspec)
     if not os.path.isdir(os.path.join(pin_root(), _dir_name(args.dev, args.netns))):
         raise UserError(f"no pinned steering on {args.dev}" + (f" in {args.netns}" if args.netns else ""))
-    with XdpSteering(args.dev, args.netns) as st:
+    try:   # rules whose device was recreated apply to the new one, as steer pin does
+        st = XdpSteering(args.dev, args.netns).open(reattach=True)
+    except DeviceGone:   # no device of that name now: the rule goes from the pins all the same
+        st = XdpSteering(args.dev, args.netns).open()
+    try:
+        _say_reattached(st, args.dev + (f" in {args.netns}" if args.netns else ""))
         cpu = st.unpin(spec)
         left = st.rules()
         if not left:
             st.detach()
+    finally:
+        st.close()
     print(f"unpinned {spec} (was CPU {cpu})" + ("; no rules left: XDP detached" if not left else ""))
     return 0
 
@@ -494,7 +512,8 @@ def cmd_rules(args) -> int:
         print(f"{where} ({d['mode']} XDP): redirected {c['redirected']:,}, passed {c['passed']:,}, "
               f"unparsed {c['unparsed']:,}, failed redirects {c['redirect_failed']:,}")
         if d["detached"]:
-            print(f"  DETACHED: {d['detached']}; `steer reset` removes what is left")
+            print(f"  DETACHED: {d['detached']}; `steer pin` moves these rules to a new device of "
+                  "that name, `steer reset` removes them")
         for r in d["rules"]:
             off = "" if r["cpu"] in online else \
                 "  (CPU offline: the kernel runs its cpumap thread on another CPU)"

@@ -196,17 +196,21 @@ class SteerCollector(Collector):
                                   labels=["dev", "netns", "result"])
         mode = GaugeMetricFamily("steer_xdp_info", "Steering program of a device (value 1).",
                                  labels=["dev", "netns", "mode"])
+        gone = GaugeMetricFamily("steer_xdp_detached",
+                                 "1 when the device of pinned rules was removed, so they steer "
+                                 "nothing; 0 while attached.", labels=["dev", "netns"])
         for d in devices:
             if "error" in d:
                 continue
             dev, ns = d["dev"], d["netns"] or ""
             mode.add_metric([dev, ns, d["mode"]], 1)
+            gone.add_metric([dev, ns], 1 if d.get("detached") else 0)
             for r in d["rules"]:
                 pk.add_metric([dev, ns, r["spec"], str(r["cpu"])], r["packets"])
                 by.add_metric([dev, ns, r["spec"], str(r["cpu"])], r["bytes"])
             for result, n in d["counters"].items():
                 xdp.add_metric([dev, ns, result], n)
-        yield from (pk, by, xdp, mode)
+        yield from (pk, by, xdp, mode, gone)
 
 
 def _s(v) -> str:

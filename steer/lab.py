@@ -160,13 +160,7 @@ class Lab:
         try:
             _ip("netns", "add", self.tx)
             _ip("netns", "add", self.rx)
-            _ip("-n", self.tx, "link", "add", "veth-tx", "type", "veth", "peer", "name", "veth-rx",
-                "netns", self.rx)
-            for ns, dev, addr in ((self.tx, "veth-tx", SENDER_ADDR),
-                                  (self.rx, "veth-rx", RECEIVER_ADDR)):
-                _ip("-n", ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", dev)
-                _ip("-n", ns, "link", "set", dev, "up")
-                _ip("-n", ns, "link", "set", "lo", "up")
+            self._link()
         except BaseException as e:
             # Ctrl-C in the middle of the set-up too: __exit__ never runs when __enter__ raises
             self.down()
@@ -174,6 +168,25 @@ class Lab:
                 raise LabError(f"lab network setup failed: {e}") from None
             raise
         return self
+
+    def _link(self) -> None:
+        _ip("-n", self.tx, "link", "add", "veth-tx", "type", "veth", "peer", "name", "veth-rx",
+            "netns", self.rx)
+        for ns, dev, addr in ((self.tx, "veth-tx", SENDER_ADDR),
+                              (self.rx, "veth-rx", RECEIVER_ADDR)):
+            _ip("-n", ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+
+    def recreate_link(self, namespace: bool = False) -> None:
+        """Remove the veth pair, and with NAMESPACE the receiving namespace, and create them again
+        under the same names: what a driver reload (a new ifindex) or a container restart does."""
+        if namespace:
+            _ip("netns", "del", self.rx)
+            _ip("netns", "add", self.rx)
+        else:
+            _ip("-n", self.rx, "link", "del", "veth-rx")
+        self._link()
 
     # -- traffic -----------------------------------------------------------------------------
     def start_servers(self) -> None:

@@ -32,6 +32,10 @@ class SteerError(Exception):
     """A steering request that cannot be done; str() is one line."""
 
 
+class DeviceGone(SteerError):
+    """The device of pinned rules was removed and no device of that name exists now."""
+
+
 def pin_root() -> str:
     return os.path.join(BPFFS, PIN_DIR)
 
@@ -86,6 +90,9 @@ class XdpSteering:
     pinned: bool = True
     ifindex: int = field(default=0, init=False)
     attached_mode: str | None = field(default=None, init=False)
+    # set by open(reattach=True) when it moved pinned rules to a recreated device: (why the old
+    # attachment was gone, rules carried over)
+    reattached: tuple[str, int] | None = field(default=None, init=False)
 
     def __post_init__(self):
         self._maps: dict[str, BpfMap] = {}
@@ -97,9 +104,16 @@ class XdpSteering:
         return os.path.join(pin_root(), _dir_name(self.dev, self.netns))
 
     # -- attach ------------------------------------------------------------------------------
-    def open(self) -> "XdpSteering":
+    def open(self, reattach: bool = False) -> "XdpSteering":
         """Attach the program (or find the pinned one) and open its maps. Opening pins takes no
-        capability (bpffs permissions decide), so a de-privileged exporter can read them."""
+        capability (bpffs permissions decide), so a de-privileged exporter can read them.
+
+        Pinned rules whose device went away (its namespace or the device itself deleted and
+        created again, as a container restart does; a driver reload, which changes the ifindex)
+        steer nothing: their link was detached with the old device. REATTACH (what a command
+        that changes rules asks for) moves them to the device of that name that exists now, or
+        raises DeviceGone when there is none; without it they are opened as they are, for
+        `steer rules` and the exporter to report."""
         if self.mode not in MODES:
             raise SteerError(f"unknown XDP mode {self.mode!r}: choose from {', '.join(MODES)}")
         existing = self._pinned_link()
@@ -110,6 +124,9 @@ class XdpSteering:
             self.attached_mode = existing.rsplit("-", 1)[1]
             for name in MAP_NAMES:
                 self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name))
+            gone = self.detached() if reattach else None
+            if gone:
+                self._reattach(gone)
             return self
         require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
         ns_path = netns_path(self.netns)
@@ -165,6 +182,21 @@ class XdpSteering:
             os.close(fd)
         else:
             self._link_fd = fd
+
+    def _reattach(self, gone: str) -> None:
+        """The pinned rules to the device that exists now under this name, in a fresh program."""
+        where = self.dev + (f" in {self.netns}" if self.netns else "")
+        try:
+            device_info(self.dev, netns_path(self.netns))
+        except SteerError as e:
+            raise DeviceGone(f"the steering pinned on {where} steers nothing: {gone}, and {e}; "
+                             "steer unpin or steer reset removes its rules") from None
+        kept = [(r.spec, r.cpu) for r in self.rules()]
+        self.close()
+        self._remove_pins()
+        self.open()
+        self.table.pin_many(kept)
+        self.reattached = (gone, len(kept))
 
     def _pinned_link(self) -> str | None:
         for m in ("generic", "native"):

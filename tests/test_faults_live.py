@@ -15,10 +15,11 @@ import urllib.request
 
 import pytest
 
-from helpers import ROOT, STEER, live, steer
+from helpers import ROOT, STEER, assert_one_line_error, live, steer
+from steer.exporter import SteerCollector
 from steer.flows import build_snapshot
-from steer.lab import Lab, LabFlow, lab_namespaces
-from steer.steering import pin_root
+from steer.lab import RECEIVER_ADDR, Lab, LabFlow, lab_namespaces
+from steer.steering import pin_root, pinned_state
 from steer.topology import read_topology
 from steer.tracer import Tracer
 
@@ -111,8 +112,83 @@ def test_pinned_rules_of_a_removed_device_say_so_and_reset_clears_them():
         assert r.returncode == 0 and "DETACHED: veth-rx was removed" in r.stdout
         dev = json.loads(steer("rules", "--json").stdout)["devices"][0]
         assert dev["detached"] == "veth-rx was removed"
+        # and the exporter's gauge, which the SteerRulesDetached alert watches
+        families = {m.name: m for m in SteerCollector._steering_metrics(None, pinned_state())}
+        (gauge,) = families["steer_xdp_detached"].samples
+        assert gauge.labels == {"dev": "veth-rx", "netns": lab.rx} and gauge.value == 1
         r = steer("reset")
         assert r.returncode == 0, r.stderr
+    assert not _leftover_pins() and not _settled(_xdp_programs)
+
+
+def _send_udp(lab, port: int, count: int) -> None:
+    """COUNT datagrams to PORT, after one to the discard port that resolves the neighbour (the
+    kernel queues only a few packets while it waits for ARP)."""
+    code = (f"import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+            f"s.sendto(b'x',('{RECEIVER_ADDR}',9))\ntime.sleep(0.3)\n"
+            f"for _ in range({count}): s.sendto(b'x'*64,('{RECEIVER_ADDR}',{port}))")
+    subprocess.run(["ip", "netns", "exec", lab.tx, "python3", "-c", code], check=True)
+
+
+def _wait_detached(port: int) -> None:
+    """until the old device is gone (a deleted namespace is torn down after `ip netns del`)"""
+    end = time.monotonic() + 10
+    while _rule_packets(port)[1] != "veth-rx was removed":
+        assert time.monotonic() < end, _rule_packets(port)
+        time.sleep(0.1)
+
+
+def _rule_packets(port: int) -> tuple[int, str | None]:
+    (dev,) = json.loads(steer("rules", "--json").stdout)["devices"]
+    (rule,) = [r for r in dev["rules"] if f"dport={port}" in r["spec"]]
+    return rule["packets"], dev["detached"]
+
+
+@pytest.mark.parametrize("namespace", [False, True], ids=["driver-reload", "container-restart"])
+def test_pin_on_a_recreated_device_moves_its_rules_there(namespace):
+    """Rules pinned on a device that is then removed and created again under the same name (a new
+    veth in the same namespace, as a driver reload gives a new ifindex; or the namespace too, as a
+    container restart does): the next pin attaches XDP to the new device, keeps the rules and
+    says so, and packets are steered again; unpin does the same. With no device of that name,
+    pin refuses in one line and unpin still removes the rule."""
+    cpus = sorted(os.sched_getaffinity(0))
+    with Lab([], seconds=1) as lab:
+        on = ("--dev", "veth-rx", "--netns", lab.rx)
+        for port, cpu in ((5341, cpus[0]), (5342, cpus[-1])):
+            r = steer("pin", f"proto=udp,dport={port}", "--cpu", str(cpu), *on)
+            assert r.returncode == 0, r.stderr
+        _send_udp(lab, 5341, 50)
+        assert _rule_packets(5341) == (50, None)
+        lab.recreate_link(namespace=namespace)
+        _wait_detached(5341)
+        _send_udp(lab, 5341, 50)
+        assert _rule_packets(5341)[0] == 50            # nothing steered any more
+
+        r = steer("pin", "proto=udp,dport=5341", "--cpu", str(cpus[0]), *on)
+        print(r.stdout)
+        assert r.returncode == 0, r.stderr
+        assert "is a new device since its rules were pinned (veth-rx was removed)" in r.stdout
+        assert "2 earlier rule(s) kept" in r.stdout and "pinned proto=udp,dport=5341" in r.stdout
+        link = subprocess.run(["ip", "-n", lab.rx, "-d", "link", "show", "veth-rx"],
+                              capture_output=True, text=True, check=True).stdout
+        assert "xdpgeneric" in link, link
+        _send_udp(lab, 5341, 70)
+        assert _rule_packets(5341) == (70, None)        # a new program: its counters start at 0
+
+        lab.recreate_link(namespace=namespace)
+        _wait_detached(5341)
+        r = steer("unpin", "proto=udp,dport=5342", *on)
+        assert r.returncode == 0 and "is a new device" in r.stdout, (r.stdout, r.stderr)
+        _send_udp(lab, 5341, 30)
+        assert _rule_packets(5341) == (30, None)
+
+        subprocess.run(["ip", "-n", lab.rx, "link", "del", "veth-rx"], check=True)
+        _wait_detached(5341)
+        r = steer("pin", "proto=udp,dport=5341", "--cpu", str(cpus[0]), *on)
+        assert_one_line_error(r, "steers nothing: veth-rx was removed", "no interface 'veth-rx'",
+                              "steer unpin or steer reset")
+        r = steer("unpin", "proto=udp,dport=5341", *on)
+        assert r.returncode == 0 and "no rules left: XDP detached" in r.stdout, (r.stdout, r.stderr)
     assert not _leftover_pins() and not _settled(_xdp_programs)
 
 
