@@ -21,6 +21,10 @@ class UserError(Exception):
     """Something the user can fix; shown as one line."""
 
 
+class UsageError(UserError):
+    """An argument that does not parse or does not fit with the others: exit 2, as argparse's."""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line (no usage block) and exits 2."""
 
@@ -214,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     _tracer_options(auto)
 
     auto.add_argument("--listen", metavar="HOST:PORT",
-                      help="also serve Prometheus metrics here, with steer_auto_moves_total")
+                      help="also serve Prometheus metrics here, with steer_auto_moves_total "
+                           "(:PORT: every address)")
     auto.add_argument("--top-k", type=_positive(int, 0), default=20, help="per-flow series with --listen")
 
     ex = sub.add_parser("export", formatter_class=fmt, help="Prometheus exporter",
@@ -223,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "counters, tracer health and capabilities. Listens on loopback unless "
                         "another address is given.")
     ex.add_argument("--listen", default="127.0.0.1:9435", metavar="HOST:PORT",
-                    help="address to serve /metrics on")
+                    help="address to serve /metrics on; :PORT listens on every address (IPv6 "
+                         "and IPv4), as Go exporters do (default %(default)s)")
     ex.add_argument("--top-k", type=_positive(int, 0), default=20, metavar="K",
                     help="flows (by rate) that get per-flow series")
     ex.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
@@ -356,7 +362,7 @@ def _parse_lab_flows(specs: list[str] | None):
     for s in specs:
         k, sep, a = s.partition(":")
         if not sep or not k.strip().isdigit() or not a.strip().isdigit():
-            raise UserError(f"--flow {s!r}: expected KCPU:APPCPU, two CPU numbers such as 0:1")
+            raise UsageError(f"--flow {s!r}: expected KCPU:APPCPU, two CPU numbers such as 0:1")
         out.append(LabFlow(int(k), int(a)))
     return out
 
@@ -428,9 +434,9 @@ def _cpus_online(text: str, what: str = "--cpu") -> list[int]:
     try:
         cpus = parse_cpulist(text)
     except ValueError as e:
-        raise UserError(f"{what}: {e}") from None
+        raise UsageError(f"{what}: {e}") from None
     if not cpus:
-        raise UserError(f"{what}: no CPU given")
+        raise UsageError(f"{what}: no CPU given")
     topo = read_topology()
     for c in cpus:
         try:
@@ -445,7 +451,7 @@ def _spec(text: str):
     try:
         return FlowSpec.parse(text)
     except FlowSpecError as e:
-        raise UserError(f"FLOWSPEC {text!r}: {e}") from None
+        raise UsageError(f"FLOWSPEC {text!r}: {e}") from None
 
 
 def cmd_pin(args) -> int:
@@ -558,6 +564,12 @@ def cmd_auto(args) -> int:
     from .policies import PolicyError, load_policy
     from .steering import SteerError, XdpSteering
     from .topology import online_cpus, read_topology
+    if args.listen:
+        from .exporter import parse_listen
+        try:
+            parse_listen(args.listen)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     try:
         name, policy = load_policy(args.policy, args.min_rate)
     except PolicyError as e:
@@ -615,7 +627,7 @@ def cmd_export(args) -> int:
     try:
         parse_listen(args.listen)
     except ValueError as e:
-        raise UserError(str(e)) from None
+        raise UsageError(str(e)) from None
     topo = read_topology()
     tracer = _start_tracer(args)
     try:
@@ -646,11 +658,11 @@ def cmd_sweep(args) -> int:
     topo = read_topology()
     cpus = _cpus_online(args.cpus, "--cpus") if args.cpus else topo.online
     if bool(args.dev) != bool(args.server_cmd):
-        raise UserError("--dev and --server-cmd go together: a real host needs its receiver command")
+        raise UsageError("--dev and --server-cmd go together: a real host needs its receiver command")
     if args.dev and args.method == "rps":
-        raise UserError("--method rps is for the lab; a real host is swept with --method xdp")
+        raise UsageError("--method rps is for the lab; a real host is swept with --method xdp")
     if not 0 < args.port < 65536:
-        raise UserError(f"--port {args.port}: not a port number")
+        raise UsageError(f"--port {args.port}: not a port number")
     cfg = SweepConfig(cpus=cpus, seconds=args.seconds, repeat=args.repeat,
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
@@ -746,6 +758,9 @@ def main(argv: list[str] | None = None) -> int:
     from .tracer import TracerError
     try:
         return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"steer {args.command}: error: {e} (see steer {args.command} --help)", file=sys.stderr)
+        return EXIT_USAGE
     except (UserError, TracerError, KernelError, LabError, SteerError) as e:
         print(f"steer {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR

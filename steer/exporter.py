@@ -9,6 +9,7 @@ its series.
 """
 from __future__ import annotations
 
+import errno
 import threading
 from collections import defaultdict
 from typing import Callable, Iterable
@@ -218,10 +219,12 @@ def _s(v) -> str:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
+    """(host, port) of HOST:PORT or [IPV6]:PORT; ":PORT" gives host "" (every address)."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}, or :PORT "
+                         "for every address")
+    return host.strip("[]"), int(port)
 
 
 def serve(collector: SteerCollector, listen: str):
@@ -230,7 +233,12 @@ def serve(collector: SteerCollector, listen: str):
     host, port = parse_listen(listen)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    try:
-        return start_http_server(port, addr=host, registry=registry)
-    except OSError as e:
-        raise ValueError(f"--listen {listen}: {e.strerror}") from None
+    # every address, as ":PORT" means to Go exporters: IPv6 and (dual-stack) IPv4, or IPv4 alone
+    # on a host without IPv6
+    hosts = [host] if host else ["::", "0.0.0.0"]
+    for i, h in enumerate(hosts):
+        try:
+            return start_http_server(port, addr=h, registry=registry)
+        except OSError as e:
+            if i + 1 == len(hosts) or e.errno != errno.EAFNOSUPPORT:
+                raise ValueError(f"--listen {listen}: {e.strerror}") from None

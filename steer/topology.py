@@ -15,9 +15,9 @@ def parse_cpulist(text: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        lo, _, hi = part.partition("-")
+        lo, dash, hi = part.partition("-")
         try:
-            a, b = int(lo), int(hi or lo)
+            a, b = int(lo), int(hi if dash else lo)
         except ValueError:
             raise ValueError(f"not a CPU list: {text.strip()!r}") from None
         if a < 0 or b < a:

@@ -5,6 +5,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -19,9 +20,26 @@ from helpers import ROOT, assert_one_line_error, live, steer
     (["top", "--interval", "0"], "--interval"),
     (["nonsense"], "invalid choice"),
     ([], "required"),
+    # what argparse cannot check: every command's own parse errors exit 2 as well
+    (["pin", "proto=xyz", "--cpu", "0", "--dev", "lo"], "proto must be tcp or udp"),
+    (["pin", "dport=99999", "--cpu", "0", "--dev", "lo"], "dport must be a port number"),
+    (["pin", "dport=80", "--cpu", "zero", "--dev", "lo"], "--cpu"),
+    (["unpin", "sport=-1", "--dev", "lo"], "FLOWSPEC 'sport=-1'"),
+    (["app", "--pid", "2147483647", "--cpu", "1-"], "--cpu"),
+    (["irq", "--dev", "lo", "--cpu", ","], "--cpu"),
+    (["rps", "--dev", "lo", "--cpu", "x"], "--cpu"),
+    (["demo", "--flow", "zero:1"], "expected KCPU:APPCPU"),
+    (["export", "--listen", "127.0.0.1"], "expected HOST:PORT"),
+    (["export", "--listen", ":70000"], "expected HOST:PORT"),
+    (["auto", "--dev", "lo", "--listen", "nowhere"], "expected HOST:PORT"),
+    (["sweep", "--out", "/nonexistent", "--port", "0"], "--port 0: not a port number"),
+    (["sweep", "--out", "/nonexistent", "--dev", "lo"], "--dev and --server-cmd go together"),
+    (["sweep", "--out", "/nonexistent", "--cpus", "a-b"], "--cpus"),
 ])
 def test_bad_arguments(args, fragment):
-    assert_one_line_error(steer(*args), fragment, code=2)
+    r = steer(*args)
+    assert_one_line_error(r, fragment, code=2)
+    assert "--help" in r.stderr
 
 
 def test_help_explains_every_option():
@@ -109,8 +127,6 @@ def test_llc_event_without_pmu_is_refused_or_works():
 def test_demo_refuses_a_cpu_that_does_not_exist():
     r = steer("demo", "--flow", "0:4096", "--duration", "1")
     assert_one_line_error(r, "CPU 4096 does not exist")
-    r = steer("demo", "--flow", "zero:1", "--duration", "1")
-    assert_one_line_error(r, "expected KCPU:APPCPU")
 
 
 @live
@@ -132,6 +148,26 @@ def test_listen_port_in_use():
         port = s.getsockname()[1]
         r = steer("export", "--listen", f"127.0.0.1:{port}", "--duration", "1")
     assert_one_line_error(r, f"--listen 127.0.0.1:{port}", "in use")
+
+
+@live
+def test_listen_colon_port_means_every_address():
+    """":PORT" listens on every address, as Go exporters read it: IPv4 and IPv6 loopback both
+    answer (the only addresses a test may use)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "steer", "export", "--listen", f":{port}",
+                          "--duration", "20"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "serving" in p.stdout.readline()
+        for host in ("127.0.0.1", "[::1]"):
+            with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+                assert r.status == 200 and b"steer_capability_info" in r.read()
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
 
 
 @pytest.mark.parametrize("text, msg", [

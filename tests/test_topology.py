@@ -17,7 +17,7 @@ def test_cpulist_round_trip(text, cpus):
     assert parse_cpulist(format_cpulist(cpus)) == cpus
 
 
-@pytest.mark.parametrize("bad", ["a", "3-1", "-1", "1-x"])
+@pytest.mark.parametrize("bad", ["a", "3-1", "-1", "1-x", "1-"])
 def test_cpulist_rejects_garbage(bad):
     with pytest.raises(ValueError):
         parse_cpulist(bad)
