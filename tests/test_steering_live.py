@@ -268,7 +268,7 @@ def test_bad_steering_input_is_one_line():
         assert_one_line_error(steer("pin", "proto=tcp", "--cpu", "4096", "--dev", "veth-rx",
                                     "--netns", lab.rx), "CPU 4096 does not exist")
         assert_one_line_error(steer("pin", "proto=tcpx", "--cpu", "0", "--dev", "veth-rx",
-                                    "--netns", lab.rx), "tcp or udp")
+                                    "--netns", lab.rx), "tcp or udp", code=2)
         assert_one_line_error(steer("pin", "proto=tcp", "--cpu", "0", "--dev", "nope0",
                                     "--netns", lab.rx), "no interface 'nope0'")
         assert_one_line_error(steer("pin", "proto=tcp", "--cpu", "0", "--dev", "veth-rx",

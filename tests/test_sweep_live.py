@@ -91,7 +91,8 @@ def test_interrupt_keeps_cells_and_resume_finishes(tmp_path):
 
 
 def test_bad_sweep_arguments():
-    assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--dev", "lo"), "--dev and --server-cmd")
+    assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--dev", "lo"), "--dev and --server-cmd",
+                          code=2)
     assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--cpus", "0,77"), "CPU 77 does not exist")
 
 
