@@ -194,7 +194,12 @@ class XdpSteering:
         kept = [(r.spec, r.cpu) for r in self.rules()]
         self.close()
         self._remove_pins()
-        self.open()
+        try:
+            self.open()
+        except (KernelError, SteerError) as e:
+            rules = "; ".join(f"{spec} -> CPU {cpu}" for spec, cpu in kept)
+            raise SteerError(f"{e} (the rules that were pinned on {where}, to pin again: "
+                             f"{rules})") from None
         self.table.pin_many(kept)
         self.reattached = (gone, len(kept))
 
