@@ -528,15 +528,18 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
 	__u64 now = bpf_ktime_get_ns();
+	__u8 valid;
 
 	if (!s || !tot || s->softirq_start)
 		return 0;
 	if (s->ctx == CTX_KTHREAD && !s->cur_valid)
 		return 0;	/* no skb yet since the wake-up: the head goes on to the first one */
+	valid = s->cur_valid;
 	close_kthread(s, tot, now);
-	/* what follows is this kthread's work: the rest of the loop before 6.14, the batch's way up
-	 * the stack since */
+	/* what follows is this kthread's work: the rest of the loop before 6.14 (its tail goes to the
+	 * last skb's flow, as a softirq's does), the batch's way up the stack since */
 	open_kthread(s, now, llc_now());
+	s->cur_valid = valid;
 	return 0;
 }
 

@@ -156,9 +156,11 @@ def _cpumap_kthread_runtime(cpu: int) -> dict[int, int]:
 # scheduler also counts the switch into and out of it and the tracer's own programs around them,
 # which on this VM, where the kthread wakes ~20,000 times a second, is 25-48% of its time. Sampled
 # takes each sample's weight from the scheduler. Measured 2026-11-22: exact -25% to -48%, sampled
-# -3% to -8%. Before the bracket closed at the kthread's sleep (kernels >= 6.14 trace the batch
-# before it goes up the stack), exact read +250%: the upper bounds catch that.
-KTHREAD_BOUND = {"exact": (-0.65, 0.05), "sampled": (-0.15, 0.10)}
+# -3% to -9%; in the TCG guest of `make test-vm` (6.1 kernel, where the kthread traces each batch
+# after it went up the stack) exact -16% to -21%, sampled -9% and -20%. Before the bracket closed at
+# the kthread's sleep (kernels >= 6.14 trace the batch before it goes up the stack), exact read
+# +250%: the upper bounds catch that.
+KTHREAD_BOUND = {"exact": (-0.65, 0.05), "sampled": (-0.25, 0.10)}
 
 
 @two_cpus
