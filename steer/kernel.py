@@ -623,10 +623,13 @@ def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(sig: int = 9) -> None:
-    """In a child between fork and exec: the kernel sends SIG when the parent dies, so that a
-    parent killed with SIGKILL leaves no child behind it."""
+def die_with_parent(parent: int, sig: int = 9) -> None:
+    """In a child between fork and exec: the kernel sends SIG when the parent (pid PARENT, read
+    before the fork) dies, so that a parent killed with SIGKILL leaves no child behind it. A parent
+    that died before the prctl sends nothing: then the child is already an orphan, and goes."""
     _libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 BPFFS = "/sys/fs/bpf"

@@ -59,8 +59,10 @@ def _ns_path(name: str) -> str:
 def _in_netns(name: str, cpu: int | None):
     """preexec_fn: enter the lab namespace (network only) and pin to CPU before exec."""
     path = _ns_path(name)
+    parent = os.getpid()
 
     def enter():
+        die_with_parent(parent)  # first: a lab killed with SIGKILL takes its iperf3 along
         fd = os.open(path, os.O_RDONLY)
         try:
             setns(fd, CLONE_NEWNET)
@@ -69,7 +71,6 @@ def _in_netns(name: str, cpu: int | None):
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         os.setpgid(0, 0)   # own process group: teardown kills it whole
-        die_with_parent()  # and a lab killed with SIGKILL takes its iperf3 along
     return enter
 
 
