@@ -43,10 +43,12 @@ def build_c(name: str) -> str:
     return exe
 
 
-def lab_reader_cpu() -> int:
-    """The lab flow's reader CPU: another core than the sender's (CPU 0) where there is one,
-    the common placement on real receivers."""
-    return 1 if len(os.sched_getaffinity(0)) > 1 else 0
+def lab_flow():
+    """The benches' lab flow: the reader on another core than the sender (where the receive
+    softirq runs) where two CPUs are usable, the common placement on real receivers."""
+    from steer.lab import LabFlow, usable_cpus
+    cpus = usable_cpus()
+    return LabFlow(cpus[0], cpus[-1])
 
 
 def require_root() -> None:

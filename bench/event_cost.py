@@ -9,10 +9,10 @@ from __future__ import annotations
 import statistics
 
 from steer.kernel import BpfObject, prog_run_stats
-from steer.lab import Lab, LabFlow
+from steer.lab import Lab
 from steer.tracer import Tracer, bpf_dir
 
-from .common import TRACER_MODES, fmt, lab_reader_cpu, parser, require_root, write
+from .common import TRACER_MODES, fmt, lab_flow, parser, require_root, write
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -27,7 +27,6 @@ def main(argv=None) -> int:
         args.seconds = 1.0
     with open(STATS) as f:
         old = f.read().strip()
-    app = lab_reader_cpu()
     try:
         with open(STATS, "w") as f:
             f.write("1")
@@ -36,7 +35,7 @@ def main(argv=None) -> int:
         floor.attach_all()
         floor_progs = {n: floor.prog_fd(n) for n in floor.programs()}
         try:
-            with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
+            with Lab([lab_flow()], seconds=args.seconds) as lab:
                 lab.start_servers()
                 before = tracer.program_stats()
                 before.update({n: prog_run_stats(fd) for n, fd in floor_progs.items()})

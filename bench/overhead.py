@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 
-from steer.lab import Lab, LabFlow
+from steer.lab import Lab
 from steer.tracer import Tracer
 
-from .common import (TRACER_MODES, alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
+from .common import (TRACER_MODES, alternate, fmt, lab_flow, parser, ratio_stats, require_root, stats,
                      write)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -52,9 +52,8 @@ def main(argv=None) -> int:
     require_root()
     if args.smoke:
         args.pairs, args.seconds = 1, 1.0
-    app = lab_reader_cpu()
     runs = {"A": [], "B": []}
-    with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
+    with Lab([lab_flow()], seconds=args.seconds) as lab:
         def run(traced):
             r = one_run(lab, args.seconds, traced, args.timing)
             runs["B" if traced else "A"].append(r)
@@ -69,7 +68,7 @@ def main(argv=None) -> int:
     a_bps, b_bps = stats([r["bps"] for r in runs["A"]]), stats([r["bps"] for r in runs["B"]])
     table = "\n".join([
         f"### Tracing overhead, {args.timing} timing ({args.pairs} pairs x {args.seconds:g} s, lab "
-        f"flow sender CPU 0 -> reader CPU {app})", "",
+        f"flow sender CPU {lab.flows[0].kernel_cpu} -> reader CPU {lab.flows[0].app_cpu})", "",
         "| measure | without tracer (median) | with tracer (median) | ratio with/without: median | min | max | target |",
         "|---|---|---|---|---|---|---|",
         f"| throughput Gbit/s | {fmt(a_bps.get('median', 0) / 1e9, '.2f')} | "

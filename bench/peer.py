@@ -14,10 +14,10 @@ import time
 
 from steer import flowtrace_abi as abi
 from steer.kernel import BpfObject
-from steer.lab import Lab, LabFlow
+from steer.lab import Lab
 from steer.tracer import bpf_dir
 
-from .common import (alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
+from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, stats,
                      write)
 
 NET_RX_ONLY = {"ft_softirq_entry", "ft_softirq_exit"}
@@ -53,9 +53,8 @@ def main(argv=None) -> int:
         raise SystemExit("libbpf-tools is not installed (apt-get install libbpf-tools)")
     if args.smoke:
         args.pairs, args.seconds = 1, 2.0
-    app = lab_reader_cpu()
     agree = []
-    with Lab([LabFlow(0, app)], seconds=args.seconds + 2) as lab:
+    with Lab([lab_flow()], seconds=args.seconds + 2) as lab:
         def traffic():
             lab.start(args.seconds + 2)
             (res,) = lab.wait(timeout=args.seconds + 40)

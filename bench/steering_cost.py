@@ -10,11 +10,11 @@ import os
 import sys
 
 from steer.flowspec import FlowSpec
-from steer.lab import Lab, LabFlow
+from steer.lab import Lab
 from steer.kernel import prog_test_run
 from steer.steering import XdpSteering, load_unattached
 
-from .common import (alternate, fmt, lab_reader_cpu, parser, ratio_stats, require_root, stats,
+from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, stats,
                      write)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
@@ -59,9 +59,9 @@ def main(argv=None) -> int:
         args.pairs, args.seconds, thr_counts = 1, 1.0, [100]
     exact = ns_per_packet(counts)
     wild = ns_per_packet([0], wildcard_masks=2)
-    app = lab_reader_cpu()
     thr = {}
-    with Lab([LabFlow(0, app)], seconds=args.seconds) as lab:
+    flow = lab_flow()
+    with Lab([flow], seconds=args.seconds) as lab:
         def run(n):
             steering = None
             if n is not None:
@@ -91,7 +91,8 @@ def main(argv=None) -> int:
         "### Steering cost", "",
         f"XDP program per packet (BPF_PROG_TEST_RUN, {REPEAT:,} runs, a 1,454-byte TCP packet that "
         "matches no rule):", "", "| rules installed | ns per packet |", "|---|---|", *rows, "",
-        f"Lab throughput ({args.pairs} pairs x {args.seconds:g} s, sender CPU 0, reader CPU {app}); "
+        f"Lab throughput ({args.pairs} pairs x {args.seconds:g} s, sender CPU {flow.kernel_cpu}, "
+        f"reader CPU {flow.app_cpu}); "
         "generic XDP includes the kernel's cost of running XDP on skbs (linearising GSO skbs):", "",
         "| non-matching rules | no program Gbit/s | with program Gbit/s | ratio median | min | max |",
         "|---|---|---|---|---|---|", *trows])

@@ -247,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "figures and report.md to --out. Ctrl-C keeps the finished cells; "
                         "--resume continues. Without --dev the built-in lab makes the traffic.")
     sw.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    sw.add_argument("--cpus", metavar="LIST", help="CPUs to sweep (default: every online CPU)")
+    sw.add_argument("--cpus", metavar="LIST",
+                    help="CPUs to sweep (default: every online CPU this process may run on)")
     sw.add_argument("--seconds", type=_positive(), default=5.0, help="traffic per run")
     sw.add_argument("--repeat", type=_positive(int, 0), default=1, help="runs per cell (median kept)")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in --out")
@@ -354,10 +355,9 @@ def cmd_top(args) -> int:
 
 
 def _parse_lab_flows(specs: list[str] | None):
-    from .lab import LabFlow
+    from .lab import LabFlow, default_flows
     if not specs:
-        ncpu = len(os.sched_getaffinity(0))
-        return [LabFlow(0, 0), LabFlow(1, 0)] if ncpu > 1 else [LabFlow(0, 0)]
+        return default_flows()
     out = []
     for s in specs:
         k, sep, a = s.partition(":")
@@ -379,6 +379,7 @@ def cmd_demo(args) -> int:
                 topo.check_online(c)
             except ValueError as e:
                 raise UserError(f"--flow {f.kernel_cpu}:{f.app_cpu}: {e}") from None
+        _check_usable((f.kernel_cpu, f.app_cpu), f"--flow {f.kernel_cpu}:{f.app_cpu}")
     console = make_console(stderr=args.json)
     tracer = _start_tracer(args)
     lab = Lab(flows, seconds=args.duration)
@@ -444,6 +445,18 @@ def _cpus_online(text: str, what: str = "--cpu") -> list[int]:
         except ValueError as e:
             raise UserError(f"{what}: {e}") from None
     return cpus
+
+
+def _check_usable(cpus, what: str) -> None:
+    """The lab and the sweep start their processes on these CPUs: refuse, before anything is set
+    up, the ones this process may not run on (taskset or a cgroup cpuset can exclude online CPUs)."""
+    from .lab import usable_cpus
+    from .topology import format_cpulist
+    usable = usable_cpus()
+    for c in cpus:
+        if c not in usable:
+            raise UserError(f"{what}: CPU {c} is not usable by this process, which may run on CPUs "
+                            f"{format_cpulist(usable)} (taskset or cgroup cpuset)")
 
 
 def _spec(text: str):
@@ -656,7 +669,12 @@ def cmd_sweep(args) -> int:
     from .sweep import SweepConfig, SweepError, SweepStopped, describe, run_sweep, write_outputs
     from .topology import read_topology
     topo = read_topology()
-    cpus = _cpus_online(args.cpus, "--cpus") if args.cpus else topo.online
+    if args.cpus:
+        cpus = _cpus_online(args.cpus, "--cpus")
+        _check_usable(cpus, "--cpus")
+    else:
+        from .lab import usable_cpus
+        cpus = [c for c in topo.online if c in usable_cpus()]
     if bool(args.dev) != bool(args.server_cmd):
         raise UsageError("--dev and --server-cmd go together: a real host needs its receiver command")
     if args.dev and args.method == "rps":

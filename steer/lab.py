@@ -52,6 +52,20 @@ class FlowResult:
     raw: dict | None = None
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may place lab processes on: taskset or a cgroup cpuset (a CI runner,
+    a container) may allow fewer than are online, and not necessarily CPU 0."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def default_flows() -> list[LabFlow]:
+    """The lab's default: on the first usable CPU, a flow whose receive softirq shares the
+    reader's core; where a second CPU is usable, a flow whose softirq runs on it (another core)."""
+    cpus = usable_cpus()
+    first = cpus[0]
+    return [LabFlow(first, first)] + ([LabFlow(cpus[1], first)] if len(cpus) > 1 else [])
+
+
 def _ns_path(name: str) -> str:
     return os.path.join(NETNS_DIR, name)
 
@@ -150,12 +164,13 @@ class Lab:
     def up(self) -> "Lab":
         if not shutil.which("iperf3"):
             raise LabError("iperf3 not found: apt-get install iperf3")
-        ncpu = os.cpu_count() or 1
-        online = os.sched_getaffinity(0)
+        usable = usable_cpus()
         for f in self.flows:
             for c in (f.kernel_cpu, f.app_cpu):
-                if c is not None and c not in online:
-                    raise LabError(f"lab CPU {c} is not usable here (CPUs: 0-{ncpu - 1})")
+                if c is not None and c not in usable:
+                    from .topology import format_cpulist
+                    raise LabError(f"lab CPU {c} is not usable by this process: it may run on CPUs "
+                                   f"{format_cpulist(usable)} (taskset or cgroup cpuset)")
         remove_stale_labs()
         self._up = True
         try:

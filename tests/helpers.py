@@ -10,6 +10,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEER = [sys.executable, "-m", "steer"]
 
+# the CPUs the tests may place lab processes on: a CI runner's taskset or cgroup cpuset can allow
+# fewer than are online, and not CPU 0 (one did: only CPU 1 of 0-1)
+CPUS = sorted(os.sched_getaffinity(0))
+CPU_A = CPUS[0]
+CPU_B = CPUS[1] if len(CPUS) > 1 else CPUS[0]   # tests that need it distinct skip with two_cpus
+two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
+
 
 # sampled timing is tested at the rate `steer flows --sample-hz` offers for precise windows; at the
 # always-on default (99 Hz) the same bounds hold for flows with 10x the CPU time

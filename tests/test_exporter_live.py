@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from helpers import ROOT, STEER, live, steer
+from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, live, steer
 from steer.lab import Lab, LabFlow
 from steer.tracer import DEFAULT_SAMPLE_HZ
 from test_dashboards import DASH, panel_exprs
@@ -66,8 +66,8 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom")
     p_export, p_auto, p_prom = free_port(), free_port(), free_port()
     procs = []
-    with Lab([LabFlow(0, 0), LabFlow(1, 0)] if len(os.sched_getaffinity(0)) > 1
-             else [LabFlow(0, 0)], seconds=40) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)] if len(CPUS) > 1
+             else [LabFlow(CPU_A, CPU_A)], seconds=40) as lab:
         lab.start_servers()
         r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "veth-rx", "--netns", lab.rx)
         assert r.returncode == 0, r.stderr
@@ -200,7 +200,7 @@ def _rss_kb(pid: int) -> int:
 
 def test_scrape_loop_60s_at_10_per_second():
     port = free_port()
-    with Lab([LabFlow(0, 0)], seconds=70) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=70) as lab:
         lab.start_servers()
         # every scrape here is a new TCP connection, hence new flows: a short idle timeout makes
         # the flow map (and the exporter's memory) reach its steady state within the test

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from helpers import ROOT, STEER, assert_one_line_error, live, steer
+from helpers import CPU_A, ROOT, STEER, assert_one_line_error, live, steer
 from steer.exporter import SteerCollector
 from steer.flows import build_snapshot
 from steer.lab import RECEIVER_ADDR, Lab, LabFlow, lab_namespaces
@@ -88,7 +88,7 @@ def clean():
 # -- faults while running ---------------------------------------------------------------------
 
 def test_auto_stops_when_its_namespace_is_deleted():
-    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=1) as lab:
         p = _spawn("auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval", "0.3")
         assert "steer auto: policy" in p.stdout.readline()
         assert _xdp_programs()
@@ -102,7 +102,7 @@ def test_auto_stops_when_its_namespace_is_deleted():
 
 
 def test_pinned_rules_of_a_removed_device_say_so_and_reset_clears_them():
-    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=1) as lab:
         r = steer("pin", "proto=tcp,dport=5201", "--cpu", "0", "--dev", "veth-rx",
                   "--netns", lab.rx)
         assert r.returncode == 0, r.stderr
@@ -195,7 +195,7 @@ def test_pin_on_a_recreated_device_moves_its_rules_there(namespace):
 def test_reader_killed_mid_flow():
     """The reader dies with data in flight: the tracer reads on, the flow keeps what it got."""
     topo = read_topology()
-    with Tracer() as tracer, Lab([LabFlow(0, 0)], seconds=6) as lab:
+    with Tracer() as tracer, Lab([LabFlow(CPU_A, CPU_A)], seconds=6) as lab:
         lab.start_servers()
         pid = lab.receiver_pid(lab.flows[0].port)
         before = tracer.sample()
@@ -323,7 +323,7 @@ def _kill_at_random(args, longest, rng):
 def test_sigkill_pin_50_times():
     """After each kill, steer rules reads whatever was left; after all, reset leaves nothing."""
     rng = random.Random(7)
-    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=1) as lab:
         for i in range(KILLS):
             _kill_at_random(["pin", "proto=tcp,dport=5201", "--cpu", str(i % 2 and 0),
                              "--dev", "veth-rx", "--netns", lab.rx], 1.2, rng)
@@ -340,7 +340,7 @@ def test_sigkill_pin_50_times():
 def test_sigkill_auto_50_times():
     """steer auto owns its links: killed anywhere, it leaves nothing attached, nothing pinned."""
     rng = random.Random(8)
-    with Lab([LabFlow(0, 0)], seconds=1) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=1) as lab:
         for _ in range(KILLS):
             _kill_at_random(["auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval", "0.2"],
                             2.5, rng)

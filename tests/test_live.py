@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from helpers import ROOT, STEER, live
+from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, live, steer
 from steer.flows import build_snapshot
 from steer.lab import Lab, LabFlow, lab_namespaces
-from steer.topology import read_topology
+from steer.topology import online_cpus, read_topology
 from steer.tracer import SAMPLED_PROGRAMS, Tracer
 
 pytestmark = live
@@ -48,8 +48,7 @@ class Run:
 
 @pytest.fixture(scope="module")
 def run():
-    ncpu = len(os.sched_getaffinity(0))
-    flows = [LabFlow(0, 0), LabFlow(1, 0)] if ncpu > 1 else [LabFlow(0, 0)]
+    flows = [LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)] if len(CPUS) > 1 else [LabFlow(CPU_A, CPU_A)]
     topo = read_topology()
     tracer = Tracer(timing="exact").start()
     try:
@@ -128,7 +127,9 @@ def test_app_and_kernel_cpus_are_the_pinned_ones(run):
 
 
 def test_classes(run):
-    expected = {(0, 0): "same-core", (1, 0): "same-socket"}
+    expected = {(CPU_A, CPU_A): "same-core"}
+    if len(CPUS) > 1:
+        expected[(CPU_B, CPU_A)] = "same-socket"
     for r in run.results:
         f = traced(run.full, r)
         assert f.placement.cls == expected[(r.flow.kernel_cpu, r.flow.app_cpu)]
@@ -173,7 +174,7 @@ def test_llc_counter_path_with_a_software_event():
     tracer = Tracer(llc_event="cpu-clock", timing="exact").start()
     try:
         assert tracer.capabilities.llc.startswith("available (software")
-        with Lab([LabFlow(0, 0)], seconds=2) as lab:
+        with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
             lab.start_servers()
             a = tracer.sample()
             lab.start_clients()
@@ -218,7 +219,7 @@ def test_kill_9_of_top_leaves_nothing_attached():
     try:
         # sampled timing (the default): its programs, the sampler with one link per CPU, and the
         # receive hook; wait for the links, which come after every program loaded
-        want = len(SAMPLED_PROGRAMS) - 1 + len(os.sched_getaffinity(0)) + 1
+        want = len(SAMPLED_PROGRAMS) - 1 + len(online_cpus()) + 1
         assert _wait_for(lambda: len(_links_of(_our_programs())) >= want), \
             p.stderr.read() if p.poll() else ""
         progs = _our_programs()
@@ -237,7 +238,7 @@ def test_live_view_in_a_terminal(tmp_path):
     # a terminal sized by tmux alone: COLUMNS/LINES inherited from the test runner would lie
     cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1 "
            "--duration 6; sleep 30")
-    with Lab([LabFlow(0, 0)], seconds=6) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=6) as lab:
         lab.start_servers()
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "50", cmd],
                        check=True, cwd=ROOT)
@@ -258,7 +259,7 @@ def test_live_view_in_a_terminal(tmp_path):
 
 
 def test_live_view_off_a_terminal_is_plain_text(tmp_path):
-    with Lab([LabFlow(0, 0)], seconds=3) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=3) as lab:
         lab.start_servers()
         p = subprocess.Popen([*STEER, "top", "--interval", "1", "--duration", "3"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -273,7 +274,7 @@ def test_live_view_off_a_terminal_is_plain_text(tmp_path):
 
 
 def test_flows_json_shape():
-    with Lab([LabFlow(0, 0)], seconds=2) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
         lab.start_servers()
         p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
@@ -302,12 +303,29 @@ def test_demo_runs_and_tears_down():
     j = json.loads(r.stdout)
     classes = {f["traced"]["class"] for f in j["flows"] if f["traced"]}
     assert "same-core" in classes
-    if len(os.sched_getaffinity(0)) > 1:
+    if len(CPUS) > 1:
         assert "same-socket" in classes
     for f in j["flows"]:
         assert abs(f["traced"]["app_bytes"] - f["iperf3_received_bytes"]) < 0.005 * f["iperf3_received_bytes"]
     assert not [n for n in lab_namespaces() if str(os.getpid()) not in n]
     assert subprocess.run(["pgrep", "-f", "iperf3 -s -1 -B 198.18"], capture_output=True).returncode == 1
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs to leave one out")
+def test_demo_keeps_to_the_cpus_this_process_may_use():
+    """A CI runner's cpuset or a taskset can leave this process fewer CPUs than are online, and
+    not CPU 0: the demo's default lab uses the CPUs it may, and a --flow or a sweep on one it may
+    not is refused in one line, before anything is set up."""
+    only = ("taskset", "-c", str(CPUS[-1]))
+    r = steer("demo", "--duration", "2", "--json", prefix=only)
+    assert r.returncode == 0, r.stderr
+    flows = json.loads(r.stdout)["flows"]
+    assert flows and all(f["lab_kernel_cpu"] == f["lab_app_cpu"] == CPUS[-1] for f in flows), flows
+    assert all(f["traced"] and f["traced"]["app_bytes"] > 0 for f in flows), flows
+    assert_one_line_error(steer("demo", "--flow", f"{CPUS[0]}:{CPUS[0]}", "--duration", "1",
+                                prefix=only), f"CPU {CPUS[0]} is not usable by this process")
+    assert_one_line_error(steer("sweep", "--out", "/nonexistent", "--cpus", str(CPUS[0]), prefix=only),
+                          f"--cpus: CPU {CPUS[0]} is not usable by this process")
 
 
 def test_demo_interrupted_tears_down():
@@ -325,7 +343,7 @@ def test_small_flow_map_evicts_and_counts():
     """A map bound below the live (flow, CPU) pairs: the LRU evicts, the count says so, no error."""
     tracer = Tracer(max_flows=4).start()
     try:
-        with Lab([LabFlow(0, 0), LabFlow(0, 0)], seconds=2) as lab:
+        with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
             lab.start(seconds=2)
             lab.wait(timeout=30)
         s = tracer.sample()

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from helpers import ROOT, SAMPLE_HZ, STEER, assert_one_line_error, live, sampling_bound, steer
+from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, live, sampling_bound, steer,
+                     two_cpus)
 from packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.flowspec import FlowSpec
 from steer.kernel import ensure_tracefs, prog_test_run
@@ -19,7 +20,6 @@ from steer.tracer import Tracer
 pytestmark = live
 XDP_PASS, XDP_REDIRECT = 2, 4
 FUZZ_PACKETS = 12000
-two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 
 
 def _skbs_by_cpu(before, after, sport, dport):
@@ -97,11 +97,11 @@ def clean_pins():
 
 @two_cpus
 def test_pin_repin_unpin_generic(tracer):
-    """Sender and reader on CPU 0; pinning moves the flow's stack work to CPU 1, re-pinning back
-    to CPU 0's peer... and unpinning returns it to where the kernel put it."""
-    with Lab([LabFlow(0, 0)], seconds=9) as lab:
+    """Sender and reader on CPU A; pinning moves the flow's stack work to CPU B, re-pinning brings
+    it back to A, and unpinning returns it to where the kernel put it."""
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=9) as lab:
         lab.start_servers()
-        out = _pin(lab, "proto=tcp,dport=5201", 1)
+        out = _pin(lab, "proto=tcp,dport=5201", CPU_B)
         assert "generic XDP" in out
         lab.start_clients()
         time.sleep(1)
@@ -109,7 +109,7 @@ def test_pin_repin_unpin_generic(tracer):
         time.sleep(2)
         b = tracer.sample()
         rules = json.loads(steer("rules", "--json").stdout)["devices"]
-        _pin(lab, "proto=tcp,dport=5201", 0)       # re-pin: the same rule moves
+        _pin(lab, "proto=tcp,dport=5201", CPU_A)   # re-pin: the same rule moves
         time.sleep(1)
         c = tracer.sample()
         time.sleep(2)
@@ -123,17 +123,18 @@ def test_pin_repin_unpin_generic(tracer):
         (res,) = lab.wait(timeout=30)
     sport = res.sender_port
     pinned, repinned, unpinned = (_skbs_by_cpu(x, y, sport, 5201) for x, y in ((a, b), (c, d), (e, f)))
-    print(f"skbs per CPU: pinned to 1 {pinned}, re-pinned to 0 {repinned}, unpinned {unpinned}")
-    assert _share(pinned, 1) >= 0.95
-    assert _share(repinned, 0) >= 0.95
-    assert _share(unpinned, 0) >= 0.95   # the sender's CPU, as without steering
+    print(f"skbs per CPU: pinned to {CPU_B} {pinned}, re-pinned to {CPU_A} {repinned}, "
+          f"unpinned {unpinned}")
+    assert _share(pinned, CPU_B) >= 0.95
+    assert _share(repinned, CPU_A) >= 0.95
+    assert _share(unpinned, CPU_A) >= 0.95   # the sender's CPU, as without steering
     (dev,) = rules
     (rule,) = dev["rules"]
-    assert dev["mode"] == "generic" and rule["cpu"] == 1 and rule["packets"] > 1000
+    assert dev["mode"] == "generic" and rule["cpu"] == CPU_B and rule["packets"] > 1000
     assert dev["counters"]["redirected"] >= rule["packets"] and dev["counters"]["redirect_failed"] == 0
     assert not os.path.exists(os.path.join(pin_root(), f"veth-rx@{lab.rx}"))
     # steered work shows as cpumap kthread time on the target
-    kt = sum(s.kthread_ns for (fid, cpu), s in b.entries.items() if fid.sport == sport and cpu == 1)
+    kt = sum(s.kthread_ns for (fid, cpu), s in b.entries.items() if fid.sport == sport and cpu == CPU_B)
     assert kt > 0
 
 
@@ -166,33 +167,33 @@ KTHREAD_BOUND = {"exact": (-0.65, 0.05), "sampled": (-0.25, 0.10)}
 @two_cpus
 @pytest.mark.parametrize("timing", ["exact", "sampled"])
 def test_steered_flow_kthread_time_against_schedstat(timing):
-    """A flow steered to CPU 1 runs up the stack in CPU 1's cpumap kthread: each timing mode
+    """A flow steered to CPU B runs up the stack in CPU B's cpumap kthread: each timing mode
     charges that time to the flow, against the kthread's own on-CPU time by the scheduler (within
     KTHREAD_BOUND), with little left unattributed. One mode at a time: a perf-event program does
     not run while another BPF program runs on its CPU, so the exact tracer's per-skb programs
     would hide part of the kthread from the sampler."""
     tracer = Tracer(timing=timing, sample_hz=SAMPLE_HZ).start()
     try:
-        with Lab([LabFlow(0, 0)], seconds=6) as lab:
+        with Lab([LabFlow(CPU_A, CPU_A)], seconds=6) as lab:
             lab.start_servers()
-            _pin(lab, "proto=tcp,dport=5201", 1)
+            _pin(lab, "proto=tcp,dport=5201", CPU_B)
             lab.start_clients()
             time.sleep(1)
-            a, k0 = tracer.sample(), _cpumap_kthread_runtime(1)
+            a, k0 = tracer.sample(), _cpumap_kthread_runtime(CPU_B)
             time.sleep(3)
-            b, k1 = tracer.sample(), _cpumap_kthread_runtime(1)
+            b, k1 = tracer.sample(), _cpumap_kthread_runtime(CPU_B)
             (res,) = lab.wait(timeout=30)
     finally:
         tracer.stop()
     assert res.error is None
     truth = sum(k1[p] - k0[p] for p in k1 if p in k0) / 1e9
-    key = next(k for k in b.entries if k[0].sport == res.sender_port and k[1] == 1)
+    key = next(k for k in b.entries if k[0].sport == res.sender_port and k[1] == CPU_B)
     before = a.entries.get(key)
     flow = (b.entries[key].kthread_ns - (before.kthread_ns if before else 0)) / 1e9
-    total = (b.cpus[1].kthread_ns - a.cpus[1].kthread_ns) / 1e9
-    unattributed = (b.cpus[1].kthread_unattributed_ns - a.cpus[1].kthread_unattributed_ns) / 1e9
+    total = (b.cpus[CPU_B].kthread_ns - a.cpus[CPU_B].kthread_ns) / 1e9
+    unattributed = (b.cpus[CPU_B].kthread_unattributed_ns - a.cpus[CPU_B].kthread_unattributed_ns) / 1e9
     low, high = KTHREAD_BOUND[timing]
-    print(f"{timing}: cpumap kthread on CPU 1 {total:.3f} s, the flow {flow:.3f} s, unattributed "
+    print(f"{timing}: cpumap kthread on CPU {CPU_B} {total:.3f} s, the flow {flow:.3f} s, unattributed "
           f"{unattributed:.3f} s; schedstat {truth:.3f} s ({total / truth - 1:+.1%}, "
           f"bounds {low:+.0%} {high:+.0%})")
     assert truth > 0.1
@@ -204,12 +205,12 @@ def test_steered_flow_kthread_time_against_schedstat(timing):
 def test_native_mode_placement_by_tracefs(tracer):
     """Native XDP redirects before any skb exists, so every netif_receive_skb of the data runs in
     the cpumap kthread of the target CPU: tracefs counts them per CPU, independently of steer."""
-    with Lab([LabFlow(0, 0)], seconds=8) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=8) as lab:
         # the veth native-XDP trap (DESIGN.md): without this TCP's checksums are lost
         subprocess.run(["ip", "netns", "exec", lab.tx, "ethtool", "-K", "veth-tx", "tx", "off"],
                        check=True, capture_output=True)
         lab.start_servers()
-        assert "native XDP" in _pin(lab, "proto=tcp,dport=5201", 1, "--mode", "native")
+        assert "native XDP" in _pin(lab, "proto=tcp,dport=5201", CPU_B, "--mode", "native")
         ev = TraceEvents("veth-rx")
         try:
             lab.start_clients()
@@ -217,7 +218,7 @@ def test_native_mode_placement_by_tracefs(tracer):
             a = tracer.sample()
             pinned = ev.count(2)
             b = tracer.sample()
-            _pin(lab, "proto=tcp,dport=5201", 0, "--mode", "native")
+            _pin(lab, "proto=tcp,dport=5201", CPU_A, "--mode", "native")
             time.sleep(0.5)
             c = tracer.sample()
             repinned = ev.count(2)
@@ -228,11 +229,11 @@ def test_native_mode_placement_by_tracefs(tracer):
     assert res.error is None and res.received_bytes > 10**8
     traced1 = _skbs_by_cpu(a, b, res.sender_port, 5201)
     traced0 = _skbs_by_cpu(c, d, res.sender_port, 5201)
-    print(f"tracefs per CPU: pinned to 1 {pinned}, re-pinned to 0 {repinned}; "
+    print(f"tracefs per CPU: pinned to {CPU_B} {pinned}, re-pinned to {CPU_A} {repinned}; "
           f"tracer: {traced1}, {traced0}")
     assert sum(pinned.values()) > 1000
-    assert _share(pinned, 1) >= 0.95 and _share(traced1, 1) >= 0.95
-    assert _share(repinned, 0) >= 0.95 and _share(traced0, 0) >= 0.95
+    assert _share(pinned, CPU_B) >= 0.95 and _share(traced1, CPU_B) >= 0.95
+    assert _share(repinned, CPU_A) >= 0.95 and _share(traced0, CPU_A) >= 0.95
 
 
 def test_parser_fuzz_passes_everything_it_should_not_steer():
@@ -266,7 +267,7 @@ def test_parser_fuzz_passes_everything_it_should_not_steer():
 
 
 def test_bad_steering_input_is_one_line():
-    with Lab([LabFlow(0, 0)]) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         assert_one_line_error(steer("pin", "proto=tcp", "--cpu", "4096", "--dev", "veth-rx",
                                     "--netns", lab.rx), "CPU 4096 does not exist")
         assert_one_line_error(steer("pin", "proto=tcpx", "--cpu", "0", "--dev", "veth-rx",
@@ -292,7 +293,7 @@ def _xdp_links():
 
 
 def test_kill_9_of_auto_leaves_nothing_attached():
-    with Lab([LabFlow(0, 0)], seconds=6) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=6) as lab:
         lab.start_servers()
         before = len(_xdp_links())
         p = subprocess.Popen([*STEER, "auto", "--dev", "veth-rx", "--netns", lab.rx,
@@ -317,9 +318,10 @@ def test_kill_9_of_auto_leaves_nothing_attached():
 
 @two_cpus
 def test_auto_llc_peer_moves_the_flow(tracer):
-    """Reader and softirq on CPU 0: llc-peer moves the kernel side to CPU 1 (same L3, another core),
-    the tracer sees it there, and the move is logged with its reason."""
-    with Lab([LabFlow(0, 0)], seconds=9) as lab:
+    """Reader and softirq on CPU A: llc-peer moves the kernel side to another core of the same L3
+    (any CPU of the host: the cpumap kthread is not bound by this process's affinity), the tracer
+    sees it there, and the move is logged with its reason."""
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=9) as lab:
         lab.start_servers()
         lab.start_clients()
         r = subprocess.Popen([*STEER, "auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval",
@@ -333,15 +335,16 @@ def test_auto_llc_peer_moves_the_flow(tracer):
         out, err = r.communicate(timeout=30)
         (res,) = lab.wait(timeout=30)
     assert r.returncode == 0, err
-    moves = [l for l in out.splitlines() if "kernel CPU 0 -> CPU 1" in l]
-    assert len(moves) == 1 and "shares the L3 of reader CPU 0" in moves[0], out
+    moves = [m for m in (re.search(rf"kernel CPU {CPU_A} -> CPU (\d+)", l) for l in out.splitlines()) if m]
+    assert len(moves) == 1 and f"shares the L3 of reader CPU {CPU_A}" in moves[0].string, out
+    target = int(moves[0].group(1))
     skbs = _skbs_by_cpu(a, b, res.sender_port, 5201)
     print(out, skbs)
-    assert _share(skbs, 1) >= 0.95
+    assert target != CPU_A and _share(skbs, target) >= 0.95
 
 
 def test_reset_removes_pins_and_detaches():
-    with Lab([LabFlow(0, 0)]) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         before = len(_xdp_links())
         _pin(lab, "proto=udp,dport=9000", 0)
         _pin(lab, "src=198.18.0.1", 0)
@@ -360,20 +363,20 @@ def test_app_affinity_of_every_thread():
                           "for _ in range(3)]\ntime.sleep(30)"])
     try:
         time.sleep(0.5)
-        r = steer("app", "--pid", str(p.pid), "--cpu", "0")
+        r = steer("app", "--pid", str(p.pid), "--cpu", str(CPU_A))
         assert r.returncode == 0, r.stderr
         tids = os.listdir(f"/proc/{p.pid}/task")
         assert len(tids) == 4
         for tid in tids:
             out = subprocess.run(["taskset", "-p", "-c", tid], capture_output=True, text=True).stdout
-            assert out.strip().endswith(": 0"), out
+            assert out.strip().endswith(f": {CPU_A}"), out
         assert_one_line_error(steer("app", "--pid", "999999", "--cpu", "0"), "no process 999999")
     finally:
         p.kill()
 
 
 def test_rps_in_a_namespace_and_reset_restores_it():
-    with Lab([LabFlow(0, 0)]) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         read = ["ip", "netns", "exec", lab.rx, "cat", "/sys/class/net/veth-rx/queues/rx-0/rps_cpus"]
         orig = subprocess.run(read, capture_output=True, text=True, check=True).stdout.strip()
         r = steer("rps", "--dev", "veth-rx", "--netns", lab.rx, "--cpu", "0")

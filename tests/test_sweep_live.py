@@ -9,12 +9,14 @@ import time
 
 import pytest
 
-from helpers import ROOT, STEER, assert_one_line_error, live, steer
+from helpers import CPU_A, CPU_B, ROOT, STEER, assert_one_line_error, live, steer, two_cpus
 from steer.lab import lab_namespaces
 from test_report import png_size, svg_cells
 
-pytestmark = [live, pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")]
-EXPECTED = {(0, 0): "same-core", (0, 1): "same-socket", (1, 0): "same-socket", (1, 1): "same-core"}
+pytestmark = [live, two_cpus]
+A, B = CPU_A, CPU_B
+PAIR = f"{A},{B}"
+EXPECTED = {(A, A): "same-core", (A, B): "same-socket", (B, A): "same-socket", (B, B): "same-core"}
 
 
 def _check_outputs(out):
@@ -45,7 +47,7 @@ def _check_outputs(out):
 
 def test_two_by_two_sweep(tmp_path):
     out = str(tmp_path / "sweep")
-    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", "0,1", "--seconds", "2"],
+    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2"],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                        cwd=ROOT, timeout=240)
     assert r.returncode == 0, r.stderr
@@ -57,7 +59,7 @@ def test_two_by_two_sweep(tmp_path):
 
 def test_interrupt_keeps_cells_and_resume_finishes(tmp_path):
     out = str(tmp_path / "sweep")
-    args = [*STEER, "sweep", "--out", out, "--cpus", "0,1", "--seconds", "2"]
+    args = [*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2"]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
     path = f"{out}/results.json"
@@ -79,9 +81,9 @@ def test_interrupt_keeps_cells_and_resume_finishes(tmp_path):
     assert not any(f"-{p.pid}-" in n for n in lab_namespaces())
     assert subprocess.run(["pgrep", "-f", "iperf3 -s -1 -B 198.18"], capture_output=True).returncode == 1
     # running again without --resume is refused; with it, the sweep completes
-    assert_one_line_error(steer("sweep", "--out", out, "--cpus", "0,1", "--seconds", "2"),
+    assert_one_line_error(steer("sweep", "--out", out, "--cpus", PAIR, "--seconds", "2"),
                           "already holds a sweep")
-    assert_one_line_error(steer("sweep", "--out", out, "--cpus", "0,1", "--seconds", "3", "--resume"),
+    assert_one_line_error(steer("sweep", "--out", out, "--cpus", PAIR, "--seconds", "3", "--resume"),
                           "other settings")
     r = subprocess.run([*args, "--resume"], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=240)
@@ -93,7 +95,7 @@ def test_interrupt_keeps_cells_and_resume_finishes(tmp_path):
 def test_bad_sweep_arguments():
     assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--dev", "lo"), "--dev and --server-cmd",
                           code=2)
-    assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--cpus", "0,77"), "CPU 77 does not exist")
+    assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--cpus", f"{A},77"), "CPU 77 does not exist")
 
 
 def test_real_host_mode_with_an_outside_client(tmp_path):
@@ -101,9 +103,9 @@ def test_real_host_mode_with_an_outside_client(tmp_path):
     keeps sending while the sweep re-pins the receiver and re-steers the flow (XDP) per cell."""
     from steer.lab import Lab, LabFlow, _in_netns
     out = str(tmp_path / "host")
-    with Lab([LabFlow(0, 0)]) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         sweep = subprocess.Popen(
-            [*STEER, "sweep", "--out", out, "--cpus", "0,1", "--seconds", "1.5", "--dev", "veth-rx",
+            [*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "1.5", "--dev", "veth-rx",
              "--netns", lab.rx, "--port", "5301", "--server-cmd", "iperf3 -s -p 5301 -B 198.18.0.2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)

