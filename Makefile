@@ -56,7 +56,7 @@ demo: setup
 	$(Q)$(VENV)/bin/steer demo
 
 test: setup
-	$(Q)$(PYTHON) -m pytest -ra tests
+	$(Q)$(PYTHON) -m pytest -ra --durations=5 tests
 
 # VM_TESTS: pytest arguments for the guest, comma-separated (default in tests/vm/run.py)
 test-vm: setup

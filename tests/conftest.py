@@ -2,3 +2,31 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))   # tests/sysfs.py and friends
+
+
+def _widen_affinity() -> str | None:
+    """Run the suite on every online CPU its cpuset allows. An affinity mask inherited from the
+    init of a CI machine (one had CPU 1 only, of 0-1, idle CPU 0 included) would otherwise skip
+    every test that needs two CPUs: steering, the sweep, the timing bounds. The kernel keeps the
+    cpuset's limit (the mask is intersected with it). STEER_TEST_KEEP_AFFINITY=1 keeps the mask,
+    to test steer itself under a narrow one."""
+    if os.environ.get("STEER_TEST_KEEP_AFFINITY") == "1":
+        return None
+    from steer.topology import format_cpulist, online_cpus
+    before = sorted(os.sched_getaffinity(0))
+    try:
+        os.sched_setaffinity(0, online_cpus())
+    except OSError:
+        return None
+    after = sorted(os.sched_getaffinity(0))
+    if after == before:
+        return None
+    return (f"CPUs: affinity widened from {format_cpulist(before)} to {format_cpulist(after)} "
+            "(STEER_TEST_KEEP_AFFINITY=1 keeps it)")
+
+
+_WIDENED = _widen_affinity()   # before any test module computes its CPUs
+
+
+def pytest_report_header(config):
+    return _WIDENED
