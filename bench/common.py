@@ -51,6 +51,21 @@ def lab_flow():
     return LabFlow(cpus[0], cpus[-1])
 
 
+def run(main) -> None:
+    """A benchmark's entry point: what steer refuses (no iperf3, a CPU this process may not use,
+    no BTF...) ends it with steer's one-line message and exit 1, not a traceback."""
+    from steer.kernel import KernelError
+    from steer.lab import LabError
+    from steer.privileges import PrivilegeError
+    from steer.steering import SteerError
+    from steer.tracer import TracerError
+    try:
+        code = main()
+    except (KernelError, LabError, PrivilegeError, SteerError, TracerError) as e:
+        sys.exit(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: {e}")
+    sys.exit(code)
+
+
 def require_root() -> None:
     if os.geteuid() != 0:
         sys.exit("benchmarks load BPF programs and make namespaces: run as root")

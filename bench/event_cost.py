@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import statistics
 
-from steer.kernel import BpfObject, prog_run_stats
+from steer.kernel import BpfObject, bpf_dir, prog_run_stats
 from steer.lab import Lab
-from steer.tracer import Tracer, bpf_dir
+from steer.tracer import Tracer
 
-from .common import TRACER_MODES, fmt, lab_flow, parser, require_root, write
+from .common import TRACER_MODES, fmt, lab_flow, parser, require_root, run, write
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -79,4 +79,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

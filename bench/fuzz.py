@@ -15,7 +15,7 @@ from steer.flowspec import FlowSpec
 from steer.kernel import prog_test_run
 from steer.steering import load_unattached
 
-from .common import parser, require_root, write
+from .common import parser, require_root, run, write
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from packets import FUZZ_SPECS, fuzz_packets, reference_tuple  # noqa: E402
@@ -76,4 +76,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

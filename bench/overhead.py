@@ -10,8 +10,8 @@ import os
 from steer.lab import Lab
 from steer.tracer import Tracer
 
-from .common import (TRACER_MODES, alternate, fmt, lab_flow, parser, ratio_stats, require_root, stats,
-                     write)
+from .common import (TRACER_MODES, alternate, fmt, lab_flow, parser, ratio_stats,
+                     require_root, run, stats, write)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -89,4 +89,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

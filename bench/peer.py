@@ -13,11 +13,10 @@ import subprocess
 import time
 
 from steer import flowtrace_abi as abi
-from steer.kernel import BpfObject
+from steer.kernel import BpfObject, bpf_dir
 from steer.lab import Lab
-from steer.tracer import bpf_dir
 
-from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, stats,
+from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, run, stats,
                      write)
 
 NET_RX_ONLY = {"ft_softirq_entry", "ft_softirq_exit"}
@@ -113,4 +112,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import time
 
-from .common import (compare_modes, fmt, fmt_ci, parser, require_root, stats, traced,
+from .common import (compare_modes, fmt, fmt_ci, parser, require_root, run, stats, traced,
                      write)
 
 CLIENTS = 20   # redis-benchmark's default connection count
@@ -112,4 +112,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

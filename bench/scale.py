@@ -19,7 +19,7 @@ from steer.flows import build_snapshot
 from steer.topology import read_topology
 from steer.tracer import Tracer
 
-from .common import fmt, parser, require_root, write
+from .common import fmt, parser, require_root, run, write
 
 
 def rss_kb() -> int:
@@ -115,4 +115,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

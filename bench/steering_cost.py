@@ -14,7 +14,7 @@ from steer.lab import Lab
 from steer.kernel import prog_test_run
 from steer.steering import XdpSteering, load_unattached
 
-from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, stats,
+from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, run, stats,
                      write)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
@@ -103,4 +103,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .common import (build_c, compare_modes, fmt, fmt_ci, parser, require_root, stats, traced,
+from .common import (build_c, compare_modes, fmt, fmt_ci, parser, require_root, run, stats, traced,
                      write)
 
 
@@ -47,4 +47,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

@@ -17,7 +17,7 @@ from .flowspec import FlowSpec
 from .flows import Snapshot
 from .policies import Decision, Policy
 from .topology import Topology
-from .tracer import FlowId
+from .samples import FlowId
 
 
 class Steerer(Protocol):

@@ -554,7 +554,7 @@ def cmd_app(args) -> int:
 
 def cmd_irq(args) -> int:
     from .steering import set_irq_affinity
-    from .tracer import CAP_SYS_ADMIN, require_caps
+    from .privileges import CAP_SYS_ADMIN, require_caps
     require_caps([CAP_SYS_ADMIN], "changing IRQ affinity")
     cpus = _cpus_online(args.cpu)
     before = set_irq_affinity(args.dev, cpus)
@@ -564,7 +564,7 @@ def cmd_irq(args) -> int:
 
 def cmd_rps(args) -> int:
     from .steering import set_rps
-    from .tracer import CAP_SYS_ADMIN, require_caps
+    from .privileges import CAP_SYS_ADMIN, require_caps
     require_caps([CAP_SYS_ADMIN], "changing RPS")
     cpus = _cpus_online(args.cpu)
     before = set_rps(args.dev, cpus, args.netns)
@@ -773,13 +773,14 @@ def main(argv: list[str] | None = None) -> int:
     from .kernel import KernelError
     from .lab import LabError
     from .steering import SteerError
+    from .privileges import PrivilegeError
     from .tracer import TracerError
     try:
         return COMMANDS[args.command](args)
     except UsageError as e:
         print(f"steer {args.command}: error: {e} (see steer {args.command} --help)", file=sys.stderr)
         return EXIT_USAGE
-    except (UserError, TracerError, KernelError, LabError, SteerError) as e:
+    except (UserError, PrivilegeError, TracerError, KernelError, LabError, SteerError) as e:
         print(f"steer {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -20,7 +20,8 @@ from prometheus_client.registry import Collector
 from .classify import CLASSES
 from .flows import PlacementMemory, Snapshot, build_snapshot
 from .topology import Topology
-from .tracer import Tracer, TraceSample
+from .samples import TraceSample
+from .tracer import Tracer
 
 DEFAULT_LISTEN = "127.0.0.1:9435"   # 9435: free in the Prometheus default port allocations list
 DEFAULT_TOP_K = 20

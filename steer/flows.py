@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from .classify import Placement, classify
 from .topology import Topology
-from .tracer import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
 NS = 1e9
 GB = 1e9   # CPU-seconds per GB use decimal gigabytes, as link rates do

@@ -15,11 +15,18 @@ import struct
 import threading
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
-    "KernelError", "BpfObject", "BpfMap", "PerfCounter",
+    "KernelError", "BpfObject", "BpfMap", "PerfCounter", "bpf_dir",
     "possible_cpus", "setns", "ensure_bpffs", "vmlinux_has_type",
 ]
+
+
+def bpf_dir() -> Path:
+    """Where the built BPF objects are: $STEER_BPF_DIR, else build/ beside the package."""
+    env = os.environ.get("STEER_BPF_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "build"
 
 
 class KernelError(Exception):

@@ -22,7 +22,7 @@ from typing import Callable
 from .flowspec import FlowSpec, FlowSpecError
 from .flows import FlowReport, Snapshot
 from .topology import Topology
-from .tracer import FlowId
+from .samples import FlowId
 
 DEFAULT_MIN_RATE = 1e6   # bit/s: below this a flow's placement does not matter (control traffic)
 

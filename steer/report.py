@@ -10,7 +10,7 @@ from .classify import CLASSES, CROSS_SOCKET, SAME_CORE, SAME_SOCKET, Placement
 from .flows import CpuReport, FlowReport, Snapshot
 from .policies import llc_peer
 from .topology import Topology
-from .tracer import Capabilities, FlowId
+from .samples import Capabilities, FlowId
 
 # Hanford et al., NDM'13, Figure 4 and its text: one 40 GbE TCP flow, receiver a dual-socket
 # 6-core Intel Sandy Bridge host. Their numbers, on their hardware; shown beside ours, never mixed.

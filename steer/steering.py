@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from . import steer_abi as abi
 from .flowspec import FlowSpec, mask_order
 from .kernel import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, BpfMap, BpfObject,
-                     KernelError, ensure_bpffs, netns_of, obj_get, obj_pin, possible_cpus,
-                     xdp_link, xdp_link_ifindex)
-from .tracer import CAP_BPF, CAP_NET_ADMIN, bpf_dir, require_caps
+                     KernelError, bpf_dir, ensure_bpffs, netns_of, obj_get, obj_pin,
+                     possible_cpus, xdp_link, xdp_link_ifindex)
+from .privileges import CAP_BPF, CAP_NET_ADMIN, require_caps
 
 PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
 STATE_DIR = "/run/steer"           # original IRQ/RPS settings, restored by `steer reset`

@@ -8,13 +8,13 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import NamedTuple
 
 from . import flowtrace_abi as abi
 from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
-                     PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, kernel_text_ranges,
-                     possible_cpus, vmlinux_func_params, vmlinux_has_type)
+                     PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, bpf_dir,
+                     kernel_text_ranges, possible_cpus, vmlinux_func_params, vmlinux_has_type)
+from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
+from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
 DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
@@ -91,57 +91,6 @@ class TracerError(Exception):
     """A precondition of tracing is not met; str() is the one line to show."""
 
 
-def bpf_dir() -> Path:
-    """Where the built objects are: $STEER_BPF_DIR, else build/ beside the package."""
-    env = os.environ.get("STEER_BPF_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "build"
-
-
-# capability bits (include/uapi/linux/capability.h)
-CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 12, 21, 38, 39
-CAP_NAMES = {CAP_NET_ADMIN: "CAP_NET_ADMIN", CAP_SYS_ADMIN: "CAP_SYS_ADMIN",
-             CAP_PERFMON: "CAP_PERFMON", CAP_BPF: "CAP_BPF"}
-
-
-def effective_caps(status: str = "/proc/self/status") -> int:
-    with open(status) as f:
-        for line in f:
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
-
-
-def missing_caps(needed: list[int], caps: int | None = None) -> list[str]:
-    """Capabilities among NEEDED that this process lacks; CAP_SYS_ADMIN stands in for BPF and
-    PERFMON, as on kernels before 5.8."""
-    caps = effective_caps() if caps is None else caps
-    has = lambda c: bool(caps >> c & 1)  # noqa: E731
-    if has(CAP_SYS_ADMIN):
-        needed = [c for c in needed if c not in (CAP_BPF, CAP_PERFMON)]
-    return [CAP_NAMES[c] for c in needed if not has(c)]
-
-
-def require_caps(needed: list[int], what: str) -> None:
-    missing = missing_caps(needed)
-    if missing:
-        raise TracerError(f"{what} needs {' and '.join(missing)}: run as root "
-                          f"(or grant {', '.join(missing)})")
-
-
-class FlowId(NamedTuple):
-    """Receive-direction 5-tuple: src is the remote peer, dst this host. A named tuple, not a
-    dataclass: it keys every per-flow dict, and tuples of interned strings hash fast."""
-    proto: str
-    src: str
-    sport: int
-    dst: str
-    dport: int
-
-    def __str__(self):
-        fmt = lambda a, p: f"[{a}]:{p}" if ":" in a else f"{a}:{p}"  # noqa: E731
-        return f"{self.proto} {fmt(self.src, self.sport)} -> {fmt(self.dst, self.dport)}"
-
-
 def _addr(raw, family: int) -> str:
     b = bytes(raw)
     return str(ipaddress.IPv4Address(b[:4]) if family == 4 else ipaddress.IPv6Address(b))
@@ -161,84 +110,6 @@ _VALUE = struct.Struct(abi.struct_format(abi.FlowStats))
 _LAST_SEEN_OFFSET = abi.FlowStats.last_seen_ns.offset
 _U64 = struct.Struct("@Q").unpack_from
 _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuSample's order
-
-
-@dataclass(frozen=True)
-class FlowCpuSample:
-    """Cumulative counters of one flow on one CPU since the tracer started."""
-    flow: FlowId
-    cpu: int
-    rx_bytes: int = 0
-    rx_packets: int = 0
-    rx_skbs: int = 0
-    redirected_skbs: int = 0
-    kernel_ns: int = 0
-    kthread_ns: int = 0
-    app_bytes: int = 0
-    app_calls: int = 0
-    app_ns: int = 0
-    app_nested_ns: int = 0
-    llc_kernel: int = 0
-    llc_app: int = 0
-    last_seen_ns: int = 0
-    app_pid: int = 0
-    app_comm: str = ""
-
-
-@dataclass(frozen=True)
-class CpuSample:
-    cpu: int
-    net_rx_events: int = 0
-    net_rx_ns: int = 0
-    net_rx_unattributed_ns: int = 0
-    kthread_ns: int = 0
-    kthread_unattributed_ns: int = 0
-    softirq_ns: int = 0
-    softirq_llc: int = 0
-    app_ns: int = 0
-    app_nested_ns: int = 0
-    llc_kernel: int = 0
-    llc_app: int = 0
-    flow_inserts: int = 0
-    flow_failures: int = 0
-    untimed_skbs: int = 0
-    samples: int = 0
-    samples_kernel_mode: int = 0
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """Each mechanism: 'available ...' or 'unavailable: why'."""
-    kernel_side: str
-    app_side: str
-    cpumap_context: str
-    llc: str
-    timing: str = "available (exact)"
-
-    @property
-    def llc_available(self) -> bool:
-        return self.llc.startswith("available")
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class TraceSample:
-    """One read of all maps: cumulative counters, and when they were read."""
-    monotonic_ns: int
-    entries: dict[tuple[FlowId, int], FlowCpuSample]
-    cpus: tuple[CpuSample, ...]
-    live_entries: int
-    max_entries: int
-    expired: int = 0   # entries steer removed for being idle, since the tracer started
-    seq: int = 0       # this tracer's read number
-    changed: tuple = ()   # keys new or updated since read seq - 1; the others are the same objects
-
-    @property
-    def evictions(self) -> int:
-        """Entries the LRU pushed out: every insert that is neither there nor expired by us."""
-        return max(0, sum(c.flow_inserts for c in self.cpus) - self.live_entries - self.expired)
 
 
 @dataclass

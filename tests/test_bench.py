@@ -24,3 +24,11 @@ def test_smoke(name, tmp_path):
     assert data["benchmark"] == name and data["smoke"] is True
     table = open(tmp_path / f"{name}.md").read()
     assert table.startswith("### ") and "|---" in table
+
+
+def test_what_steer_refuses_ends_a_bench_in_one_line(tmp_path):
+    """No iperf3 on PATH: the lab's refusal, in one line and exit 1, not a traceback."""
+    r = subprocess.run([sys.executable, "-m", "bench.overhead", "--smoke", "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT, PATH=str(tmp_path)))
+    assert r.returncode == 1 and r.stderr.strip() == "overhead: iperf3 not found: apt-get install iperf3"

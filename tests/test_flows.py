@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from steer.flows import NS, PLACEMENT_HALF_LIFE, PlacementMemory, build_snapshot
 from steer.topology import read_topology
-from steer.tracer import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")

@@ -9,7 +9,7 @@ from steer.flows import CpuReport, FlowReport, Snapshot
 from steer.policies import (Decision, PolicyError, llc_peer, load_policy, same_core, spread,
                             static)
 from steer.topology import read_topology
-from steer.tracer import Capabilities, FlowId
+from steer.samples import Capabilities, FlowId
 from sysfs import FakeCpu, epyc_chiplet, sandy_bridge_2s_6c, write_tree, xeon_2s_smt
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")

@@ -1,0 +1,99 @@
+"""What the tracer hands out: flows, their per-CPU counters, per-CPU totals and what the kernel
+allowed. Plain data, no BPF: the modules that read samples (flows, report, policies, auto, the
+exporter's collector) import this, not the loader."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class FlowId(NamedTuple):
+    """Receive-direction 5-tuple: src is the remote peer, dst this host. A named tuple, not a
+    dataclass: it keys every per-flow dict, and tuples of interned strings hash fast."""
+    proto: str
+    src: str
+    sport: int
+    dst: str
+    dport: int
+
+    def __str__(self):
+        fmt = lambda a, p: f"[{a}]:{p}" if ":" in a else f"{a}:{p}"  # noqa: E731
+        return f"{self.proto} {fmt(self.src, self.sport)} -> {fmt(self.dst, self.dport)}"
+
+
+@dataclass(frozen=True)
+class FlowCpuSample:
+    """Cumulative counters of one flow on one CPU since the tracer started."""
+    flow: FlowId
+    cpu: int
+    rx_bytes: int = 0
+    rx_packets: int = 0
+    rx_skbs: int = 0
+    redirected_skbs: int = 0
+    kernel_ns: int = 0
+    kthread_ns: int = 0
+    app_bytes: int = 0
+    app_calls: int = 0
+    app_ns: int = 0
+    app_nested_ns: int = 0
+    llc_kernel: int = 0
+    llc_app: int = 0
+    last_seen_ns: int = 0
+    app_pid: int = 0
+    app_comm: str = ""
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    cpu: int
+    net_rx_events: int = 0
+    net_rx_ns: int = 0
+    net_rx_unattributed_ns: int = 0
+    kthread_ns: int = 0
+    kthread_unattributed_ns: int = 0
+    softirq_ns: int = 0
+    softirq_llc: int = 0
+    app_ns: int = 0
+    app_nested_ns: int = 0
+    llc_kernel: int = 0
+    llc_app: int = 0
+    flow_inserts: int = 0
+    flow_failures: int = 0
+    untimed_skbs: int = 0
+    samples: int = 0
+    samples_kernel_mode: int = 0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Each mechanism: 'available ...' or 'unavailable: why'."""
+    kernel_side: str
+    app_side: str
+    cpumap_context: str
+    llc: str
+    timing: str = "available (exact)"
+
+    @property
+    def llc_available(self) -> bool:
+        return self.llc.startswith("available")
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class TraceSample:
+    """One read of all maps: cumulative counters, and when they were read."""
+    monotonic_ns: int
+    entries: dict[tuple[FlowId, int], FlowCpuSample]
+    cpus: tuple[CpuSample, ...]
+    live_entries: int
+    max_entries: int
+    expired: int = 0   # entries steer removed for being idle, since the tracer started
+    seq: int = 0       # this tracer's read number
+    changed: tuple = ()   # keys new or updated since read seq - 1; the others are the same objects
+
+    @property
+    def evictions(self) -> int:
+        """Entries the LRU pushed out: every insert that is neither there nor expired by us."""
+        return max(0, sum(c.flow_inserts for c in self.cpus) - self.live_entries - self.expired)
