@@ -96,8 +96,18 @@ def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> No
                         "/sys/kernel/btf/vmlinux (default: the running kernel's)")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends an option's default where it has a value to show and the help does not already
+    say what happens without the option (no "(default: None)" or "(default: False)")."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = _HelpFormatter
     p = _Parser(
         prog="steer", description="Per-flow view of where receive work runs (kernel NET_RX and "
         "the reading application), its cost, and its affinity class.",
@@ -140,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refresh period of the live view")
     d.add_argument("--flow", action="append", metavar="KCPU:APPCPU", dest="flows",
                    help="a lab flow whose receive softirq runs on KCPU (the sender's CPU) and whose "
-                        "reader is pinned to APPCPU; repeat for more flows (default: 0:0 and 1:0, "
-                        "one same-core flow and one on another core)")
+                        "reader is pinned to APPCPU; repeat for more flows (default: with A and B the "
+                        "first two CPUs this process may run on, A:A, same core, and B:A, another "
+                        "core)")
     d.add_argument("--json", action="store_true", help="print the final summary as JSON")
     _tracer_options(d)
     def steer_target(sp):
@@ -184,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     irq = sub.add_parser("irq", formatter_class=fmt, help="point a device's IRQs at CPUs",
                          description="Write smp_affinity_list of every IRQ of IFACE (its queues). "
                          "The old values are kept in /run/steer and restored by steer reset.")
-    irq.add_argument("--dev", required=True, metavar="IFACE")
+    irq.add_argument("--dev", required=True, metavar="IFACE", help="the device whose IRQs move")
     irq.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
 
     rps = sub.add_parser("rps", formatter_class=fmt, help="set RPS CPUs of a device",
@@ -203,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="llc-peer, same-core, spread, static:FILE.toml (or FILE.toml), or "
                            "FILE.py defining place(snapshot, topology)")
     steer_target(auto)
-    auto.add_argument("--interval", type=_positive(), default=2.0, metavar="SECONDS")
+    auto.add_argument("--interval", type=_positive(), default=2.0, metavar="SECONDS",
+                      help="how often the flows are traced and the policy asked")
     auto.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
                       help="stop after this long (default: until Ctrl-C)")
     auto.add_argument("--confirm", type=_positive(int, 0), default=2, metavar="N",

@@ -1,5 +1,6 @@
 """The flow tracer: loads bpf/flowtrace.bpf.c, attaches it with BPF links, and hands out immutable
-samples of its maps. Only this module and steer.kernel know the BPF side exists."""
+samples of its maps (steer.samples). Its BPF objects are loaded through steer.kernel, the gateway;
+steer.steering loads the XDP side the same way."""
 from __future__ import annotations
 
 import errno

@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from helpers import ROOT, assert_one_line_error, live, steer
+from steer.topology import parse_cpulist
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -43,17 +44,41 @@ def test_bad_arguments(args, fragment):
 
 
 def test_help_explains_every_option():
-    for cmd in ("flows", "top", "demo", "topology"):
+    """Every option of every command has a help text, states its default once, and never as
+    "None"; and `steer COMMAND --help` works."""
+    import argparse
+    import re
+    from steer.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    problems = []
+    for name, parser in sub.choices.items():
+        fmt = parser._get_formatter()
+        for a in parser._actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            what = f"{name} {'/'.join(a.option_strings) or a.dest}"
+            if not a.help or a.help == argparse.SUPPRESS:
+                problems.append(f"{what}: no help")
+                continue
+            text = fmt._expand_help(a)
+            if len(re.findall(r"\(default[ :]", text)) > 1 or "default: None" in text:
+                problems.append(f"{what}: {text!r}")
+    assert not problems, "\n".join(problems)
+    assert sorted(sub.choices) == sorted(set(sub.choices))
+    for cmd in sub.choices:
         r = steer(cmd, "--help")
-        assert r.returncode == 0 and "default" in r.stdout.lower()
+        assert r.returncode == 0 and r.stdout.startswith("usage: "), (cmd, r.stderr)
 
 
 def test_topology_json_is_this_machine():
     r = steer("topology", "--json")
     assert r.returncode == 0
     cpus = json.loads(r.stdout)["cpus"]
-    assert [c["cpu"] for c in cpus if c["online"]] == sorted(os.sched_getaffinity(0)) or \
-        len(cpus) >= len(os.sched_getaffinity(0))
+    with open("/sys/devices/system/cpu/online") as f:
+        online = parse_cpulist(f.read())
+    assert [c["cpu"] for c in cpus if c["online"]] == online
+    assert len(cpus) == len([d for d in os.listdir("/sys/devices/system/cpu")
+                             if d.startswith("cpu") and d[3:].isdigit()])
 
 
 def test_topology_unreadable_root(tmp_path):
