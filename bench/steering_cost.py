@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         def run(n):
             steering = None
             if n is not None:
-                steering = XdpSteering("veth-rx", f"/run/netns/{lab.rx}", mode="generic",
+                steering = XdpSteering(lab.rx_dev, lab.rx_netns, mode="generic",
                                        pinned=False).open()
                 steering.table.pin_many(nonmatching(n))
             try:

@@ -19,20 +19,14 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "flowtrace.h"
+#include "protocols.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 #define NET_RX_SOFTIRQ	3	/* enum in include/linux/interrupt.h; stable since 2.6 */
-#define ETH_P_IP	0x0800
-#define ETH_P_IPV6	0x86DD
 #define AF_INET		2
 #define AF_INET6	10
-#define IPPROTO_TCP	6
-#define IPPROTO_UDP	17
 #define MSG_PEEK	2
-#define IP_MF		0x2000
-#define IP_OFFSET	0x1FFF
-#define MAX_IPV6_EXT	4	/* extension headers walked before giving up on the ports */
 
 /* receive syscalls whose time is charged to the socket that sock_recv_length names */
 #if defined(__TARGET_ARCH_x86)
@@ -226,15 +220,16 @@ static __always_inline int headers_flow(unsigned char *data, __u32 len, __u32 he
 		for (i = 0; i < MAX_IPV6_EXT; i++) {
 			__u8 ext[8];
 
-			if (proto != 0 && proto != 43 && proto != 60 && proto != 44)
-				break;	/* not hop-by-hop, routing, destination options, fragment */
+			if (proto != IPPROTO_HOPOPTS && proto != IPPROTO_ROUTING &&
+			    proto != IPPROTO_DSTOPTS && proto != IPPROTO_FRAGMENT && proto != IPPROTO_AH)
+				break;
 			if (l4off + 8 > headlen || bpf_probe_read_kernel(ext, 8, data + l4off))
 				return -1;
-			if (proto == 44) {
+			if (proto == IPPROTO_FRAGMENT) {
 				frag_tail = ((ext[2] << 8 | ext[3]) & 0xFFF8) != 0;
 				l4off += 8;
 			} else {
-				l4off += (ext[1] + 1) * 8;
+				l4off += ipv6_ext_len(proto, ext[1]);
 			}
 			proto = ext[0];
 		}

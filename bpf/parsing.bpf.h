@@ -10,20 +10,9 @@
 #define __PARSING_BPF_H
 
 #include <bpf/bpf_endian.h>
+#include "protocols.bpf.h"
 
-#define ETH_P_IP	0x0800
-#define ETH_P_IPV6	0x86DD
-#define ETH_P_8021Q	0x8100
-#define ETH_P_8021AD	0x88A8
-#define IPPROTO_HOPOPTS	0
-#define IPPROTO_TCP	6
-#define IPPROTO_UDP	17
-#define IPPROTO_ROUTING	43
-#define IPPROTO_FRAGMENT 44
-#define IPPROTO_AH	51
-#define IPPROTO_DSTOPTS	60
 #define MAX_VLAN_TAGS	2	/* 802.1ad outer + 802.1Q inner: the stacks switches build */
-#define MAX_IPV6_EXT	6	/* enough for hop-by-hop, routing, two destination options, AH */
 
 struct cursor {
 	void *pos;
@@ -106,8 +95,7 @@ static __always_inline int parse_ip6hdr(struct cursor *c, void *end, struct ipv6
 			break;
 		if ((void *)(h + 2) > end)
 			return -1;
-		/* AH counts its length in 4-byte units minus 2, the others in 8-byte units minus 1 */
-		len = next == IPPROTO_AH ? (h[1] + 2) * 4 : (h[1] + 1) * 8;
+		len = ipv6_ext_len(next, h[1]);
 		if (c->pos + len > end)
 			return -1;
 		next = h[0];

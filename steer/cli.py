@@ -58,7 +58,8 @@ def _bounded_int(lo: int, hi: int):
 
 def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
     """TIMING: this command's default timing mode, where it is not the always-on one."""
-    from .tracer import DEFAULT_SAMPLE_HZ, DEFAULT_TIMING, MAX_SAMPLE_HZ, TIMINGS
+    from .tracer import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
+                         MAX_SAMPLE_HZ, TIMINGS)
     g = p.add_argument_group("tracer")
     g.add_argument("--timing", choices=TIMINGS, default=timing or DEFAULT_TIMING,
                    help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
@@ -72,7 +73,7 @@ def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> No
                    metavar="HZ",
                    help="samples per second per busy CPU with --timing sampled; more is more "
                         "precise for small flows and costs more (default: %(default)s)")
-    g.add_argument("--max-flows", type=_positive(int, 0), default=16384, metavar="N",
+    g.add_argument("--max-flows", type=_positive(int, 0), default=DEFAULT_MAX_FLOWS, metavar="N",
                    help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "
                         "used are evicted beyond it, and counted (default: %(default)s)")
     g.add_argument("--llc-event", choices=["auto", "cache-misses", "cpu-clock", "off"],
@@ -81,7 +82,8 @@ def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> No
                         "the host has a PMU and reports 'unavailable' otherwise; cpu-clock is a "
                         "software stand-in that checks the counter path on hosts without a PMU "
                         "(default: %(default)s)")
-    g.add_argument("--idle-timeout", type=_positive(), default=60.0, metavar="SECONDS",
+    g.add_argument("--idle-timeout", type=_positive(), default=DEFAULT_IDLE_TIMEOUT,
+                   metavar="SECONDS",
                    help="drop a flow's entries after this long without packets or reads (they are "
                         "reported one last time first)")
     g.add_argument("--app-hook", choices=["auto", "tracepoint", "fexit", "kprobe", "off"],
@@ -107,6 +109,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .exporter import DEFAULT_LISTEN, DEFAULT_TOP_K
+    from .view import DEFAULT_LIMIT
     fmt = _HelpFormatter
     p = _Parser(
         prog="steer", description="Per-flow view of where receive work runs (kernel NET_RX and "
@@ -137,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="refresh period (each view covers one period)")
     top.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
                      help="quit after this long (default: run until Ctrl-C)")
-    top.add_argument("--limit", type=_positive(int, 0), default=20, help="flows shown")
+    top.add_argument("--limit", type=_positive(int, 0), default=DEFAULT_LIMIT, help="flows shown")
     _tracer_options(top)
 
     d = sub.add_parser("demo", formatter_class=fmt, help="the built-in lab with the live view",
@@ -232,17 +236,18 @@ def build_parser() -> argparse.ArgumentParser:
     auto.add_argument("--listen", metavar="HOST:PORT",
                       help="also serve Prometheus metrics here, with steer_auto_moves_total "
                            "(:PORT: every address)")
-    auto.add_argument("--top-k", type=_positive(int, 0), default=20, help="per-flow series with --listen")
+    auto.add_argument("--top-k", type=_positive(int, 0), default=DEFAULT_TOP_K,
+                      help="per-flow series with --listen")
 
     ex = sub.add_parser("export", formatter_class=fmt, help="Prometheus exporter",
                         description="Serve Prometheus metrics, read from the BPF maps at every "
                         "scrape: per-class and per-CPU totals, the top-K flows, steering rule "
                         "counters, tracer health and capabilities. Listens on loopback unless "
                         "another address is given.")
-    ex.add_argument("--listen", default="127.0.0.1:9435", metavar="HOST:PORT",
+    ex.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                     help="address to serve /metrics on; :PORT listens on every address (IPv6 "
                          "and IPv4), as Go exporters do (default %(default)s)")
-    ex.add_argument("--top-k", type=_positive(int, 0), default=20, metavar="K",
+    ex.add_argument("--top-k", type=_positive(int, 0), default=DEFAULT_TOP_K, metavar="K",
                     help="flows (by rate) that get per-flow series")
     ex.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
                     help="stop after this long (default: until Ctrl-C or SIGTERM)")

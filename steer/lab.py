@@ -25,6 +25,7 @@ from .kernel import CLONE_NEWNET, die_with_parent, setns
 PREFIX = "steerlab"
 NETNS_DIR = "/run/netns"
 SENDER_ADDR, RECEIVER_ADDR, PREFIXLEN = "198.18.0.1", "198.18.0.2", 30
+SENDER_DEV, RECEIVER_DEV = "veth-tx", "veth-rx"   # each in its own namespace
 BASE_PORT = 5201
 _instances = itertools.count(1)   # several labs of one process get names of their own
 
@@ -186,13 +187,23 @@ class Lab:
         return self
 
     def _link(self) -> None:
-        _ip("-n", self.tx, "link", "add", "veth-tx", "type", "veth", "peer", "name", "veth-rx",
+        _ip("-n", self.tx, "link", "add", SENDER_DEV, "type", "veth", "peer", "name", RECEIVER_DEV,
             "netns", self.rx)
-        for ns, dev, addr in ((self.tx, "veth-tx", SENDER_ADDR),
-                              (self.rx, "veth-rx", RECEIVER_ADDR)):
+        for ns, dev, addr in ((self.tx, SENDER_DEV, SENDER_ADDR),
+                              (self.rx, RECEIVER_DEV, RECEIVER_ADDR)):
             _ip("-n", ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
+
+    @property
+    def rx_dev(self) -> str:
+        """The receiving device, where steering attaches (in the namespace rx_netns)."""
+        return RECEIVER_DEV
+
+    @property
+    def rx_netns(self) -> str:
+        """The receiving namespace's path, as steering and RPS take it."""
+        return _ns_path(self.rx)
 
     def recreate_link(self, namespace: bool = False) -> None:
         """Remove the veth pair, and with NAMESPACE the receiving namespace, and create them again
@@ -201,7 +212,7 @@ class Lab:
             _ip("netns", "del", self.rx)
             _ip("netns", "add", self.rx)
         else:
-            _ip("-n", self.rx, "link", "del", "veth-rx")
+            _ip("-n", self.rx, "link", "del", RECEIVER_DEV)
         self._link()
 
     # -- traffic -----------------------------------------------------------------------------

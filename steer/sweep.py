@@ -152,9 +152,9 @@ class LabRunner:
             steering = None
             try:
                 if self.cfg.method == "rps":
-                    set_rps("veth-rx", [kernel_cpu], netns=f"/run/netns/{lab.rx}", remember=False)
+                    set_rps(lab.rx_dev, [kernel_cpu], netns=lab.rx_netns, remember=False)
                 else:
-                    steering = XdpSteering("veth-rx", f"/run/netns/{lab.rx}", pinned=False).open()
+                    steering = XdpSteering(lab.rx_dev, lab.rx_netns, pinned=False).open()
                     steering.pin(FlowSpec(proto="tcp", dport=self.cfg.port), kernel_cpu)
                 lab.start_servers()
                 before = self.tracer.sample()

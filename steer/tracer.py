@@ -7,6 +7,7 @@ import errno
 import ipaddress
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -134,6 +135,7 @@ class Tracer:
         self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), sample, raw counters)
         self._entries: dict[tuple, FlowCpuSample] = {}   # what the next sample starts from
         self._seq = 0
+        self._lock = threading.RLock()
         self.app_hook_used: str | None = None    # which of APP_HOOKS (or "off") start() chose
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -356,12 +358,13 @@ class Tracer:
         return f"available ({label})", counters
 
     def stop(self) -> None:
-        if self._obj:
-            self._obj.close()
-            self._obj = None
-        for c in self._counters + self._clocks:
-            c.close()
-        self._counters, self._clocks = [], []
+        with self._lock:   # not under a sample() of another thread
+            if self._obj:
+                self._obj.close()
+                self._obj = None
+            for c in self._counters + self._clocks:
+                c.close()
+            self._counters, self._clocks = [], []
 
     def __enter__(self):
         return self.start()
@@ -385,6 +388,15 @@ class Tracer:
 
     # -- reading -----------------------------------------------------------------------------
     def sample(self) -> TraceSample:
+        """Read every map once: cumulative counters since start. Also flushes the sockets' reads
+        into the flow map first, and deletes kernel entries idle for idle_timeout (their totals
+        stay in the returned sample's history; `expired` counts them). Thread-safe: `steer auto
+        --listen` reads from its loop and from scrapes; reads take turns, and stop() waits for
+        the one under way."""
+        with self._lock:
+            return self._read_maps()
+
+    def _read_maps(self) -> TraceSample:
         if not self._obj:
             raise TracerError("tracer is not running")
         if FLUSH_ITERATOR in self._obj.attached:

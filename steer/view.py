@@ -14,6 +14,8 @@ from .classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET
 from .flows import FlowReport, Snapshot
 from .topology import Topology, format_cpulist
 
+DEFAULT_LIMIT = 20   # flows shown
+
 CLASS_STYLE = {SAME_CORE: "bold red", SAME_SOCKET: "green", CROSS_SOCKET: "yellow"}
 
 
@@ -47,7 +49,7 @@ def _llc(v: int | None) -> str:
     return "n/a" if v is None else f"{v:,}"
 
 
-def flow_table(snap: Snapshot, limit: int = 20) -> Table:
+def flow_table(snap: Snapshot, limit: int = DEFAULT_LIMIT) -> Table:
     t = Table(title=f"flows over {snap.duration:.1f} s, by rate", title_justify="left",
               expand=False, header_style="bold")
     for name, justify in (("flow", "left"), ("rate", "right"), ("kernel CPU", "right"),
@@ -90,7 +92,7 @@ def status_line(snap: Snapshot, topo: Topology) -> Text:
     return Text(" | ".join(parts), style="dim")
 
 
-def render(snap: Snapshot, topo: Topology, limit: int = 20) -> Group:
+def render(snap: Snapshot, topo: Topology, limit: int = DEFAULT_LIMIT) -> Group:
     return Group(flow_table(snap, limit), cpu_table(snap), status_line(snap, topo))
 
 
@@ -101,7 +103,7 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def run_live(next_snapshot: Callable[[], Snapshot], topo: Topology, *, interval: float,
-             duration: float | None, limit: int = 20, console: Console | None = None,
+             duration: float | None, limit: int = DEFAULT_LIMIT, console: Console | None = None,
              keep_going: Callable[[], bool] = lambda: True) -> Snapshot | None:
     """Refresh the view every INTERVAL seconds until DURATION (None: until Ctrl-C).
 
