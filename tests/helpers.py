@@ -3,8 +3,10 @@ live tier (each skip says why)."""
 import functools
 import os
 import shutil
+import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -24,10 +26,20 @@ two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs")
 SAMPLE_HZ = 1000
 
 
+# A sample stands for its task's run time since that task's previous sample, not one fixed period
+# (ft_sample's sample_weight), so where tasks share a CPU the weights vary and a flow's sampled
+# time spreads more than a count of samples would. Over 9 to 11 runs of the two-flow agreement
+# test here: 1.24x the spread of a Poisson count for the kernel side of a flow whose reader has a
+# CPU of its own, 1.76x where sender, reader and softirq share one CPU.
+SAMPLE_DISPERSION = 2.0
+
+
 def sampling_bound(seconds: float, hz: int = SAMPLE_HZ) -> float:
     """The relative error sampled timing is held to against exact, for a flow that took SECONDS of
-    CPU: 10%, plus three standard deviations of a count of seconds*hz samples (1/sqrt(n) each)."""
-    return 0.10 + 3 / (seconds * hz) ** 0.5
+    CPU: 10% for what the two modes charge differently (a softirq's work before its first skb
+    goes to that skb's flow in the exact mode, to the flow of the skb before it in the sampled),
+    plus three standard deviations of seconds*hz samples (SAMPLE_DISPERSION/sqrt(n))."""
+    return 0.10 + 3 * SAMPLE_DISPERSION / (seconds * hz) ** 0.5
 
 
 def steer(*args, env=None, timeout=120, prefix=()):
@@ -44,6 +56,18 @@ def assert_one_line_error(r, *fragments, code=1):
     assert "Traceback" not in r.stderr
     for f in fragments:
         assert f in lines[0], lines[0]
+
+
+def bpftool_objects(kind: str) -> list[dict]:
+    """`bpftool -j KIND show` as a list: the kernel's own view of loaded programs or links. bpftool
+    walks IDs and then opens each, so an object freed between the two (a steer process exiting
+    while the test looks) fails the whole listing; that race is retried, anything else raised."""
+    for _ in range(20):
+        r = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True)
+        if r.returncode == 0:
+            return json.loads(r.stdout or "[]")
+        time.sleep(0.05)
+    raise AssertionError(f"bpftool {kind} show failed 20 times: {r.stdout.strip()} {r.stderr.strip()}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from helpers import CPU_A, ROOT, STEER, assert_one_line_error, live, steer
+from helpers import CPU_A, ROOT, STEER, assert_one_line_error, bpftool_objects, live, steer
 from steer.exporter import SteerCollector
 from steer.flows import build_snapshot
 from steer.lab import RECEIVER_ADDR, Lab, LabFlow, lab_namespaces
@@ -35,13 +35,11 @@ def _spawn(*args):
 
 def _xdp_programs() -> list[str]:
     """Names of the steering programs loaded anywhere in the kernel (bpftool, not steer)."""
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
-    return [p.get("name", "") for p in json.loads(out or "[]") if p.get("name") == "steer_xdp"]
+    return [p.get("name", "") for p in bpftool_objects("prog") if p.get("name") == "steer_xdp"]
 
 
 def _tracer_programs() -> list[str]:
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
-    return [p.get("name", "") for p in json.loads(out or "[]") if p.get("name", "").startswith("ft_")]
+    return [p.get("name", "") for p in bpftool_objects("prog") if p.get("name", "").startswith("ft_")]
 
 
 def _settled(probe, timeout=5.0):
@@ -190,6 +188,51 @@ def test_pin_on_a_recreated_device_moves_its_rules_there(namespace):
         r = steer("unpin", "proto=udp,dport=5341", *on)
         assert r.returncode == 0 and "no rules left: XDP detached" in r.stdout, (r.stdout, r.stderr)
     assert not _leftover_pins() and not _settled(_xdp_programs)
+
+
+def test_samples_from_several_threads_and_a_stop_under_them():
+    """`steer auto --listen` samples from its loop and from scrapes, and a signal stops the tracer
+    under them: every sample() returns a whole sample or says the tracer is not running, and
+    sequence numbers never repeat (each read is one read)."""
+    from steer.tracer import TracerError
+    tracer = Tracer(timing="exact").start()
+    seen, errors, stop = [], [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                seen.append(tracer.sample().seq)
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()   # new entries
+            except TracerError as e:
+                if "not running" not in str(e):
+                    errors.append(repr(e))
+                return
+            except Exception as e:   # noqa: BLE001 - any other failure is the finding
+                errors.append(repr(e))
+                return
+
+    srv = socket.create_server(("127.0.0.1", 0), backlog=512)
+    port = srv.getsockname()[1]
+
+    def accept():
+        try:
+            while True:
+                srv.accept()[0].close()
+        except OSError:
+            return   # closed
+    threading.Thread(target=accept, daemon=True).start()
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(2)
+    tracer.stop()
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    srv.close()
+    print(f"{len(seen)} samples from 4 threads")
+    assert not errors, errors
+    assert len(seen) > 20 and len(seen) == len(set(seen))
 
 
 def test_reader_killed_mid_flow():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, live, steer
+from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live, steer
 from steer.flows import build_snapshot
 from steer.lab import Lab, LabFlow, lab_namespaces
 from steer.topology import online_cpus, read_topology
@@ -192,15 +192,11 @@ def test_llc_counter_path_with_a_software_event():
 
 
 def _our_programs() -> dict[int, str]:
-    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
-                         check=True).stdout
-    return {p["id"]: p["name"] for p in json.loads(out or "[]") if p.get("name", "").startswith("ft_")}
+    return {p["id"]: p["name"] for p in bpftool_objects("prog") if p.get("name", "").startswith("ft_")}
 
 
 def _links_of(prog_ids) -> list:
-    out = subprocess.run(["bpftool", "link", "show", "-j"], capture_output=True, text=True,
-                         check=True).stdout
-    return [l for l in json.loads(out or "[]") if l.get("prog_id") in prog_ids]
+    return [l for l in bpftool_objects("link") if l.get("prog_id") in prog_ids]
 
 
 def _wait_for(cond, timeout=10.0):

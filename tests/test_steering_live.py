@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, live, sampling_bound, steer,
+from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, bpftool_objects, live, steer,
                      two_cpus)
 from packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.flowspec import FlowSpec
@@ -287,9 +287,7 @@ def test_bad_steering_input_is_one_line():
 
 
 def _xdp_links():
-    out = subprocess.run(["bpftool", "link", "show", "-j"], capture_output=True, text=True,
-                         check=True).stdout
-    return [l for l in json.loads(out or "[]") if l.get("type") == "xdp"]
+    return [l for l in bpftool_objects("link") if l.get("type") == "xdp"]
 
 
 def test_kill_9_of_auto_leaves_nothing_attached():
