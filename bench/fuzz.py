@@ -1,14 +1,12 @@
 """Parser fuzzing at scale: N random and mutated packets (default 1,000,000) through the XDP
 steering program with BPF_PROG_TEST_RUN. Every packet that is not a well-formed packet of a
-steered flow (by the independent reference parser in tests/packets.py) must come back XDP_PASS,
+steered flow (by the independent reference parser in bench/packets.py) must come back XDP_PASS,
 and every packet must come back unchanged.
 
     sudo .venv/bin/python -m bench.fuzz [--packets 1000000] [--seed 1]
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 from steer.flowspec import FlowSpec
@@ -16,9 +14,7 @@ from steer.kernel import prog_test_run
 from steer.steering import load_unattached
 
 from .common import parser, require_root, run, write
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from packets import FUZZ_SPECS, fuzz_packets, reference_tuple  # noqa: E402
+from .packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 
 XDP_PASS, XDP_REDIRECT = 2, 4
 CHUNK = 50_000   # packets generated at a time: memory stays small at any N

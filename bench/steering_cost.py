@@ -6,9 +6,6 @@
 """
 from __future__ import annotations
 
-import os
-import sys
-
 from steer.flowspec import FlowSpec
 from steer.lab import Lab
 from steer.kernel import prog_test_run
@@ -16,9 +13,7 @@ from steer.steering import XdpSteering, load_unattached
 
 from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, run, stats,
                      write)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from packets import ETH_IP, eth, ipv4, tcp  # noqa: E402
+from .packets import ETH_IP, eth, ipv4, tcp
 
 REPEAT = 200_000   # runs per test-run call: long enough that the kernel's timer resolution vanishes
 

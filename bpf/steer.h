@@ -1,17 +1,22 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Types shared by steer.bpf.c and steer/steer_abi.py (checked against BTF by a test). */
+/* Types and constants shared by steer.bpf.c and steer/steer_abi.py: tests/test_build.py checks
+ * the structs against the object's BTF and the constants by compiling this header. */
 #ifndef __STEER_H
 #define __STEER_H
 
-#define STEER_MAX_RULES	16384	/* rule ids index rule_stats; 10,000 rules is the benchmark's top */
-#define STEER_MAX_MASKS	32	/* one per subset of the five fields */
+enum steer_limits {
+	STEER_MAX_RULES = 16384,	/* rule ids index rule_stats; 10,000 rules is the benchmark's top */
+	STEER_MAX_MASKS = 32,		/* one per subset of the five fields */
+};
 
 /* which fields of a rule must match */
-#define STEER_F_PROTO	0x01
-#define STEER_F_SRC	0x02
-#define STEER_F_SPORT	0x04
-#define STEER_F_DST	0x08
-#define STEER_F_DPORT	0x10
+enum steer_field {
+	STEER_F_PROTO = 0x01,
+	STEER_F_SRC = 0x02,
+	STEER_F_SPORT = 0x04,
+	STEER_F_DST = 0x08,
+	STEER_F_DPORT = 0x10,
+};
 
 /* the packet's receive-direction tuple with the fields outside MASK zeroed; family is zero unless
  * an address is in the mask, so "dport=5201" matches IPv4 and IPv6 alike */

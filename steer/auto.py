@@ -1,4 +1,5 @@
-"""The automatic steering loop: each interval, ask the policy, damp its answers, apply the changes.
+"""The automatic steering loop (run): each interval, ask the policy, damp its answers (AutoSteer),
+apply the changes.
 
 Hysteresis: a flow moves only after the policy has asked for the same new CPU in CONFIRM
 consecutive intervals, and not within HOLD seconds of its previous move, so flows do not flap
@@ -14,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from .flowspec import FlowSpec
-from .flows import Snapshot
+from .flows import Intervals, Snapshot
 from .policies import Decision, Policy
-from .topology import Topology
+from .topology import Topology, online_cpus, read_topology
 from .samples import FlowId
 
 
@@ -121,3 +122,28 @@ class AutoSteer:
         dry = " (dry run)" if self.steerer is None else ""
         self.log(f"{time.strftime('%H:%M:%S')} {c.flow}: kernel CPU {old} -> {new}: {c.reason}{dry}")
         return c
+
+
+class AutoStopped(Exception):
+    """The loop cannot go on; str() says why, in one line."""
+
+
+def run(engine: AutoSteer, intervals: Intervals, *, period: float, duration: float | None = None,
+        detached: Callable[[], str | None] = lambda: None, sysfs: str = "/sys") -> None:
+    """The loop of `steer auto`: every PERIOD seconds, ENGINE steps on the snapshot of the
+    interval, for DURATION seconds (None: until KeyboardInterrupt, which returns). Before each
+    step, DETACHED() says whether the steered device is gone (AutoStopped: nothing is left to
+    steer), and the topology is read again when CPUs went on- or offline, so that the engine
+    and the policy place flows only on CPUs that are online."""
+    end = None if duration is None else time.monotonic() + duration
+    try:
+        while end is None or time.monotonic() < end:
+            time.sleep(period if end is None else max(0.0, min(period, end - time.monotonic())))
+            gone = detached()
+            if gone:
+                raise AutoStopped(f"stopping: {gone}, so there is nothing left to steer")
+            if online_cpus(sysfs) != engine.topo.online:
+                engine.topo = intervals.topo = read_topology(sysfs)
+            engine.step(intervals())
+    except KeyboardInterrupt:
+        pass

@@ -290,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
 # -- commands ----------------------------------------------------------------------------------
 def cmd_topology(args) -> int:
     from rich.console import Console
-    from rich.table import Table
-    from .topology import format_cpulist, read_topology
+    from .topology import read_topology
+    from .view import topology_table
     try:
         topo = read_topology(args.sysfs)
     except (OSError, ValueError) as e:
@@ -299,16 +299,7 @@ def cmd_topology(args) -> int:
     if args.json:
         print(json.dumps(topo.as_dict(), indent=2))
         return 0
-    t = Table(title=f"{len(topo.cpus)} CPUs, {len(topo.sockets)} socket(s), LLC = L{topo.llc_level}",
-              title_justify="left")
-    for col in ("CPU", "core", "socket", "LLC", "NUMA", "SMT siblings", "LLC shared with", "online"):
-        t.add_column(col, justify="right")
-    dash = lambda v: "-" if v is None else str(v)  # noqa: E731
-    for _, c in sorted(topo.cpus.items()):
-        t.add_row(str(c.cpu), dash(c.core), dash(c.socket), dash(c.llc), dash(c.numa),
-                  format_cpulist(c.siblings), format_cpulist(c.llc_cpus) or "-",
-                  "yes" if c.online else "no")
-    Console().print(t)
+    Console().print(topology_table(topo))
     return 0
 
 
@@ -338,31 +329,14 @@ def cmd_flows(args) -> int:
     return 0
 
 
-class _Interval:
-    """Successive snapshots, each covering the time since the previous one."""
-
-    def __init__(self, tracer, topo):
-        from .flows import build_snapshot
-        self._build, self.tracer, self.topo = build_snapshot, tracer, topo
-        self.first = self.last = tracer.sample()
-
-    def __call__(self):
-        now = self.tracer.sample()
-        snap = self._build(self.last, now, self.topo, self.tracer.capabilities)
-        self.last = now
-        return snap
-
-    def total(self):
-        return self._build(self.first, self.last, self.topo, self.tracer.capabilities)
-
-
 def cmd_top(args) -> int:
+    from .flows import Intervals
     from .topology import read_topology
     from .view import run_live
     topo = read_topology()
     tracer = _start_tracer(args)
     try:
-        run_live(_Interval(tracer, topo), topo, interval=args.interval, duration=args.duration,
+        run_live(Intervals(tracer, topo), topo, interval=args.interval, duration=args.duration,
                  limit=args.limit)
     except KeyboardInterrupt:
         pass
@@ -385,7 +359,8 @@ def _parse_lab_flows(specs: list[str] | None):
 
 
 def cmd_demo(args) -> int:
-    from .lab import Lab
+    from .flows import Intervals
+    from .lab import Lab, traced_results
     from .topology import read_topology
     from .view import make_console, render, run_live
     topo = read_topology()
@@ -404,7 +379,7 @@ def cmd_demo(args) -> int:
     try:
         lab.up()
         lab.start_servers()
-        interval = _Interval(tracer, topo)
+        interval = Intervals(tracer, topo)
         lab.start_clients()
         console.print(f"[bold]steer demo[/]: {len(flows)} iperf3 flow(s) for {args.duration:g} s "
                       f"between namespaces {lab.tx} and {lab.rx} (198.18.0.0/30); Ctrl-C stops")
@@ -419,14 +394,7 @@ def cmd_demo(args) -> int:
     finally:
         lab.down()
         tracer.stop()
-    summary = []
-    for r in results:
-        match = next((f for f in total.flows if f.flow.sport == r.sender_port
-                      and f.flow.dport == r.flow.port), None)
-        summary.append({
-            "lab_kernel_cpu": r.flow.kernel_cpu, "lab_app_cpu": r.flow.app_cpu,
-            "port": r.flow.port, "iperf3_received_bytes": r.received_bytes, "error": r.error,
-            "traced": match.as_json() if match else None})
+    summary = traced_results(results, total)
     if args.json:
         print(json.dumps({"interrupted": interrupted, "flows": summary,
                           "snapshot": total.as_json()}, indent=2))
@@ -508,9 +476,9 @@ def _say_reattached(st, where: str) -> None:
 
 
 def cmd_unpin(args) -> int:
-    from .steering import DeviceGone, XdpSteering, pin_root, _dir_name
+    from .steering import DeviceGone, XdpSteering, has_pins
     spec = _spec(args.flowspec)
-    if not os.path.isdir(os.path.join(pin_root(), _dir_name(args.dev, args.netns))):
+    if not has_pins(args.dev, args.netns):
         raise UserError(f"no pinned steering on {args.dev}" + (f" in {args.netns}" if args.netns else ""))
     try:   # rules whose device was recreated apply to the new one, as steer pin does
         st = XdpSteering(args.dev, args.netns).open(reattach=True)
@@ -530,36 +498,19 @@ def cmd_unpin(args) -> int:
 
 def cmd_rules(args) -> int:
     from .steering import pinned_state, require_steering_caps
-    from .topology import read_topology
+    from .topology import online_cpus
+    from .view import rules_lines
     require_steering_caps()
     out = pinned_state()
     if args.json:
-        print(json.dumps({"devices": out}, indent=2))
+        print(json.dumps({"devices": [d.as_json() for d in out]}, indent=2))
         return 0
-    if not out:
-        print("no pinned steering rules")
-    online = set(read_topology().online)
-    for d in out:
-        where = d["dev"] + (f" in {d['netns']}" if d["netns"] else "")
-        if "error" in d:
-            print(f"{where}: {d['error']}")
-            continue
-        c = d["counters"]
-        print(f"{where} ({d['mode']} XDP): redirected {c['redirected']:,}, passed {c['passed']:,}, "
-              f"unparsed {c['unparsed']:,}, failed redirects {c['redirect_failed']:,}")
-        if d["detached"]:
-            print(f"  DETACHED: {d['detached']}; `steer pin` moves these rules to a new device of "
-                  "that name, `steer reset` removes them")
-        for r in d["rules"]:
-            off = "" if r["cpu"] in online else \
-                "  (CPU offline: the kernel runs its cpumap thread on another CPU)"
-            print(f"  rule {r['id']:>4}  {r['spec']:<60} -> CPU {r['cpu']:<4} "
-                  f"{r['packets']:>12,} packets {r['bytes']:>16,} bytes{off}")
+    print("\n".join(rules_lines(out, set(online_cpus()))))
     return 0
 
 
 def cmd_app(args) -> int:
-    from .steering import set_app_affinity
+    from .affinity import set_app_affinity
     cpus = _cpus_online(args.cpu)
     before = set_app_affinity(args.pid, set(cpus))
     from .topology import format_cpulist
@@ -570,7 +521,7 @@ def cmd_app(args) -> int:
 
 
 def cmd_irq(args) -> int:
-    from .steering import set_irq_affinity
+    from .affinity import set_irq_affinity
     from .privileges import CAP_SYS_ADMIN, require_caps
     require_caps([CAP_SYS_ADMIN], "changing IRQ affinity")
     cpus = _cpus_online(args.cpu)
@@ -580,7 +531,7 @@ def cmd_irq(args) -> int:
 
 
 def cmd_rps(args) -> int:
-    from .steering import set_rps
+    from .affinity import set_rps
     from .privileges import CAP_SYS_ADMIN, require_caps
     require_caps([CAP_SYS_ADMIN], "changing RPS")
     cpus = _cpus_online(args.cpu)
@@ -590,10 +541,11 @@ def cmd_rps(args) -> int:
 
 
 def cmd_auto(args) -> int:
-    from .auto import AutoSteer
+    from . import auto
+    from .flows import Intervals
     from .policies import PolicyError, load_policy
-    from .steering import SteerError, XdpSteering
-    from .topology import online_cpus, read_topology
+    from .steering import XdpSteering
+    from .topology import read_topology
     if args.listen:
         from .exporter import parse_listen
         try:
@@ -610,9 +562,9 @@ def cmd_auto(args) -> int:
     tracer = None
     try:
         tracer = _start_tracer(args)
-        interval = _Interval(tracer, topo)
-        engine = AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
-                           log=lambda line: print(line, flush=True))
+        intervals = Intervals(tracer, topo)
+        engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
+                                log=lambda line: print(line, flush=True))
         if args.listen:
             from .exporter import SteerCollector
             _serve(SteerCollector(tracer, topo, top_k=args.top_k,
@@ -620,19 +572,10 @@ def cmd_auto(args) -> int:
                                   actions=lambda: {name: engine.moves}), args.listen)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
         print(f"steer auto: policy {name}, every {args.interval:g} s, {mode}", flush=True)
-        end = None if args.duration is None else time.monotonic() + args.duration
-        try:
-            while end is None or time.monotonic() < end:
-                time.sleep(args.interval if end is None else
-                           max(0.0, min(args.interval, end - time.monotonic())))
-                gone = steering.detached() if steering else None
-                if gone:
-                    raise SteerError(f"stopping: {gone}, so there is nothing left to steer")
-                if online_cpus() != engine.topo.online:    # CPU hotplug: policies must know
-                    engine.topo = interval.topo = read_topology()
-                engine.step(interval())
-        except KeyboardInterrupt:
-            pass
+        auto.run(engine, intervals, period=args.interval, duration=args.duration,
+                 detached=steering.detached if steering else lambda: None)
+    except auto.AutoStopped as e:
+        raise UserError(str(e)) from None
     finally:
         if tracer:
             tracer.stop()
@@ -767,9 +710,12 @@ class _GracefulStop:
 
 
 def cmd_reset(args) -> int:
-    from .steering import require_steering_caps, reset
+    from .affinity import restore
+    from .lab import remove_stale_labs
+    from .steering import remove_pinned, require_steering_caps
     require_steering_caps()
-    done = reset()
+    done = remove_pinned() + restore()
+    done += [f"removed stale lab namespace {n}" for n in remove_stale_labs()]
     print("\n".join(done) if done else "nothing to reset")
     return 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import threading
 from collections import defaultdict
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -20,8 +20,10 @@ from prometheus_client.registry import Collector
 from .classify import CLASSES
 from .flows import PlacementMemory, Snapshot, build_snapshot
 from .topology import Topology
-from .samples import TraceSample
-from .tracer import Tracer
+from .samples import TraceSample, TraceSource
+
+if TYPE_CHECKING:
+    from .steering import DeviceState
 
 DEFAULT_LISTEN = "127.0.0.1:9435"   # 9435: free in the Prometheus default port allocations list
 DEFAULT_TOP_K = 20
@@ -40,8 +42,8 @@ class SteerCollector(Collector):
     """Yields fresh metric families on every collect(); nothing is cached between scrapes but the
     per-class running totals, which is what makes them counters."""
 
-    def __init__(self, tracer: Tracer, topo: Topology, top_k: int = DEFAULT_TOP_K,
-                 steering: Callable[[], list[dict]] | None = None,
+    def __init__(self, tracer: TraceSource, topo: Topology, top_k: int = DEFAULT_TOP_K,
+                 steering: Callable[[], list[DeviceState]] | None = None,
                  actions: Callable[[], dict[str, int]] | None = None):
         self.tracer, self.topo, self.top_k = tracer, topo, top_k
         self.steering, self.actions = steering, actions
@@ -174,9 +176,7 @@ class SteerCollector(Collector):
                                 "Tracing mechanisms: state is available or unavailable (value 1).",
                                 labels=["mechanism", "state", "detail"])
         for name, text in caps.as_dict().items():
-            state, _, detail = text.partition(" ")
-            cap.add_metric([name, "available" if text.startswith("available") else "unavailable",
-                            detail.strip(" :()")], 1)
+            cap.add_metric([name, *_capability_state(text)], 1)
         yield cap
         if bpf_stats_enabled():
             runtime = CounterMetricFamily("steer_bpf_program_run_seconds",
@@ -189,7 +189,7 @@ class SteerCollector(Collector):
                 runs.add_metric([prog], cnt)
             yield from (runtime, runs)
 
-    def _steering_metrics(self, devices: list[dict]):
+    def _steering_metrics(self, devices: list[DeviceState]):
         pk = CounterMetricFamily("steer_rule_packets", "Packets a steering rule redirected.",
                                  labels=["dev", "netns", "rule", "cpu"])
         by = CounterMetricFamily("steer_rule_bytes", "Bytes a steering rule redirected.",
@@ -202,17 +202,27 @@ class SteerCollector(Collector):
                                  "1 when the device of pinned rules was removed, so they steer "
                                  "nothing; 0 while attached.", labels=["dev", "netns"])
         for d in devices:
-            if "error" in d:
+            if d.error:
                 continue
-            dev, ns = d["dev"], d["netns"] or ""
-            mode.add_metric([dev, ns, d["mode"]], 1)
-            gone.add_metric([dev, ns], 1 if d.get("detached") else 0)
-            for r in d["rules"]:
-                pk.add_metric([dev, ns, r["spec"], str(r["cpu"])], r["packets"])
-                by.add_metric([dev, ns, r["spec"], str(r["cpu"])], r["bytes"])
-            for result, n in d["counters"].items():
+            dev, ns = d.dev, d.netns or ""
+            mode.add_metric([dev, ns, d.mode], 1)
+            gone.add_metric([dev, ns], 1 if d.detached else 0)
+            for r in d.rules:
+                pk.add_metric([dev, ns, str(r.spec), str(r.cpu)], r.packets)
+                by.add_metric([dev, ns, str(r.spec), str(r.cpu)], r.bytes)
+            for result, n in d.counters.items():
                 xdp.add_metric([dev, ns, result], n)
         yield from (pk, by, xdp, mode, gone)
+
+
+def _capability_state(text: str) -> tuple[str, str]:
+    """'available (sampled: ...)' or 'unavailable: why (ENOENT)' -> (state, detail), the detail
+    whole: only the separator after the state and one pair of parentheses around it all go."""
+    state, _, detail = text.partition(" ")
+    detail = detail.strip().removeprefix(":").strip()
+    if detail.startswith("(") and detail.endswith(")"):
+        detail = detail[1:-1]
+    return ("available" if state == "available" else "unavailable"), detail
 
 
 def _s(v) -> str:

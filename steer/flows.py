@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 
 from .classify import Placement, classify
 from .topology import Topology
-from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, TraceSource
+from .units import per_gb
 
 NS = 1e9
-GB = 1e9   # CPU-seconds per GB use decimal gigabytes, as link rates do
 
 
 def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:
@@ -61,9 +61,8 @@ class FlowReport:
     def rate_bps(self) -> float:
         return self.rx_bytes * 8 / self.duration if self.duration > 0 else 0.0
 
-    def _per_gb(self, seconds: float) -> float | None:
-        nbytes = self.rx_bytes or self.app_bytes
-        return seconds / (nbytes / GB) if nbytes else None
+    def _per_gb(self, value: float | None) -> float | None:
+        return per_gb(value, self.rx_bytes or self.app_bytes)
 
     @property
     def kernel_seconds_per_gb(self) -> float | None:
@@ -233,6 +232,24 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
                     flow_failures=sum(c.flow_failures for c in after.cpus),
                     untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
                                      for c in after.cpus))
+
+
+class Intervals:
+    """Successive snapshots of a tracer, each covering the time since the previous one (the
+    live view, the auto loop); total() covers them all."""
+
+    def __init__(self, tracer: TraceSource, topo: Topology):
+        self.tracer, self.topo = tracer, topo
+        self.first = self.last = tracer.sample()
+
+    def __call__(self) -> Snapshot:
+        now = self.tracer.sample()
+        snap = build_snapshot(self.last, now, self.topo, self.tracer.capabilities)
+        self.last = now
+        return snap
+
+    def total(self) -> Snapshot:
+        return build_snapshot(self.first, self.last, self.topo, self.tracer.capabilities)
 
 
 PLACEMENT_HALF_LIFE = 5.0   # seconds

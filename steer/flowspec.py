@@ -6,8 +6,8 @@ import ipaddress
 from dataclasses import dataclass
 
 from . import steer_abi as abi
+from .samples import PROTO_NUMBERS, address_text, proto_name
 
-PROTO_NUMBERS = {"tcp": 6, "udp": 17}
 FIELDS = ("proto", "src", "sport", "dst", "dport")
 
 
@@ -72,15 +72,11 @@ class FlowSpec:
 
     @classmethod
     def from_key(cls, k: abi.RuleKey) -> "FlowSpec":
-        def addr(raw):
-            b = bytes(raw)
-            return str(ipaddress.IPv4Address(b[:4]) if k.family == 4 else ipaddress.IPv6Address(b))
         m = k.mask
-        proto = {v: n for n, v in PROTO_NUMBERS.items()}.get(k.proto, str(k.proto))
-        return cls(proto=proto if m & abi.F_PROTO else None,
-                   src=addr(k.saddr) if m & abi.F_SRC else None,
+        return cls(proto=proto_name(k.proto) if m & abi.F_PROTO else None,
+                   src=address_text(k.saddr, k.family) if m & abi.F_SRC else None,
                    sport=k.sport if m & abi.F_SPORT else None,
-                   dst=addr(k.daddr) if m & abi.F_DST else None,
+                   dst=address_text(k.daddr, k.family) if m & abi.F_DST else None,
                    dport=k.dport if m & abi.F_DPORT else None)
 
     def matches(self, proto: str, src: str, sport: int, dst: str, dport: int) -> bool:

@@ -32,11 +32,14 @@ class CpuStats(ctypes.Structure):
         "samples_kernel_mode")]
 
 
-# enum ft_text (its count is checked through the size of ft_config) and enum ft_timing (checked
-# against the BTF by value)
+# enum ft_text and enum ft_timing: checked against the header (HEADER_CONSTANTS), and ft_timing
+# also against the object's BTF, where its typed member in ft_config puts it
 FT_TEXT_NET_RX, FT_TEXT_NAPI_THREAD, FT_TEXT_SOFTIRQ, FT_TEXT_RANGES = range(4)
 FT_TIMING_EXACT, FT_TIMING_SAMPLED = range(2)
 ENUMS = {"ft_timing": {"FT_TIMING_EXACT": FT_TIMING_EXACT, "FT_TIMING_SAMPLED": FT_TIMING_SAMPLED}}
+HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX,
+                    "FT_TEXT_NAPI_THREAD": FT_TEXT_NAPI_THREAD, "FT_TEXT_SOFTIRQ": FT_TEXT_SOFTIRQ,
+                    "FT_TEXT_RANGES": FT_TEXT_RANGES, **ENUMS["ft_timing"]}
 
 
 class Config(ctypes.Structure):

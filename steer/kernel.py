@@ -9,9 +9,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import json
 import os
 import platform
 import struct
+import tempfile
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -19,7 +21,8 @@ from pathlib import Path
 
 __all__ = [
     "KernelError", "BpfObject", "BpfMap", "PerfCounter", "bpf_dir",
-    "possible_cpus", "setns", "ensure_bpffs", "vmlinux_has_type",
+    "possible_cpus", "setns", "enter_netns", "call_with_netns_sysfs", "ensure_bpffs",
+    "vmlinux_has_type",
 ]
 
 
@@ -627,6 +630,76 @@ def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
         raise KernelError(f"setns: {os.strerror(err)}", err)
 
 
+def enter_netns(path: str) -> None:
+    """The calling thread into the network namespace at PATH for good: in a child before exec,
+    or in one that exits after its work (netns_of goes there and back)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise KernelError(f"network namespace {path}: {e.strerror}", e.errno) from None
+    try:
+        setns(fd, CLONE_NEWNET)
+    finally:
+        os.close(fd)
+
+
+CLONE_NEWNS = 0x00020000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+MNT_DETACH = 2
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_void_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int = 0) -> None:
+    if _libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
+                   flags, None) != 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"mount {fstype or source} on {target}: {os.strerror(err)}", err)
+
+
+def call_with_netns_sysfs(ns_path: str | None, fn, *args):
+    """fn(sysfs_root, *ARGS) where sysfs_root shows the devices of the network namespace at
+    NS_PATH (None: this one, /sys). sysfs shows the namespace of whoever mounts it, so another
+    namespace's sysfs is mounted by a child process, in a mount namespace of its own that dies
+    with it; FN's result must be JSON, and its exception comes back as a KernelError."""
+    if not ns_path:
+        return fn("/sys", *args)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            enter_netns(ns_path)
+            if _libc.unshare(CLONE_NEWNS) != 0:
+                raise KernelError(f"unshare: {os.strerror(ctypes.get_errno())}")
+            _mount("none", "/", None, MS_REC | MS_PRIVATE)   # nothing leaks to the host
+            mnt = tempfile.mkdtemp(prefix="steer-sysfs-")
+            try:
+                _mount("sysfs", mnt, "sysfs")
+                out = fn(mnt, *args)
+                _libc.umount2(mnt.encode(), MNT_DETACH)
+            finally:
+                os.rmdir(mnt)
+            os.write(w, json.dumps({"ok": out}).encode())
+            code = 0
+        except BaseException as e:   # noqa: BLE001 - reported to the parent as one line
+            os.write(w, json.dumps({"error": str(e)}).encode())
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    reply = json.loads(data or b'{"error": "the child process died"}')
+    if "error" in reply:
+        raise KernelError(reply["error"])
+    return reply["ok"]
+
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -657,10 +730,11 @@ def ensure_bpffs(path: str = BPFFS) -> str:
     if _fs_magic(path) == _BPF_FS_MAGIC:
         return path
     os.makedirs(path, exist_ok=True)
-    _libc.mount.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_ulong, ctypes.c_void_p]
-    if _libc.mount(b"bpf", path.encode(), b"bpf", None, 0, None) != 0:
-        err = ctypes.get_errno()
-        raise KernelError(f"no bpffs at {path} and mounting one failed: {os.strerror(err)}", err)
+    try:
+        _mount("bpf", path, "bpf")
+    except KernelError as e:
+        raise KernelError(f"no bpffs at {path} and mounting one failed: {os.strerror(e.errno)}",
+                          e.errno) from None
     return path
 
 
@@ -760,14 +834,10 @@ class netns_of:
             return self
         self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError as e:
+            enter_netns(self.path)
+        except KernelError:
             os.close(self._home)
-            raise KernelError(f"network namespace {self.path}: {e.strerror}", e.errno) from None
-        try:
-            setns(fd, CLONE_NEWNET)
-        finally:
-            os.close(fd)
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -786,10 +856,11 @@ def ensure_tracefs(path: str = TRACEFS) -> str:
     """Mount tracefs at PATH unless it is there already (classic tracepoints need it)."""
     if _fs_magic(path) == _TRACEFS_MAGIC:
         return path
-    _libc.mount.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_ulong, ctypes.c_void_p]
-    if _libc.mount(b"tracefs", path.encode(), b"tracefs", None, 0, None) != 0:
-        err = ctypes.get_errno()
-        raise KernelError(f"no tracefs at {path} and mounting one failed: {os.strerror(err)}", err)
+    try:
+        _mount("tracefs", path, "tracefs")
+    except KernelError as e:
+        raise KernelError(f"no tracefs at {path} and mounting one failed: {os.strerror(e.errno)}",
+                          e.errno) from None
     return path
 
 

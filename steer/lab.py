@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from .kernel import CLONE_NEWNET, die_with_parent, setns
+from .kernel import die_with_parent, enter_netns
 
 PREFIX = "steerlab"
 NETNS_DIR = "/run/netns"
@@ -53,6 +53,19 @@ class FlowResult:
     raw: dict | None = None
 
 
+def traced_results(results: list[FlowResult], snap) -> list[dict]:
+    """Each lab flow's iperf3 result beside what the tracer saw of it in SNAP (a flows.Snapshot):
+    the flow with the sender's port and the flow's server port, None where it saw none."""
+    out = []
+    for r in results:
+        match = next((f for f in snap.flows if f.flow.sport == r.sender_port
+                      and f.flow.dport == r.flow.port), None)
+        out.append({"lab_kernel_cpu": r.flow.kernel_cpu, "lab_app_cpu": r.flow.app_cpu,
+                    "port": r.flow.port, "iperf3_received_bytes": r.received_bytes,
+                    "error": r.error, "traced": match.as_json() if match else None})
+    return out
+
+
 def usable_cpus() -> list[int]:
     """The CPUs this process may place lab processes on: taskset or a cgroup cpuset (a CI runner,
     a container) may allow fewer than are online, and not necessarily CPU 0."""
@@ -78,11 +91,7 @@ def _in_netns(name: str, cpu: int | None):
 
     def enter():
         die_with_parent(parent)  # first: a lab killed with SIGKILL takes its iperf3 along
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            setns(fd, CLONE_NEWNET)
-        finally:
-            os.close(fd)
+        enter_netns(path)
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         os.setpgid(0, 0)   # own process group: teardown kills it whole

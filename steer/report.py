@@ -11,6 +11,7 @@ from .flows import CpuReport, FlowReport, Snapshot
 from .policies import llc_peer
 from .topology import Topology
 from .samples import Capabilities, FlowId
+from .units import figure
 
 # Hanford et al., NDM'13, Figure 4 and its text: one 40 GbE TCP flow, receiver a dual-socket
 # 6-core Intel Sandy Bridge host. Their numbers, on their hardware; shown beside ours, never mixed.
@@ -40,10 +41,6 @@ def to_csv(results: dict) -> str:
 
 def _gbps(bps) -> str:
     return "-" if bps is None else f"{bps / 1e9:.2f}"
-
-
-def _num(v, fmt="{:.3f}") -> str:
-    return "-" if v is None else fmt.format(v)
 
 
 def by_class(cells: list[dict]) -> dict[str, dict]:
@@ -99,17 +96,17 @@ def report_md(results: dict, topo: Topology) -> str:
               "|---|---|---|---|---|---|---|"]
     for cls, s in by_class(cells).items():
         lines.append(f"| {cls} | {s['cells']} | {_gbps(s['median_bps'])} | {_gbps(s['min_bps'])} | "
-                     f"{_gbps(s['max_bps'])} | {_num(s['kernel_seconds_per_gb'])} | "
-                     f"{_num(s['app_seconds_per_gb'])} |")
+                     f"{_gbps(s['max_bps'])} | {figure(s['kernel_seconds_per_gb'])} | "
+                     f"{figure(s['app_seconds_per_gb'])} |")
     lines.append("")
 
     lines += ["## All cells", "", "| kernel CPU | app CPU | class | Gbit/s | kernel CPU-s/GB | "
               "app CPU-s/GB | LLC misses/GB kernel | LLC misses/GB app |", "|---|---|---|---|---|---|---|---|"]
     for c in sorted(cells, key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
         lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c['class']} | {_gbps(c['throughput_bps'])} | "
-                     f"{_num(c.get('kernel_seconds_per_gb'))} | {_num(c.get('app_seconds_per_gb'))} | "
-                     f"{_num(c.get('llc_misses_kernel_per_gb'), '{:,.0f}')} | "
-                     f"{_num(c.get('llc_misses_app_per_gb'), '{:,.0f}')} |")
+                     f"{figure(c.get('kernel_seconds_per_gb'))} | {figure(c.get('app_seconds_per_gb'))} | "
+                     f"{figure(c.get('llc_misses_kernel_per_gb'), '{:,.0f}')} | "
+                     f"{figure(c.get('llc_misses_app_per_gb'), '{:,.0f}')} |")
     lines.append("")
 
     if cells:

@@ -3,8 +3,22 @@ allowed. Plain data, no BPF: the modules that read samples (flows, report, polic
 exporter's collector) import this, not the loader."""
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
+
+PROTO_NUMBERS = {"tcp": 6, "udp": 17}   # the transports steer traces and steers
+PROTO_NAMES = {number: name for name, number in PROTO_NUMBERS.items()}
+
+
+def proto_name(number: int) -> str:
+    return PROTO_NAMES.get(number, str(number))
+
+
+def address_text(raw, family: int) -> str:
+    """An address as the BPF maps hold it (16 bytes, an IPv4 one in the first 4), as text."""
+    b = bytes(raw)
+    return str(ipaddress.IPv4Address(b[:4]) if family == 4 else ipaddress.IPv6Address(b))
 
 
 class FlowId(NamedTuple):
@@ -97,3 +111,15 @@ class TraceSample:
     def evictions(self) -> int:
         """Entries the LRU pushed out: every insert that is neither there nor expired by us."""
         return max(0, sum(c.flow_inserts for c in self.cpus) - self.live_entries - self.expired)
+
+
+class TraceSource(Protocol):
+    """What the readers of samples (the exporter's collector, the auto loop) need of a tracer:
+    tracer.Tracer is one, and the unit tests give fakes."""
+    capabilities: Capabilities
+
+    def sample(self) -> TraceSample:
+        """Cumulative counters since the start; may be called from several threads."""
+
+    def program_stats(self) -> dict[str, tuple[int, int]]:
+        """BPF program name -> (run time ns, runs), where the kernel counts them."""

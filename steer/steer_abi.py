@@ -1,4 +1,5 @@
-"""Python mirror of bpf/steer.h, checked against the object's BTF by tests/test_build.py."""
+"""Python mirror of bpf/steer.h: structs checked against the object's BTF, constants against the
+header itself (HEADER_CONSTANTS), by tests/test_build.py."""
 import ctypes
 
 u8, u16, u32, u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64
@@ -8,6 +9,8 @@ MAX_MASKS = 32
 F_PROTO, F_SRC, F_SPORT, F_DST, F_DPORT = 0x01, 0x02, 0x04, 0x08, 0x10
 F_ALL = 0x1F
 FIELD_BITS = {"proto": F_PROTO, "src": F_SRC, "sport": F_SPORT, "dst": F_DST, "dport": F_DPORT}
+HEADER_CONSTANTS = {"STEER_MAX_RULES": MAX_RULES, "STEER_MAX_MASKS": MAX_MASKS,
+                    **{f"STEER_F_{n.upper()}": bit for n, bit in FIELD_BITS.items()}}
 
 
 class RuleKey(ctypes.Structure):

@@ -1,5 +1,6 @@
-"""Steering: move a flow's receive processing to a chosen CPU (XDP + cpumap), and the other knobs
-of the papers (application affinity, IRQ affinity, RPS).
+"""XDP steering: move a flow's receive processing to a chosen CPU (an XDP program redirects its
+packets through a cpumap). The papers' other knobs (application, IRQ and RPS affinity) are in
+affinity.py.
 
 XDP steering of one device is either *pinned* (`steer pin`: the link and maps live under
 /sys/fs/bpf/steer/<dev>@<netns> and outlive the command until `steer unpin` or `steer reset`) or
@@ -7,7 +8,6 @@ XDP steering of one device is either *pinned* (`steer pin`: the link and maps li
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import struct
@@ -21,7 +21,6 @@ from .kernel import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, BpfMap, BpfO
 from .privileges import CAP_BPF, CAP_NET_ADMIN, require_caps
 
 PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
-STATE_DIR = "/run/steer"           # original IRQ/RPS settings, restored by `steer reset`
 CPUMAP_QSIZE = 2048                # frames queued per target CPU: absorbs a NAPI budget (64) of
                                    # bulk-enqueued (8) batches from several RX queues at once
 MAP_NAMES = ("rules", "masks", "rule_stats", "counters", "cpu_map")
@@ -68,6 +67,11 @@ def _dir_name(dev: str, netns: str | None) -> str:
     return f"{dev}@{netns or 'root'}"
 
 
+def has_pins(dev: str, netns: str | None) -> bool:
+    """Whether `steer pin` left steering of DEV (in NETNS) in the kernel."""
+    return os.path.isdir(os.path.join(pin_root(), _dir_name(dev, netns)))
+
+
 @dataclass
 class RuleView:
     spec: FlowSpec
@@ -79,6 +83,25 @@ class RuleView:
     def as_json(self) -> dict:
         return {"spec": str(self.spec), "cpu": self.cpu, "id": self.id, "packets": self.packets,
                 "bytes": self.bytes, "exact": self.spec.exact}
+
+
+@dataclass
+class DeviceState:
+    """One device's XDP steering as `steer rules` shows it, or, with ERROR, why it could not be
+    read."""
+    dev: str
+    netns: str | None
+    mode: str | None = None        # generic or native
+    detached: str | None = None    # why its packets no longer reach the program
+    rules: list[RuleView] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    def as_json(self) -> dict:
+        if self.error:
+            return {"dev": self.dev, "netns": self.netns, "error": self.error}
+        return {"dev": self.dev, "netns": self.netns, "mode": self.mode, "detached": self.detached,
+                "rules": [r.as_json() for r in self.rules], "counters": self.counters}
 
 
 @dataclass
@@ -247,11 +270,9 @@ class XdpSteering:
     def unpin(self, spec: FlowSpec) -> int:
         return self.table.unpin(spec)
 
-    def state(self) -> dict:
-        """Mode, rules and counters, as `steer rules --json` shows a device."""
-        return {"dev": self.dev, "netns": self.netns, "mode": self.attached_mode,
-                "detached": self.detached(),
-                "rules": [r.as_json() for r in self.rules()], "counters": self.counters()}
+    def state(self) -> DeviceState:
+        return DeviceState(self.dev, self.netns, self.attached_mode, self.detached(), self.rules(),
+                           self.counters())
 
     def detached(self) -> str | None:
         """Why the program no longer sees this device's packets (None while it does): its
@@ -394,7 +415,7 @@ def remove_pin_dir(path: str) -> None:
     os.rmdir(path)
 
 
-def pinned_state() -> list[dict]:
+def pinned_state() -> list[DeviceState]:
     """state() of every device with pinned steering; a device that cannot be read says why."""
     out = []
     for dev, ns in pinned_devices():
@@ -402,7 +423,7 @@ def pinned_state() -> list[dict]:
             with XdpSteering(dev, ns) as st:
                 out.append(st.state())
         except Exception as e:  # noqa: BLE001 - a vanished device must not hide the others
-            out.append({"dev": dev, "netns": ns, "error": str(e)})
+            out.append(DeviceState(dev, ns, error=str(e)))
     return out
 
 
@@ -420,184 +441,8 @@ def pinned_devices() -> list[tuple[str, str | None]]:
     return out
 
 
-# -- the other knobs ------------------------------------------------------------------------------
-def set_app_affinity(pid: int, cpus: set[int]) -> dict[int, list[int]]:
-    """Pin every thread of PID to CPUS; returns each thread's previous CPUs."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except FileNotFoundError:
-        raise SteerError(f"no process {pid}") from None
-    before = {}
-    for tid in tids:
-        try:
-            before[tid] = sorted(os.sched_getaffinity(tid))
-            os.sched_setaffinity(tid, cpus)
-        except ProcessLookupError:
-            continue   # the thread ended meanwhile
-        except PermissionError:
-            raise SteerError(f"not allowed to set the affinity of {pid} (needs CAP_SYS_NICE "
-                             "or the same user)") from None
-    return before
-
-
-def _state() -> dict:
-    try:
-        with open(os.path.join(STATE_DIR, "restore.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {"irq": {}, "rps": {}}
-
-
-def _save_state(state: dict) -> None:
-    os.makedirs(STATE_DIR, exist_ok=True)
-    tmp = os.path.join(STATE_DIR, "restore.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=1)
-    os.replace(tmp, os.path.join(STATE_DIR, "restore.json"))
-
-
-def device_irqs(dev: str) -> list[int]:
-    """IRQs of DEV: its MSI vectors, else the /proc/interrupts lines that name it."""
-    msi = f"/sys/class/net/{dev}/device/msi_irqs"
-    if os.path.isdir(msi):
-        return sorted(int(n) for n in os.listdir(msi) if n.isdigit())
-    irqs = []
-    with open("/proc/interrupts") as f:
-        for line in f:
-            head, _, rest = line.partition(":")
-            if head.strip().isdigit() and any(dev == w or w.startswith(dev + "-")
-                                              for w in rest.split()):
-                irqs.append(int(head))
-    return irqs
-
-
-def set_irq_affinity(dev: str, cpus: list[int]) -> dict[int, str]:
-    """Point every IRQ of DEV at CPUS (smp_affinity_list); the originals are kept for reset."""
-    from .topology import format_cpulist
-    irqs = device_irqs(dev)
-    if not irqs:
-        raise SteerError(f"{dev} has no IRQs of its own (a virtual device?): use `steer pin` (XDP) "
-                         "or `steer rps`")
-    state = _state()
-    before = {}
-    for irq in irqs:
-        path = f"/proc/irq/{irq}/smp_affinity_list"
-        with open(path) as f:
-            before[irq] = f.read().strip()
-        state["irq"].setdefault(str(irq), before[irq])
-        try:
-            with open(path, "w") as f:
-                f.write(format_cpulist(cpus))
-        except OSError as e:
-            raise SteerError(f"IRQ {irq}: cannot set affinity: {e.strerror}") from None
-    _save_state(state)
-    return before
-
-
-def _rps_files(sysfs: str, dev: str) -> list[str]:
-    qdir = os.path.join(sysfs, "class/net", dev, "queues")
-    try:
-        return sorted(os.path.join(qdir, q, "rps_cpus") for q in os.listdir(qdir) if q.startswith("rx-"))
-    except OSError:
-        raise SteerError(f"no interface {dev!r} (no {qdir})") from None
-
-
-def _cpu_mask(cpus: list[int]) -> str:
-    """CPU list -> the comma-separated 32-bit hex words of a sysfs cpumask."""
-    bits = sum(1 << c for c in cpus)
-    words = []
-    while True:
-        words.append(f"{bits & 0xFFFFFFFF:08x}")
-        bits >>= 32
-        if not bits:
-            break
-    return ",".join(reversed(words))
-
-
-def set_rps(dev: str, cpus: list[int], netns: str | None = None,
-            remember: bool = True) -> dict[str, str]:
-    """Spread DEV's receive processing over CPUS with RPS; the originals are kept for reset
-    (unless REMEMBER is false: a lab device that goes away with its namespace).
-    A device in another namespace is only visible to a sysfs mounted there: that is done in a
-    child process with its own mount namespace."""
-    mask = _cpu_mask(cpus)
-    ns_path = netns_path(netns)
-    results = _in_netns_sysfs(ns_path, _write_rps, dev, mask)
-    if not remember:
-        return results
-    state = _state()
-    for path, old in results.items():
-        state["rps"].setdefault(f"{netns or ''}|{dev}|{path}", old)
-    _save_state(state)
-    return results
-
-
-def _write_rps(sysfs: str, dev: str, mask: str) -> dict[str, str]:
-    out = {}
-    for path in _rps_files(sysfs, dev):
-        with open(path) as f:
-            out[os.path.basename(os.path.dirname(path))] = f.read().strip()
-        with open(path, "w") as f:
-            f.write(mask)
-    return out
-
-
-def _restore_rps(sysfs: str, dev: str, queue: str, mask: str) -> dict:
-    path = os.path.join(sysfs, "class/net", dev, "queues", queue, "rps_cpus")
-    if os.path.exists(path):
-        with open(path, "w") as f:
-            f.write(mask)
-    return {}
-
-
-def _in_netns_sysfs(ns_path: str | None, fn, *args):
-    """Run fn(sysfs_root, *args) with a sysfs of NS_PATH's network namespace; returns its dict."""
-    if not ns_path:
-        return fn("/sys", *args)
-    import ctypes
-    import tempfile
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # child: own mount namespace, sysfs of the target netns
-        code = 1
-        try:
-            os.close(r)
-            from .kernel import CLONE_NEWNET, setns
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(ns_path, os.O_RDONLY)
-            setns(fd, CLONE_NEWNET)
-            if libc.unshare(0x00020000) != 0:   # CLONE_NEWNS
-                raise OSError(ctypes.get_errno(), "unshare")
-            libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None)   # MS_REC | MS_PRIVATE
-            mnt = tempfile.mkdtemp(prefix="steer-sysfs-")
-            try:
-                if libc.mount(b"sysfs", mnt.encode(), b"sysfs", 0, None) != 0:
-                    raise OSError(ctypes.get_errno(), "mount sysfs")
-                out = fn(mnt, *args)
-                libc.umount2(mnt.encode(), 2)   # MNT_DETACH
-            finally:
-                os.rmdir(mnt)
-            os.write(w, json.dumps({"ok": out}).encode())
-            code = 0
-        except BaseException as e:   # noqa: BLE001 - reported to the parent as one line
-            os.write(w, json.dumps({"error": str(e)}).encode())
-        finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    reply = json.loads(data or b'{"error": "child died"}')
-    if "error" in reply:
-        raise SteerError(reply["error"])
-    return reply["ok"]
-
-
-def reset() -> list[str]:
-    """Remove everything steer pinned, restore the IRQ and RPS settings it changed, and remove lab
-    namespaces whose process is gone. Returns what was done, one line each."""
+def remove_pinned() -> list[str]:
+    """Remove all steering `steer pin` left in the kernel; what was done, one line each."""
     done = []
     root = pin_root()
     for dev, ns in pinned_devices():
@@ -605,27 +450,6 @@ def reset() -> list[str]:
         done.append(f"removed XDP steering of {dev}" + (f" in {ns}" if ns else ""))
     if os.path.isdir(root):
         shutil.rmtree(root, ignore_errors=True)
-    state = _state()
-    for irq, cpus in state["irq"].items():
-        try:
-            with open(f"/proc/irq/{irq}/smp_affinity_list", "w") as f:
-                f.write(cpus)
-            done.append(f"restored IRQ {irq} affinity to {cpus}")
-        except OSError:
-            pass
-    for key, mask in state["rps"].items():
-        ns, dev, queue = key.split("|")
-        try:
-            _in_netns_sysfs(netns_path(ns) if ns else None, _restore_rps, dev, queue, mask)
-            done.append(f"restored RPS of {dev} {queue} to {mask}")
-        except SteerError:
-            pass
-    try:
-        os.unlink(os.path.join(STATE_DIR, "restore.json"))
-    except FileNotFoundError:
-        pass
-    from .lab import remove_stale_labs
-    done += [f"removed stale lab namespace {n}" for n in remove_stale_labs()]
     return done
 
 

@@ -30,6 +30,7 @@ from .flowspec import FlowSpec
 from .flows import build_snapshot
 from .topology import Topology, format_cpulist
 from .tracer import Tracer
+from .units import per_gb
 
 RESULTS_VERSION = 1
 SETTLE_SECONDS = 0.5    # after a move, before measuring: the old placement's queues drain
@@ -108,10 +109,6 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology) -
     return cell
 
 
-def _per_gb(value, nbytes):
-    return None if value is None or not nbytes else value / (nbytes / 1e9)
-
-
 def measure_flow(tracer: Tracer, before, after, topo, match) -> dict:
     """The figures of the flow(s) MATCH selects between two tracer samples."""
     snap = build_snapshot(before, after, topo, tracer.capabilities)
@@ -122,10 +119,10 @@ def measure_flow(tracer: Tracer, before, after, topo, match) -> dict:
     nbytes = f.rx_bytes or f.app_bytes
     return {"rx_bytes": f.rx_bytes, "app_bytes": f.app_bytes,
             "tracer_throughput_bps": f.app_bytes * 8 / snap.duration if snap.duration else None,
-            "kernel_seconds_per_gb": _per_gb(f.kernel_seconds, nbytes),
-            "app_seconds_per_gb": _per_gb(f.app_seconds, nbytes),
-            "llc_misses_kernel_per_gb": _per_gb(f.llc_misses_kernel, nbytes),
-            "llc_misses_app_per_gb": _per_gb(f.llc_misses_app, nbytes),
+            "kernel_seconds_per_gb": per_gb(f.kernel_seconds, nbytes),
+            "app_seconds_per_gb": per_gb(f.app_seconds, nbytes),
+            "llc_misses_kernel_per_gb": per_gb(f.llc_misses_kernel, nbytes),
+            "llc_misses_app_per_gb": per_gb(f.llc_misses_app, nbytes),
             "measured_kernel_cpu": f.kernel_cpu, "measured_kernel_share": f.kernel_cpu_share,
             "measured_stack_cpu": f.stack_cpu, "measured_stack_share": f.stack_cpu_share,
             "measured_app_cpu": f.app_cpu, "measured_app_share": f.app_cpu_share}
@@ -147,7 +144,8 @@ class LabRunner:
 
     def run(self, kernel_cpu: int, app_cpu: int) -> dict:
         from .lab import Lab, LabFlow
-        from .steering import XdpSteering, set_rps
+        from .affinity import set_rps
+        from .steering import XdpSteering
         with Lab([LabFlow(None, app_cpu, self.cfg.port)], seconds=self.cfg.seconds) as lab:
             steering = None
             try:
@@ -184,7 +182,7 @@ class HostRunner:
     """A receiver started once, fed from another machine; re-pinned and re-steered per cell."""
 
     def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop):
-        from .kernel import CLONE_NEWNET, setns
+        from .kernel import enter_netns
         from .steering import XdpSteering, netns_path
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
         self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
@@ -195,20 +193,16 @@ class HostRunner:
             raise SweepError(f"--server-cmd: {e}") from None
         ns = netns_path(cfg.netns)
 
-        def enter_netns():   # the receiver lives where its interface is
-            if ns:
-                fd = os.open(ns, os.O_RDONLY)
-                setns(fd, CLONE_NEWNET)
-                os.close(fd)
-        try:
+        try:   # the receiver lives where its interface is
             self.server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                           start_new_session=True, preexec_fn=enter_netns)
+                                           start_new_session=True,
+                                           preexec_fn=(lambda: enter_netns(ns)) if ns else None)
         except OSError as e:
             self.steering.close()
             raise SweepError(f"--server-cmd {argv[0]}: {e.strerror}") from None
 
     def run(self, kernel_cpu: int, app_cpu: int) -> dict:
-        from .steering import set_app_affinity
+        from .affinity import set_app_affinity
         if self.server.poll() is not None:
             err = self.server.stderr.read().decode(errors="replace").strip()
             raise SweepError(f"the server command exited ({self.server.returncode}): {err}")

@@ -4,7 +4,6 @@ steer.steering loads the XDP side the same way."""
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import struct
 import threading
@@ -16,14 +15,13 @@ from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_T
                      PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, bpf_dir,
                      kernel_text_ranges, possible_cpus, vmlinux_func_params, vmlinux_has_type)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
-from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, address_text, proto_name
 
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
 DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
                              # short connection (a scrape, a health check) would otherwise sit in
                              # the map until the LRU pushes it out, and cost every later read
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
-PROTOS = {6: "tcp", 17: "udp"}
 
 # LLC event choices: cache-misses is the real thing; cpu-clock is a software stand-in that exercises
 # the same counter path on hosts without a PMU (its "misses" are nanoseconds of CPU clock)
@@ -93,16 +91,11 @@ class TracerError(Exception):
     """A precondition of tracing is not met; str() is the one line to show."""
 
 
-def _addr(raw, family: int) -> str:
-    b = bytes(raw)
-    return str(ipaddress.IPv4Address(b[:4]) if family == 4 else ipaddress.IPv6Address(b))
-
-
 def _flow_id_of(k: tuple) -> FlowId:
     """FlowId from the unpacked key: saddr, daddr, sport, dport, proto, family, ..."""
     saddr, daddr, sport, dport, proto, family = k[:6]
-    return FlowId(PROTOS.get(proto, str(proto)), _addr(saddr, family), sport,
-                  _addr(daddr, family), dport)
+    return FlowId(proto_name(proto), address_text(saddr, family), sport,
+                  address_text(daddr, family), dport)
 
 
 _STATS_FIELDS = [n for n, _ in abi.FlowStats._fields_ if n not in ("pad", "app_comm", "app_pid")]

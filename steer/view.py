@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -13,6 +13,10 @@ from rich.text import Text
 from .classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET
 from .flows import FlowReport, Snapshot
 from .topology import Topology, format_cpulist
+from .units import figure
+
+if TYPE_CHECKING:
+    from .steering import DeviceState
 
 DEFAULT_LIMIT = 20   # flows shown
 
@@ -41,10 +45,6 @@ def _cpu(cpu: int | None, share: float | None) -> str:
     return f"{cpu} ({share:.0%})" if share is not None and share < 0.995 else str(cpu)
 
 
-def _num(v: float | None, fmt: str = "{:.3f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
 def _llc(v: int | None) -> str:
     return "n/a" if v is None else f"{v:,}"
 
@@ -61,7 +61,7 @@ def flow_table(snap: Snapshot, limit: int = DEFAULT_LIMIT) -> Table:
         reader = f"{f.app_comm}/{f.app_pid}" if f.app_pid else "-"
         t.add_row(str(f.flow), _rate(f.rate_bps), _cpu(f.kernel_cpu, f.kernel_cpu_share),
                   _cpu(f.app_cpu, f.app_cpu_share), _class_text(f),
-                  _num(f.kernel_seconds_per_gb), _num(f.app_seconds_per_gb),
+                  figure(f.kernel_seconds_per_gb), figure(f.app_seconds_per_gb),
                   _llc(f.llc_misses_kernel), _llc(f.llc_misses_app), reader)
     if not snap.flows:
         t.add_row("(no TCP/UDP receive traffic in this interval)", *[""] * 9)
@@ -129,3 +129,41 @@ def run_live(next_snapshot: Callable[[], Snapshot], topo: Topology, *, interval:
             console.print(render(last, topo, limit))
             sys.stdout.flush()
     return last
+
+
+def topology_table(topo: Topology) -> Table:
+    """`steer topology`: one row per CPU, with what it shares with which others."""
+    t = Table(title=f"{len(topo.cpus)} CPUs, {len(topo.sockets)} socket(s), LLC = L{topo.llc_level}",
+              title_justify="left")
+    for col in ("CPU", "core", "socket", "LLC", "NUMA", "SMT siblings", "LLC shared with", "online"):
+        t.add_column(col, justify="right")
+    for _, c in sorted(topo.cpus.items()):
+        t.add_row(str(c.cpu), figure(c.core, "{}"), figure(c.socket, "{}"), figure(c.llc, "{}"),
+                  figure(c.numa, "{}"), format_cpulist(c.siblings),
+                  format_cpulist(c.llc_cpus) or "-", "yes" if c.online else "no")
+    return t
+
+
+def rules_lines(devices: list[DeviceState], online: set[int]) -> list[str]:
+    """`steer rules`: each device with pinned steering, its counters and its rules."""
+    if not devices:
+        return ["no pinned steering rules"]
+    out = []
+    for d in devices:
+        where = d.dev + (f" in {d.netns}" if d.netns else "")
+        if d.error:
+            out.append(f"{where}: {d.error}")
+            continue
+        c = d.counters
+        out.append(f"{where} ({d.mode} XDP): redirected {c['redirected']:,}, passed "
+                   f"{c['passed']:,}, unparsed {c['unparsed']:,}, failed redirects "
+                   f"{c['redirect_failed']:,}")
+        if d.detached:
+            out.append(f"  DETACHED: {d.detached}; `steer pin` moves these rules to a new device "
+                       "of that name, `steer reset` removes them")
+        for r in d.rules:
+            off = "" if r.cpu in online else \
+                "  (CPU offline: the kernel runs its cpumap thread on another CPU)"
+            out.append(f"  rule {r.id:>4}  {str(r.spec):<60} -> CPU {r.cpu:<4} "
+                       f"{r.packets:>12,} packets {r.bytes:>16,} bytes{off}")
+    return out

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))   # tests/sysfs.py and friends
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # bench.packets
 
 
 def _widen_affinity() -> str | None:

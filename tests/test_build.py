@@ -86,6 +86,26 @@ def test_python_enums_match_btf(built):
         assert enums.get(name) == values, name
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc)")
+@pytest.mark.parametrize("header,mirror", [("flowtrace.h", abi), ("steer.h", steer_abi)],
+                         ids=["flowtrace.h", "steer.h"])
+def test_python_constants_match_the_header(tmp_path, header, mirror):
+    """the constants the BTF cannot show (a map's size, a bit in a u8) are read from the header
+    itself, by a program compiled against it"""
+    names = sorted(mirror.HEADER_CONSTANTS)
+    src = tmp_path / "constants.c"
+    src.write_text("#include <stdio.h>\n#include <linux/types.h>\n"
+                   f'#include "{os.path.join(ROOT, "bpf", header)}"\n'
+                   "int main(void) {\n" +
+                   "".join(f'\tprintf("%s %lld\\n", "{n}", (long long)({n}));\n' for n in names) +
+                   "\treturn 0;\n}\n")
+    subprocess.run(["cc", "-o", str(tmp_path / "constants"), str(src)], check=True)
+    out = subprocess.run([str(tmp_path / "constants")], capture_output=True, text=True,
+                         check=True).stdout
+    assert dict((n, int(v)) for n, v in (l.split() for l in out.splitlines())) == \
+        mirror.HEADER_CONSTANTS
+
+
 def test_rodata_is_the_config_alone(built):
     """userspace writes .rodata whole as struct ft_config: nothing else may live there"""
     out = subprocess.run(["bpftool", "btf", "dump", "file", built, "format", "raw"],

@@ -112,3 +112,20 @@ def test_placement_memory_holds_only_the_last_snapshots_flows():
     assert not mem._past
     (f,) = mem.update(_interval(6, 7, {0: 0.05, 1: 0.04})).flows
     assert f.placement.cls == "same-core"
+
+
+def test_consecutive_reads_diff_only_the_entries_the_tracer_saw_change():
+    """The tracer numbers its reads and lists the keys that changed since the previous one; for
+    two consecutive reads only those are compared, for any other pair every entry is."""
+    a0 = FlowCpuSample(A, 0, rx_bytes=100, rx_skbs=1, kernel_ns=10)
+    b0 = FlowCpuSample(B, 1, rx_bytes=100, rx_skbs=1, kernel_ns=10)
+    first = replace(sample(0, [a0, b0]), seq=1)
+    a1 = replace(a0, rx_bytes=1100, rx_skbs=2)
+    b1 = replace(b0, rx_bytes=5100, rx_skbs=3)   # changed, but left out of `changed` on purpose
+    second = replace(sample(10**9, [a1, b1]), seq=2, changed=((A, 0),))
+    topo = read_topology(VM)
+    (f,) = build_snapshot(first, second, topo, CAPS).flows
+    assert f.flow == A and f.rx_bytes == 1000
+    third = replace(second, seq=3)               # a read skipped between: compare everything
+    by_flow = {f.flow: f.rx_bytes for f in build_snapshot(first, third, topo, CAPS).flows}
+    assert by_flow == {A: 1000, B: 5000}

@@ -6,9 +6,11 @@ import sys
 
 from helpers import ROOT
 
-PURE = ["steer.samples", "steer.privileges", "steer.topology", "steer.classify", "steer.flowspec",
-        "steer.flows", "steer.report", "steer.policies", "steer.auto", "steer.view"]
-GATEWAY_AND_LOADERS = ["steer.kernel", "steer.tracer", "steer.steering", "steer.lab", "steer.sweep"]
+PURE = ["steer.samples", "steer.units", "steer.privileges", "steer.topology", "steer.classify",
+        "steer.flowspec", "steer.flows", "steer.report", "steer.policies", "steer.auto", "steer.view",
+        "steer.exporter"]
+GATEWAY_AND_LOADERS = ["steer.kernel", "steer.tracer", "steer.steering", "steer.affinity", "steer.lab",
+                       "steer.sweep"]
 
 
 def test_pure_modules_import_without_the_gateway():

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from steer.auto import AutoSteer
+from steer.auto import AutoSteer, AutoStopped, run
 from steer.classify import Placement
 from steer.flows import CpuReport, FlowReport, Snapshot
 from steer.policies import (Decision, PolicyError, llc_peer, load_policy, same_core, spread,
@@ -220,3 +220,41 @@ def test_a_rule_whose_cpu_goes_offline_falls_back_with_a_warning(tmp_path):
     assert c.new_cpu is None and rec.calls[-1][0] == "unpin" and not eng.placed
     assert "warning: CPU 2 of the rule for" in lines[-3] and "went offline" in lines[-3]
     assert "CPU 2 is offline" in lines[-2] and "not online; ignored" in lines[-1]
+
+
+class FakeIntervals:
+    """Stands in for flows.Intervals: the same snapshot every interval."""
+
+    def __init__(self, topo, s):
+        self.topo, self.snap, self.calls = topo, s, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.snap
+
+
+def test_run_steps_every_period_until_the_duration():
+    t = read_topology(VM)
+    asked = []
+    eng = AutoSteer(lambda s, topo: asked.append(s) or [], Recorder(), t, log=lambda _: None)
+    iv = FakeIntervals(t, snap([flow(1, 0, 0)]))
+    run(eng, iv, period=0.05, duration=0.3, sysfs=VM)
+    assert 3 <= iv.calls <= 7 and len(asked) == iv.calls
+
+
+def test_run_stops_when_the_device_is_gone():
+    t = read_topology(VM)
+    eng = AutoSteer(lambda s, topo: [], Recorder(), t, log=lambda _: None)
+    iv = FakeIntervals(t, snap([]))
+    with pytest.raises(AutoStopped, match="stopping: veth-rx was removed, so there is nothing"):
+        run(eng, iv, period=0.01, detached=lambda: "veth-rx was removed", sysfs=VM)
+    assert iv.calls == 0
+
+
+def test_run_reads_the_topology_again_after_hotplug(tmp_path):
+    before = read_topology(xeon_2s_smt(str(tmp_path / "a")))
+    now = xeon_2s_smt(str(tmp_path / "b"), offline=(5,))
+    eng = AutoSteer(lambda s, topo: [], Recorder(), before, log=lambda _: None)
+    iv = FakeIntervals(before, snap([]))
+    run(eng, iv, period=0.01, duration=0.05, sysfs=now)
+    assert 5 in before.online and 5 not in eng.topo.online and iv.topo is eng.topo

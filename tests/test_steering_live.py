@@ -10,7 +10,7 @@ import pytest
 
 from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, bpftool_objects, live, steer,
                      two_cpus)
-from packets import FUZZ_SPECS, fuzz_packets, reference_tuple
+from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.flowspec import FlowSpec
 from steer.kernel import ensure_tracefs, prog_test_run
 from steer.lab import Lab, LabFlow
@@ -239,7 +239,7 @@ def test_native_mode_placement_by_tracefs(tracer):
 def test_parser_fuzz_passes_everything_it_should_not_steer():
     """>= 10,000 truncated, malformed and random packets through BPF_PROG_TEST_RUN: each comes back
     unchanged, XDP_PASS unless it is a well-formed packet of a steered flow (judged by the
-    independent reference parser in tests/packets.py)."""
+    independent reference parser in bench/packets.py)."""
     obj, table = load_unattached()
     try:
         specs = [FlowSpec.parse(s) for s in FUZZ_SPECS]

@@ -1,0 +1,119 @@
+"""The exporter's collector on a fake tracer (the TraceSource protocol) and fake steering state:
+what Prometheus would scrape, without root or BPF, in the text format a real scrape gets."""
+import os
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from steer.exporter import SteerCollector
+from steer.flowspec import FlowSpec
+from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.steering import DeviceState, RuleView
+from steer.topology import read_topology
+
+VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+CAPS = Capabilities("available", "available (sock_recv_length)", "available",
+                    "unavailable: no PMU (perf_event_open: ENOENT)", "available (sampled: 99 Hz)")
+FAST = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
+SLOW = FlowId("tcp", "198.18.0.1", 40001, "198.18.0.2", 5202)
+S = 1_000_000_000
+
+
+class FakeTracer:
+    """Hands out the samples it is given, one per read, as a Tracer hands out map reads."""
+
+    def __init__(self, samples):
+        self.capabilities = CAPS
+        self._samples = iter(samples)
+
+    def sample(self) -> TraceSample:
+        return next(self._samples)
+
+    def program_stats(self):
+        return {"ft_sample": (5000, 10)}
+
+
+def _sample(t, entries):
+    e = {(s.flow, s.cpu): s for s in entries}
+    return TraceSample(t * S, e, (CpuSample(0, net_rx_ns=t * S // 4), CpuSample(1)), len(e), 1024)
+
+
+def _flow(flow, t, rate, kernel_cpu, app_cpu, kernel_bytes=None):
+    """FLOW's entries (one per CPU) after T seconds at RATE bytes/s: its softirq on KERNEL_CPU,
+    its reader on APP_CPU; KERNEL_BYTES: {cpu: bytes} where the softirq moved meanwhile."""
+    per_cpu = {}
+    for cpu, n in (kernel_bytes or {kernel_cpu: rate * t}).items():
+        per_cpu[cpu] = dict(rx_bytes=n, rx_skbs=n // rate, kernel_ns=n // rate * S // 10)
+    per_cpu.setdefault(app_cpu, {}).update(app_bytes=rate * t, app_calls=t, app_ns=t * S // 5,
+                                           app_pid=7, app_comm="iperf3")
+    return [FlowCpuSample(flow, cpu, **v) for cpu, v in per_cpu.items()]
+
+
+def _scrape(collector) -> dict:
+    """{(metric sample name, frozen labels): value} of one scrape, through the text format."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    text = generate_latest(reg).decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def _get(scrape, name, **labels):
+    return scrape[(name, frozenset({k: str(v) for k, v in labels.items()}.items()))]
+
+
+def test_class_counters_per_flow_series_and_top_k():
+    tracer = FakeTracer([_sample(0, []),
+                         _sample(2, _flow(FAST, 2, 10**9, 0, 1) + _flow(SLOW, 2, 10**6, 1, 1))])
+    c = SteerCollector(tracer, read_topology(VM), top_k=1)
+    list(c.collect())   # the first read: the baseline of the next
+    m = _scrape(c)
+    # FAST: softirq on 0, reader on 1 (same socket); SLOW both on 1 (same core)
+    assert _get(m, "steer_class_rx_bytes_total", **{"class": "same-socket"}) == 2 * 10**9
+    assert _get(m, "steer_class_rx_bytes_total", **{"class": "same-core"}) == 2 * 10**6
+    assert _get(m, "steer_class_flows", **{"class": "same-socket"}) == 1
+    labels = dict(proto="tcp", src="198.18.0.1", sport=40000, dst="198.18.0.2", dport=5201)
+    assert _get(m, "steer_flow_receive_bytes_per_second", **labels) == 10**9
+    assert abs(_get(m, "steer_flow_kernel_cpu_ratio", **labels) - 0.1) < 1e-9
+    assert abs(_get(m, "steer_flow_app_cpu_ratio", **labels) - 0.2) < 1e-9
+    # top_k=1: the slow flow has no series of its own
+    assert not [k for k in m if k[0].startswith("steer_flow_") and ("sport", "40001") in k[1]]
+    assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="softirq") == 0.5
+
+
+def test_class_counters_never_go_down_when_a_flow_changes_class():
+    # 2 s with the softirq on CPU 0 (same socket as the reader on 1), then 4 s on CPU 1 (same core)
+    t1 = _flow(FAST, 2, 10**9, 0, 1)
+    t2 = _flow(FAST, 6, 10**9, 1, 1, kernel_bytes={0: 2 * 10**9, 1: 4 * 10**9})
+    tracer = FakeTracer([_sample(0, []), _sample(2, t1), _sample(6, t2)])
+    c = SteerCollector(tracer, read_topology(VM))
+    list(c.collect())
+    first, second = _scrape(c), _scrape(c)
+
+    def by_class(m):
+        return {dict(labels)["class"]: v for (n, labels), v in m.items()
+                if n == "steer_class_rx_bytes_total"}
+    assert by_class(first) == {"same-socket": 2e9, "same-core": 0, "cross-socket": 0, "unknown": 0}
+    assert by_class(second) == {"same-socket": 2e9, "same-core": 4e9, "cross-socket": 0, "unknown": 0}
+
+
+def test_steering_state_and_capabilities():
+    rule = RuleView(FlowSpec.parse("proto=tcp,dport=5201"), cpu=1, id=0, packets=10, bytes=15000)
+    devices = [DeviceState("veth-rx", "lab", "generic", None, [rule],
+                           {"passed": 3, "unparsed": 1, "redirected": 10, "redirect_failed": 0}),
+               DeviceState("bvb", None, "generic", "bvb was removed"),
+               DeviceState("gone", "x", error="network namespace 'x' not found")]
+    tracer = FakeTracer([_sample(0, []), _sample(1, [])])
+    c = SteerCollector(tracer, read_topology(VM), steering=lambda: devices)
+    list(c.collect())
+    m = _scrape(c)
+    assert _get(m, "steer_rule_packets_total", dev="veth-rx", netns="lab",
+                rule="proto=tcp,dport=5201", cpu=1) == 10
+    assert _get(m, "steer_xdp_packets_total", dev="veth-rx", netns="lab", result="unparsed") == 1
+    assert _get(m, "steer_xdp_detached", dev="bvb", netns="") == 1
+    assert _get(m, "steer_xdp_detached", dev="veth-rx", netns="lab") == 0
+    assert not [k for k in m if ("dev", "gone") in k[1]]   # unreadable: no series, no error
+    assert _get(m, "steer_capability_info", mechanism="llc", state="unavailable",
+                detail="no PMU (perf_event_open: ENOENT)") == 1
+    assert _get(m, "steer_capability_info", mechanism="timing", state="available",
+                detail="sampled: 99 Hz") == 1
