@@ -43,6 +43,23 @@ def test_bad_arguments(args, fragment):
     assert "--help" in r.stderr
 
 
+def test_readme_command_table_names_every_command_in_one_table():
+    """the README's table of commands is one markdown table (a blank line would end it) with a
+    row for every command the parser has"""
+    import argparse
+    from steer.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().splitlines()
+    start = lines.index("| command | what it does |")
+    table = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        table.append(line.split("`")[1].split()[1])   # | `steer NAME ...` | ... |
+    assert sorted(table) == sorted(sub.choices)
+
+
 def test_help_explains_every_option():
     """Every option of every command has a help text, states its default once, and never as
     "None"; and `steer COMMAND --help` works."""
