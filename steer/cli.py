@@ -523,8 +523,8 @@ def cmd_app(args) -> int:
 def cmd_irq(args) -> int:
     from .affinity import set_irq_affinity
     from .privileges import CAP_SYS_ADMIN, require_caps
+    cpus = _cpus_online(args.cpu)   # a bad argument is exit 2 whoever runs it
     require_caps([CAP_SYS_ADMIN], "changing IRQ affinity")
-    cpus = _cpus_online(args.cpu)
     before = set_irq_affinity(args.dev, cpus)
     print(f"{args.dev}: IRQs {', '.join(map(str, before))} now on CPU {args.cpu}")
     return 0
@@ -533,8 +533,8 @@ def cmd_irq(args) -> int:
 def cmd_rps(args) -> int:
     from .affinity import set_rps
     from .privileges import CAP_SYS_ADMIN, require_caps
+    cpus = _cpus_online(args.cpu)   # a bad argument is exit 2 whoever runs it
     require_caps([CAP_SYS_ADMIN], "changing RPS")
-    cpus = _cpus_online(args.cpu)
     before = set_rps(args.dev, cpus, args.netns)
     print(f"{args.dev}: RPS of {', '.join(sorted(before))} now CPU {args.cpu}")
     return 0

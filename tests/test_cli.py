@@ -37,8 +37,11 @@ from steer.topology import parse_cpulist
     (["sweep", "--out", "/nonexistent", "--dev", "lo"], "--dev and --server-cmd go together"),
     (["sweep", "--out", "/nonexistent", "--cpus", "a-b"], "--cpus"),
 ])
-def test_bad_arguments(args, fragment):
-    r = steer(*args)
+@pytest.mark.parametrize("privileged", [True, False], ids=["as-is", "no-capabilities"])
+def test_bad_arguments(args, fragment, privileged):
+    """exit 2 and the argument named, also for a user who may not do the rest: the arguments
+    are checked before the privileges"""
+    r = steer(*args, prefix=() if privileged else _without_caps())
     assert_one_line_error(r, fragment, code=2)
     assert "--help" in r.stderr
 
