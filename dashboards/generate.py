@@ -78,7 +78,7 @@ def overview():
             description="Flows moved by steer auto, and packets redirected by each rule."),
         timeseries(5, "Flows by class", [
             target(f"sum by (class) (steer_class_flows{{{INST}}})", "{{class}}", "A")], "short", 0, 16,
-            w=8),
+            w=8, description="Flows with traffic in the last 10 s, by the class of their placement."),
         timeseries(6, "Unattributed NET_RX time", [
             target(f"sum by (instance) (rate(steer_cpu_net_rx_unattributed_seconds_total{{{INST}}}[{RATE}])) / "
                    f"sum by (instance) (rate(steer_cpu_kernel_seconds_total{{{INST}, context=\"softirq\"}}[{RATE}]))",
@@ -113,10 +113,11 @@ def flows():
     panels = [
         table,
         timeseries(2, "Flow receive rate", [
-            target(f"steer_flow_receive_bytes_per_second{{{sel}}} * 8", legend, "A")], "bps", 0, 9),
+            target(f"rate(steer_flow_receive_bytes_total{{{sel}}}[{RATE}]) * 8", legend, "A")],
+            "bps", 0, 9),
         timeseries(3, "Flow kernel and application CPU", [
-            target(f"steer_flow_kernel_cpu_ratio{{{sel}}}", "kernel " + legend, "A"),
-            target(f"steer_flow_app_cpu_ratio{{{sel}}}", "app " + legend, "B")],
+            target(f"rate(steer_flow_kernel_seconds_total{{{sel}}}[{RATE}])", "kernel " + legend, "A"),
+            target(f"rate(steer_flow_app_seconds_total{{{sel}}}[{RATE}])", "app " + legend, "B")],
             "percentunit", 12, 9),
     ]
     dport = {"name": "dport", "label": "destination port", "type": "query", "datasource": DS,

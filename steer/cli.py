@@ -109,7 +109,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .exporter import DEFAULT_LISTEN, DEFAULT_TOP_K
+    from .exporter import DEFAULT_FLOW_LABELS, DEFAULT_LISTEN, DEFAULT_TOP_K, FLOW_LABEL_SETS
     from .view import DEFAULT_LIMIT
     fmt = _HelpFormatter
     p = _Parser(
@@ -238,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "(:PORT: every address)")
     auto.add_argument("--top-k", type=_positive(int, 0), default=DEFAULT_TOP_K,
                       help="per-flow series with --listen")
+    auto.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
+                      help="labels of the per-flow series with --listen (see steer export)")
 
     ex = sub.add_parser("export", formatter_class=fmt, help="Prometheus exporter",
                         description="Serve Prometheus metrics, read from the BPF maps at every "
@@ -249,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "and IPv4), as Go exporters do (default %(default)s)")
     ex.add_argument("--top-k", type=_positive(int, 0), default=DEFAULT_TOP_K, metavar="K",
                     help="flows (by rate) that get per-flow series")
+    ex.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
+                    help="labels of the per-flow series: five-tuple (a series per connection), or "
+                         "service (proto, dst, dport: the connections to one local port summed, and "
+                         "the replies this host gets as a client summed under "
+                         "dport=\"ephemeral\", so that series do not come and go with every "
+                         "connection)")
     ex.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
                     help="stop after this long (default: until Ctrl-C or SIGTERM)")
     ex.add_argument("--keep-privileges", action="store_true",
@@ -567,7 +575,7 @@ def cmd_auto(args) -> int:
                                 log=lambda line: print(line, flush=True))
         if args.listen:
             from .exporter import SteerCollector
-            _serve(SteerCollector(tracer, topo, top_k=args.top_k,
+            _serve(SteerCollector(tracer, topo, top_k=args.top_k, flow_labels=args.flow_labels,
                                   steering=lambda: [steering.state()] if steering else [],
                                   actions=lambda: {name: engine.moves}), args.listen)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
@@ -604,7 +612,8 @@ def cmd_export(args) -> int:
     topo = read_topology()
     tracer = _start_tracer(args)
     try:
-        collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state)
+        collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state,
+                                   flow_labels=args.flow_labels)
         _serve(collector, args.listen)
         if not args.keep_privileges:
             # everything that needs a capability is done: the programs are loaded and attached,

@@ -10,15 +10,20 @@ its series.
 from __future__ import annotations
 
 import errno
+import heapq
+import os
+import platform
 import threading
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from . import __version__
 from .classify import CLASSES
-from .flows import PlacementMemory, Snapshot, build_snapshot
+from .flows import FlowTotals, PlacementMemory, ServiceTotals, Snapshot, build_snapshot
 from .topology import Topology
 from .samples import TraceSample, TraceSource
 
@@ -27,7 +32,12 @@ if TYPE_CHECKING:
 
 DEFAULT_LISTEN = "127.0.0.1:9435"   # 9435: free in the Prometheus default port allocations list
 DEFAULT_TOP_K = 20
-FLOW_LABELS = ["proto", "src", "sport", "dst", "dport"]
+# the labels of per-flow series: the whole 5-tuple, or the receiving service alone (no peer
+# address or port), whose series do not come and go with every connection
+FLOW_LABEL_SETS = {"five-tuple": ["proto", "src", "sport", "dst", "dport"],
+                   "service": ["proto", "dst", "dport"]}
+DEFAULT_FLOW_LABELS = "five-tuple"
+ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffic in this window
 
 
 def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
@@ -39,22 +49,31 @@ def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
 
 
 class SteerCollector(Collector):
-    """Yields fresh metric families on every collect(); nothing is cached between scrapes but the
-    per-class running totals, which is what makes them counters."""
+    """Yields fresh metric families on every collect(). Every counter is the same whoever scrapes
+    and how often: per-class totals fold each interval between two reads into running sums,
+    per-flow totals come from the tracer's cumulative entries (FlowTotals). Only the choice of
+    the top-K series and steer_class_flows look at the recent past."""
 
     def __init__(self, tracer: TraceSource, topo: Topology, top_k: int = DEFAULT_TOP_K,
                  steering: Callable[[], list[DeviceState]] | None = None,
-                 actions: Callable[[], dict[str, int]] | None = None):
+                 actions: Callable[[], dict[str, int]] | None = None,
+                 flow_labels: str = DEFAULT_FLOW_LABELS):
+        if flow_labels not in FLOW_LABEL_SETS:
+            raise ValueError(f"flow labels {flow_labels!r}: one of {', '.join(FLOW_LABEL_SETS)}")
         self.tracer, self.topo, self.top_k = tracer, topo, top_k
-        self.steering, self.actions = steering, actions
+        self.steering, self.actions, self.flow_labels = steering, actions, flow_labels
         self._lock = threading.Lock()
         self._last: TraceSample | None = None
         self._placement = PlacementMemory(topo)
         self._class_totals: dict[str, dict[str, float]] = {
             c: defaultdict(float) for c in CLASSES}
+        self._flow_totals = FlowTotals()
+        self._service_totals = ServiceTotals()
+        self._active: dict = {}   # flow -> (monotonic time of its last traffic, class)
 
-    def _advance(self) -> tuple[TraceSample, Snapshot]:
-        """Read the maps once; fold the interval since the last read into the class totals."""
+    def _advance(self) -> tuple[TraceSample, Snapshot, dict]:
+        """Read the maps once; fold the interval since the last read into the class totals; the
+        per-series totals as of this read."""
         with self._lock:
             now = self.tracer.sample()
             snap = self._placement.update(
@@ -67,15 +86,37 @@ class SteerCollector(Collector):
                 t["llc_kernel"] += f.llc_misses_kernel or 0
                 t["llc_app"] += f.llc_misses_app or 0
             self._last = now
-            return now, snap
+            t = now.monotonic_ns / 1e9
+            for f in snap.flows:
+                self._active[f.flow] = (t, f.placement.cls)
+            for flow in [k for k, (seen, _) in self._active.items() if t - seen > ACTIVE_WINDOW]:
+                del self._active[flow]
+            totals = self._flow_totals.update(now)
+            if self.flow_labels == "service":
+                totals = self._service_totals.update(totals, t)
+            return now, snap, totals
+
+    def _series_key(self, flow) -> tuple:
+        return (flow.proto, flow.src, flow.sport, flow.dst, flow.dport) \
+            if self.flow_labels == "five-tuple" else self._service_totals.key(flow)
 
     def collect(self) -> Iterable:
-        sample, snap = self._advance()
+        start = time.monotonic()
+        sample, snap, totals = self._advance()
+        took = time.monotonic() - start
         caps = self.tracer.capabilities
         yield from self._class_metrics(snap, caps.llc_available)
         yield from self._cpu_metrics(sample)
-        yield from self._flow_metrics(snap)
+        yield from self._flow_metrics(snap, totals)
         yield from self._health_metrics(sample, caps)
+        g = GaugeMetricFamily("steer_scrape_duration_seconds",
+                              "Time this scrape took to read the BPF maps and build its snapshot.")
+        g.add_metric([], took)
+        yield g
+        info = GaugeMetricFamily("steer_build_info", "steer's version, Python and kernel (value 1).",
+                                 labels=["version", "python", "kernel"])
+        info.add_metric([__version__, platform.python_version(), os.uname().release], 1)
+        yield info
         if self.steering:
             yield from self._steering_metrics(self.steering())
         if self.actions:
@@ -104,10 +145,11 @@ class SteerCollector(Collector):
                 m.add_metric([cls, "app"], self._class_totals[cls]["llc_app"])
             yield m
         flows = GaugeMetricFamily("steer_class_flows",
-                                  "Flows seen since the previous scrape, by class.", labels=["class"])
+                                  f"Flows with traffic in the last {ACTIVE_WINDOW:g} s, by class.",
+                                  labels=["class"])
         count = defaultdict(int)
-        for f in snap.flows:
-            count[f.placement.cls] += 1
+        for _, cls in self._active.values():
+            count[cls] += 1
         for cls in CLASSES:
             flows.add_metric([cls], count[cls])
         yield flows
@@ -133,30 +175,45 @@ class SteerCollector(Collector):
             events.add_metric([cpu], c.net_rx_events)
         yield from (kernel, unattr, app, events)
 
-    def _flow_metrics(self, snap: Snapshot):
-        top = sorted(snap.flows, key=lambda f: -f.rate_bps)[:self.top_k]
-        rate = GaugeMetricFamily("steer_flow_receive_bytes_per_second",
-                                 "Receive rate of a top-K flow over the last scrape interval.",
-                                 labels=FLOW_LABELS)
-        kernel = GaugeMetricFamily("steer_flow_kernel_cpu_ratio",
-                                   "Kernel receive processing time per second of a top-K flow.",
-                                   labels=FLOW_LABELS)
-        app = GaugeMetricFamily("steer_flow_app_cpu_ratio",
-                                "Application receive time per second of a top-K flow.",
-                                labels=FLOW_LABELS)
-        info = GaugeMetricFamily("steer_flow_info", "Placement of a top-K flow (value 1).",
-                                 labels=FLOW_LABELS + ["kernel_cpu", "app_cpu", "class", "shared_llc",
-                                                       "app_comm"])
-        d = snap.duration or 1.0
-        for f in top:
-            fl = f.flow
-            labels = [fl.proto, fl.src, str(fl.sport), fl.dst, str(fl.dport)]
-            rate.add_metric(labels, f.rate_bps / 8)
-            kernel.add_metric(labels, f.kernel_seconds / d)
-            app.add_metric(labels, f.app_seconds / d)
-            info.add_metric(labels + [_s(f.kernel_cpu), _s(f.app_cpu), f.placement.cls,
-                                      _s(f.placement.shared_llc).lower(), f.app_comm or ""], 1)
-        yield from (rate, kernel, app, info)
+    def _flow_metrics(self, snap: Snapshot, totals: dict):
+        """The top-K series by the rate of the last interval, then by bytes (a flow idle for an
+        interval keeps its series while the tracer keeps it): cumulative counters (rate() gives
+        their rates), and the placement of their flows."""
+        labels = FLOW_LABEL_SETS[self.flow_labels]
+        rate: dict[tuple, float] = defaultdict(float)
+        for f in snap.flows:
+            rate[self._series_key(f.flow)] += f.rate_bps
+        top = heapq.nlargest(self.top_k, totals,
+                             key=lambda k: (rate.get(k, 0.0), totals[k].rx_bytes))
+        rx = CounterMetricFamily("steer_flow_receive_bytes",
+                                 "Transport payload received by a top-K flow (or service).",
+                                 labels=labels)
+        kernel = CounterMetricFamily("steer_flow_kernel_seconds",
+                                     "Kernel receive processing time of a top-K flow (or service).",
+                                     labels=labels)
+        app = CounterMetricFamily("steer_flow_app_seconds",
+                                  "Application receive time of a top-K flow (or service).",
+                                  labels=labels)
+        for k in top:
+            t, values = totals[k], [str(v) for v in k]
+            rx.add_metric(values, t.rx_bytes)
+            kernel.add_metric(values, t.kernel_ns / 1e9)
+            app.add_metric(values, t.app_ns / 1e9)
+        info = GaugeMetricFamily(
+            "steer_flow_info", "Placement of the flows of a top-K series: 1 per flow (with "
+            "service labels, how many of its flows have that placement).",
+            labels=labels + ["kernel_cpu", "app_cpu", "class", "shared_llc", "app_comm"])
+        placed: dict[tuple, int] = defaultdict(int)
+        wanted = set(top)
+        for f in snap.flows:
+            k = self._series_key(f.flow)
+            if k in wanted:
+                placed[tuple(str(v) for v in k) + (
+                    _s(f.kernel_cpu), _s(f.app_cpu), f.placement.cls,
+                    _s(f.placement.shared_llc).lower(), f.app_comm or "")] += 1
+        for values, n in placed.items():
+            info.add_metric(list(values), n)
+        yield from (rx, kernel, app, info)
 
     def _health_metrics(self, s: TraceSample, caps):
         g = GaugeMetricFamily("steer_tracer_flow_entries", "Live (flow, CPU) entries in the flow map.")
@@ -240,10 +297,11 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def serve(collector: SteerCollector, listen: str):
     """Start the HTTP server on LISTEN with a private registry; returns the server."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
     host, port = parse_listen(listen)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    ProcessCollector(registry=registry)   # process_*: steer's own CPU, memory and fds
     # every address, as ":PORT" means to Go exporters: IPv6 and (dual-stack) IPv4, or IPv4 alone
     # on a host without IPv6
     hosts = [host] if host else ["::", "0.0.0.0"]

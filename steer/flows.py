@@ -299,3 +299,104 @@ class PlacementMemory:
                                  placement=classify(kernel_cpu, app_cpu, self.topo)))
         self._past = past
         return replace(snap, flows=flows)
+
+
+@dataclass
+class FlowTotal:
+    """A flow's counts since its first entry in the tracer's map."""
+    rx_bytes: int = 0
+    kernel_ns: int = 0   # NET_RX softirq and cpumap kthread
+    app_ns: int = 0
+
+    def add(self, e: FlowCpuSample) -> None:
+        self.rx_bytes += e.rx_bytes
+        self.kernel_ns += e.kernel_ns + e.kthread_ns
+        self.app_ns += e.app_ns
+
+    def absorb(self, other: "FlowTotal") -> None:
+        self.rx_bytes += other.rx_bytes
+        self.kernel_ns += other.kernel_ns
+        self.app_ns += other.app_ns
+
+
+class FlowTotals:
+    """Per-flow counts that only go up, read from the tracer's cumulative (flow, CPU) entries, so
+    that any number of readers (two Prometheus servers, a curl) see the same counters. A flow's
+    total is the sum of its entries plus what its entries that went away had counted: an entry
+    deleted while its flow lives on (idle on one CPU after the flow moved, or evicted and
+    inserted again from zero, seen as counts that went down) keeps its counts in the flow's
+    total. When every entry of a flow is
+    gone, so is the flow: state is bounded by the map."""
+
+    def __init__(self):
+        self._prev: dict[tuple[FlowId, int], FlowCpuSample] = {}
+        self._retired: dict[FlowId, FlowTotal] = {}
+
+    def update(self, sample: TraceSample) -> dict[FlowId, FlowTotal]:
+        now = sample.entries
+        for key, old in self._prev.items():
+            new = now.get(key)
+            if new is None or new.rx_bytes < old.rx_bytes or new.app_ns < old.app_ns or \
+                    new.kernel_ns + new.kthread_ns < old.kernel_ns + old.kthread_ns:
+                self._retired.setdefault(key[0], FlowTotal()).add(old)
+        totals: dict[FlowId, FlowTotal] = defaultdict(FlowTotal)
+        for (flow, _), e in now.items():
+            totals[flow].add(e)
+        for flow in [f for f in self._retired if f not in totals]:
+            del self._retired[flow]
+        for flow, r in self._retired.items():
+            totals[flow].absorb(r)
+        self._prev = now
+        return totals
+
+
+SERVICE_RETENTION = 600.0   # seconds a service with no flow left keeps its totals
+
+
+EPHEMERAL = "ephemeral"   # the dport of a service series that sums this host's client flows
+
+
+def ephemeral_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> range:
+    """The ports connect() picks local ports from (the kernel's default where unreadable)."""
+    try:
+        low, high = (int(v) for v in open(path).read().split())
+        return range(low, high + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+class ServiceTotals:
+    """FlowTotals summed by (proto, dst, dport): the receiving service, without the peer's
+    address and port, whose series would come and go with every connection. The replies this
+    host receives as a client arrive on a local port that changes with every connection too: a
+    flow to a port of the ephemeral range from one outside it is summed under dport "ephemeral".
+    A flow that is gone leaves its counts in its service's total; a service with no flow left is
+    forgotten after SERVICE_RETENTION seconds (its counters then start again from zero, which
+    rate() reads as a reset)."""
+
+    def __init__(self, ephemeral: range | None = None):
+        self.ephemeral = ephemeral_ports() if ephemeral is None else ephemeral
+        self._prev: dict[FlowId, FlowTotal] = {}
+        self._retired: dict[tuple, FlowTotal] = {}
+        self._seen: dict[tuple, float] = {}
+
+    def key(self, flow: FlowId) -> tuple:
+        client = flow.dport in self.ephemeral and flow.sport not in self.ephemeral
+        return flow.proto, flow.dst, EPHEMERAL if client else flow.dport
+
+    def update(self, totals: dict[FlowId, FlowTotal], now: float) -> dict[tuple, FlowTotal]:
+        for flow, old in self._prev.items():
+            if flow not in totals:
+                self._retired.setdefault(self.key(flow), FlowTotal()).absorb(old)
+        out: dict[tuple, FlowTotal] = defaultdict(FlowTotal)
+        for flow, t in totals.items():
+            out[self.key(flow)].absorb(t)
+        for k in list(self._retired):
+            if k in out:
+                self._seen[k] = now
+            elif now - self._seen.setdefault(k, now) > SERVICE_RETENTION:
+                del self._retired[k], self._seen[k]
+                continue
+            out[k].absorb(self._retired[k])
+        self._prev = dict(totals)
+        return out

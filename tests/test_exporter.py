@@ -1,10 +1,12 @@
 """The exporter's collector on a fake tracer (the TraceSource protocol) and fake steering state:
 what Prometheus would scrape, without root or BPF, in the text format a real scrape gets."""
 import os
+import platform
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from steer import __version__
 from steer.exporter import SteerCollector
 from steer.flowspec import FlowSpec
 from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
@@ -73,12 +75,17 @@ def test_class_counters_per_flow_series_and_top_k():
     assert _get(m, "steer_class_rx_bytes_total", **{"class": "same-core"}) == 2 * 10**6
     assert _get(m, "steer_class_flows", **{"class": "same-socket"}) == 1
     labels = dict(proto="tcp", src="198.18.0.1", sport=40000, dst="198.18.0.2", dport=5201)
-    assert _get(m, "steer_flow_receive_bytes_per_second", **labels) == 10**9
-    assert abs(_get(m, "steer_flow_kernel_cpu_ratio", **labels) - 0.1) < 1e-9
-    assert abs(_get(m, "steer_flow_app_cpu_ratio", **labels) - 0.2) < 1e-9
+    assert _get(m, "steer_flow_receive_bytes_total", **labels) == 2 * 10**9
+    assert abs(_get(m, "steer_flow_kernel_seconds_total", **labels) - 0.2) < 1e-9
+    assert abs(_get(m, "steer_flow_app_seconds_total", **labels) - 0.4) < 1e-9
+    assert _get(m, "steer_flow_info", **labels, kernel_cpu=0, app_cpu=1, shared_llc="true",
+                app_comm="iperf3", **{"class": "same-socket"}) == 1
     # top_k=1: the slow flow has no series of its own
     assert not [k for k in m if k[0].startswith("steer_flow_") and ("sport", "40001") in k[1]]
     assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="softirq") == 0.5
+    assert _get(m, "steer_build_info", version=__version__, python=platform.python_version(),
+                kernel=os.uname().release) == 1
+    assert 0 <= _get(m, "steer_scrape_duration_seconds") < 1
 
 
 def test_class_counters_never_go_down_when_a_flow_changes_class():
@@ -117,3 +124,80 @@ def test_steering_state_and_capabilities():
                 detail="no PMU (perf_event_open: ENOENT)") == 1
     assert _get(m, "steer_capability_info", mechanism="timing", state="available",
                 detail="sampled: 99 Hz") == 1
+
+
+def test_a_second_scraper_changes_nothing_the_first_sees():
+    """Two Prometheus servers (or a curl) read the same counters: scraping more often only
+    splits the same counts into more intervals."""
+    reads = [_sample(t, _flow(FAST, t, 10**9, 0, 1)) for t in range(0, 7)]
+    one = SteerCollector(FakeTracer(reads[0::3]), read_topology(VM))   # t = 0, 3, 6
+    two = SteerCollector(FakeTracer(reads), read_topology(VM))         # t = 0, 1, ..., 6
+    list(one.collect())
+    list(two.collect())
+    a = [_scrape(one), _scrape(one)]
+    b = [_scrape(two) for _ in range(6)]
+    for name in ("steer_flow_receive_bytes_total", "steer_flow_kernel_seconds_total",
+                 "steer_flow_app_seconds_total", "steer_class_rx_bytes_total",
+                 "steer_class_kernel_seconds_total"):
+        assert {k: v for k, v in a[1].items() if k[0] == name} == \
+            {k: v for k, v in b[5].items() if k[0] == name}, name
+    labels = dict(proto="tcp", src="198.18.0.1", sport=40000, dst="198.18.0.2", dport=5201)
+    assert _get(a[1], "steer_flow_receive_bytes_total", **labels) == 6 * 10**9
+
+
+def test_flow_counters_keep_what_a_deleted_entry_counted():
+    """The flow moves from CPU 0 to CPU 1; its CPU-0 entry later expires (idle), and its CPU-1
+    entry is evicted and inserted again from zero: the flow's counter never goes down."""
+    topo = read_topology(VM)
+    on0 = FlowCpuSample(FAST, 0, rx_bytes=100, kernel_ns=10)
+    on1 = FlowCpuSample(FAST, 1, rx_bytes=50, kernel_ns=5, app_ns=7)
+    reads = [_sample(0, []), _sample(1, [on0]), _sample(2, [on0, on1]), _sample(3, [on1]),
+             _sample(4, [FlowCpuSample(FAST, 1, rx_bytes=20, kernel_ns=2)]), _sample(5, [])]
+    c = SteerCollector(FakeTracer(reads), topo)
+    list(c.collect())
+    labels = dict(proto="tcp", src="198.18.0.1", sport=40000, dst="198.18.0.2", dport=5201)
+    seen = []
+    for _ in range(3):
+        seen.append(_get(_scrape(c), "steer_flow_receive_bytes_total", **labels))
+    m = _scrape(c)   # t=4: the CPU-1 entry restarted from zero
+    seen.append(_get(m, "steer_flow_receive_bytes_total", **labels))
+    assert seen == [100, 150, 150, 170]
+    assert _get(m, "steer_flow_app_seconds_total", **labels) == 7e-9
+    m = _scrape(c)   # t=5: every entry gone, and so is the flow
+    assert not [k for k in m if k[0].startswith("steer_flow_")]
+
+
+def test_service_labels_sum_the_connections_of_a_port_and_outlive_them():
+    topo = read_topology(VM)
+    a = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
+    b = FlowId("tcp", "198.18.0.9", 50000, "198.18.0.2", 5201)
+    reads = [_sample(0, []),
+             _sample(1, [FlowCpuSample(a, 1, rx_bytes=100, kernel_ns=10),
+                         FlowCpuSample(b, 1, rx_bytes=30, kernel_ns=3)]),
+             _sample(2, [FlowCpuSample(b, 1, rx_bytes=40, kernel_ns=4)])]   # a ended
+    c = SteerCollector(FakeTracer(reads), topo, flow_labels="service")
+    list(c.collect())
+    first, second = _scrape(c), _scrape(c)
+    service = dict(proto="tcp", dst="198.18.0.2", dport=5201)
+    assert _get(first, "steer_flow_receive_bytes_total", **service) == 130
+    assert _get(second, "steer_flow_receive_bytes_total", **service) == 140   # a's 100 stay
+    assert not [k for k in second if dict(k[1]).get("sport")]
+    assert _get(first, "steer_flow_info", **service, kernel_cpu=1, app_cpu="", shared_llc="",
+                app_comm="", **{"class": "unknown"}) == 2   # two flows, no reader seen
+
+
+def test_service_labels_sum_the_replies_a_client_receives_on_ephemeral_ports():
+    topo = read_topology(VM)
+    # this host as a client of two servers: replies from port 6379 and 443 to local ports of
+    # the ephemeral range; one flow between two ephemeral ports stays as it is
+    replies = [FlowId("tcp", "198.18.0.1", 6379, "198.18.0.2", 40000 + i) for i in range(3)]
+    other = FlowId("tcp", "198.18.0.1", 443, "198.18.0.2", 50000)
+    both = FlowId("tcp", "198.18.0.1", 45000, "198.18.0.2", 46000)
+    entries = [FlowCpuSample(f, 1, rx_bytes=10) for f in replies + [other, both]]
+    c = SteerCollector(FakeTracer([_sample(0, []), _sample(1, entries)]), topo,
+                       flow_labels="service")
+    c._service_totals.ephemeral = range(32768, 61000)
+    list(c.collect())
+    m = _scrape(c)
+    series = {dict(k[1])["dport"]: v for k, v in m.items() if k[0] == "steer_flow_receive_bytes_total"}
+    assert series == {"ephemeral": 40, "46000": 10}

@@ -165,6 +165,16 @@ def test_values_agree_with_steer_flows(stack):
                                           f'instance="{stack["instance"]}"}}[10s]))', at=t_end)[0]["value"][1])
         print(f"{cls}: steer flows {ours * 8 / 1e9:.2f} Gbit/s, Prometheus {prom * 8 / 1e9:.2f} Gbit/s")
         assert abs(prom - ours) / ours < 0.10
+    # per flow: rate() of the flow's counter, over the same window (the stack's curl scrapes
+    # too, which a counter must not mind)
+    for f in (f for f in flows["flows"] if f["rx_bytes"] > 10**8):
+        sel = f'instance="{stack["instance"]}", sport="{f["sport"]}", dport="{f["dport"]}"'
+        prom = float(query(stack["prom"], f"rate(steer_flow_receive_bytes_total{{{sel}}}[10s])",
+                           at=t_end)[0]["value"][1])
+        ours = f["rx_bytes"] / flows["duration"]
+        print(f"flow {f['sport']}->{f['dport']}: steer flows {ours * 8 / 1e9:.2f} Gbit/s, "
+              f"Prometheus {prom * 8 / 1e9:.2f} Gbit/s")
+        assert abs(prom - ours) / ours < 0.10
     kernel_ours = sum(c["net_rx_seconds"] + c["kthread_seconds"] for c in flows["cpus"]) / flows["duration"]
     kernel_prom = float(query(stack["prom"], f'sum(rate(steer_cpu_kernel_seconds_total'
                                              f'{{instance="{stack["instance"]}"}}[10s]))', at=t_end)[0]["value"][1])
