@@ -67,8 +67,14 @@ def run(main) -> None:
 
 
 def require_root() -> None:
+    """Every benchmark starts here: as root, and on every online CPU, whatever mask the shell
+    it was started from had (both ends of bench.rr on one CPU measure something else)."""
     if os.geteuid() != 0:
         sys.exit("benchmarks load BPF programs and make namespaces: run as root")
+    from steer.affinity import widen_to_online_cpus
+    line = widen_to_online_cpus()
+    if line:
+        print(line)
 
 
 # the tracer configurations the cost benchmarks compare with no tracer at all: the default that
@@ -146,18 +152,29 @@ def alternate(a, b, pairs: int) -> list[tuple[float, float]]:
 
 
 def compare_modes(run, pairs: int, what: str) -> tuple[dict, dict]:
-    """RUN(mode) for every tracer mode against RUN(None), PAIRS ABBA pairs each: the ratio
-    statistics and the raw pairs, by mode."""
-    results, runs = {}, {}
+    """RUN(mode) for every tracer mode against RUN(None), PAIRS pairs each: the ratio statistics
+    and the raw pairs, by mode. The modes take turns, a pair each (AB, then BA at the next turn),
+    rather than one block of pairs after another: the machine drifts over minutes (here a
+    block's baseline moved by 4%), and blocks in turn gave a mode that does strictly less work a
+    lower ratio than the full one, with intervals that did not overlap."""
+    modes = list(TRACER_MODES)
+    runs: dict[str, list] = {m: [] for m in modes}
     try:
-        for mode in TRACER_MODES:
+        for mode in modes:
             load_tracer(mode)   # before the first window, which would otherwise pay for it
-            print(f"{what}, {mode}: {pairs} pairs, A = no tracer, B = {mode}")
-            runs[mode] = alternate(lambda: run(None), lambda: run(mode), pairs)
-            results[mode] = ratio_stats(runs[mode])
+        print(f"{what}: {pairs} pairs per mode, A = no tracer, B = {', '.join(modes)} in turn")
+        for i in range(pairs):
+            for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
+                if i % 2 == 0:
+                    va, vb = run(None), run(mode)
+                else:
+                    vb, va = run(mode), run(None)
+                runs[mode].append((va, vb))
+                print(f"  pair {i + 1}/{pairs} {mode}: A {va:.4g}  B {vb:.4g}  "
+                      f"B/A {vb / va if va else float('nan'):.3f}", flush=True)
     finally:
         unload_tracers()
-    return results, runs
+    return {m: ratio_stats(runs[m]) for m in modes}, runs
 
 
 def stats(values: list[float]) -> dict:

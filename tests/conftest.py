@@ -9,24 +9,14 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 
 def _widen_affinity() -> str | None:
-    """Run the suite on every online CPU its cpuset allows. An affinity mask inherited from the
-    init of a CI machine (one had CPU 1 only, of 0-1, idle CPU 0 included) would otherwise skip
-    every test that needs two CPUs: steering, the sweep, the timing bounds. The kernel keeps the
-    cpuset's limit (the mask is intersected with it). STEER_TEST_KEEP_AFFINITY=1 keeps the mask,
-    to test steer itself under a narrow one."""
+    """Run the suite on every online CPU its cpuset allows: a mask inherited from a CI machine's
+    init would otherwise skip every test that needs two CPUs (steering, the sweep, the timing
+    bounds). STEER_TEST_KEEP_AFFINITY=1 keeps the mask, to test steer itself under a narrow one."""
     if os.environ.get("STEER_TEST_KEEP_AFFINITY") == "1":
         return None
-    from steer.topology import format_cpulist, online_cpus
-    before = sorted(os.sched_getaffinity(0))
-    try:
-        os.sched_setaffinity(0, online_cpus())
-    except OSError:
-        return None
-    after = sorted(os.sched_getaffinity(0))
-    if after == before:
-        return None
-    return (f"CPUs: affinity widened from {format_cpulist(before)} to {format_cpulist(after)} "
-            "(STEER_TEST_KEEP_AFFINITY=1 keeps it)")
+    from steer.affinity import widen_to_online_cpus
+    line = widen_to_online_cpus()
+    return line and line + " (STEER_TEST_KEEP_AFFINITY=1 keeps it)"
 
 
 _WIDENED = _widen_affinity()   # before any test module computes its CPUs
