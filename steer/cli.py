@@ -44,6 +44,14 @@ def _positive(kind=float, minimum=0.0):
     return parse
 
 
+def _rate(text):
+    from .view import parse_rate
+    try:
+        return parse_rate(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _bounded_int(lo: int, hi: int):
     def parse(text):
         try:
@@ -110,7 +118,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from .exporter import DEFAULT_FLOW_LABELS, DEFAULT_LISTEN, DEFAULT_TOP_K, FLOW_LABEL_SETS
-    from .view import DEFAULT_LIMIT
+    from .view import DEFAULT_LIMIT, DEFAULT_MIN_RATE, SORTS, rate_text
     fmt = _HelpFormatter
     p = _Parser(
         prog="steer", description="Per-flow view of where receive work runs (kernel NET_RX and "
@@ -118,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'steer COMMAND --help' for the options of each command.")
     p.add_argument("--version", action="version", version=f"steer {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    def view_options(sp):
+        sp.add_argument("--sort", choices=list(SORTS), default="rate",
+                        help="order of the flows (in the live view, keys r k a c change it)")
+        sp.add_argument("--min-rate", type=_rate, default=DEFAULT_MIN_RATE, metavar="RATE",
+                        help="flows slower than this (bit/s; 10k, 1.5M, 2G), and flows with no "
+                             "payload (the ACKs of what this host sends), are idle: hidden and "
+                             f"counted (default {rate_text(DEFAULT_MIN_RATE)})")
+        sp.add_argument("--all", action="store_true",
+                        help="show idle flows too (in the live view, key i)")
 
     t = sub.add_parser("topology", formatter_class=fmt, help="CPUs, cores, LLC domains, sockets",
                        description="Print the CPU topology steer classifies flows with.")
@@ -132,16 +150,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="length of the window")
     f.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
     f.add_argument("--limit", type=_positive(int, 0), default=50, help="flows in the table")
+    view_options(f)
     _tracer_options(f)
 
     top = sub.add_parser("top", formatter_class=fmt, help="live view of flows and CPUs",
-                         description="Live view: flows by rate with kernel CPU, app CPU, class, "
-                         "CPU-seconds per GB and LLC misses, and a per-CPU line. Ctrl-C quits.")
+                         description="Live view: per-CPU bars of NET_RX, cpumap kthread and "
+                         "application receive time; the flows by rate with where their kernel "
+                         "work and reader run, the CPU each takes, class, rate history, CPU-"
+                         "seconds per GB and LLC misses, as the terminal's width allows. Keys: "
+                         "r k a c sort (rate, kernel, app, class), / filter, i idle flows, p "
+                         "pause, ? help, q quit. Off a terminal, one table per interval.")
     top.add_argument("--interval", type=_positive(), default=1.0, metavar="SECONDS",
                      help="refresh period (each view covers one period)")
     top.add_argument("--duration", type=_positive(), default=None, metavar="SECONDS",
                      help="quit after this long (default: run until Ctrl-C)")
-    top.add_argument("--limit", type=_positive(int, 0), default=DEFAULT_LIMIT, help="flows shown")
+    top.add_argument("--limit", type=_positive(int, 0), default=DEFAULT_LIMIT,
+                     help="flows printed per interval off a terminal (on one, as many as fit)")
+    view_options(top)
     _tracer_options(top)
 
     d = sub.add_parser("demo", formatter_class=fmt, help="the built-in lab with the live view",
@@ -158,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "first two CPUs this process may run on, A:A, same core, and B:A, another "
                         "core)")
     d.add_argument("--json", action="store_true", help="print the final summary as JSON")
+    view_options(d)
     _tracer_options(d)
     def steer_target(sp):
         sp.add_argument("--dev", required=True, metavar="IFACE", help="receiving interface")
@@ -321,7 +347,8 @@ def _start_tracer(args):
 def cmd_flows(args) -> int:
     from .flows import build_snapshot
     from .topology import read_topology
-    from .view import make_console, render
+    from .live import make_console
+    from .view import render
     topo = read_topology()
     tracer = _start_tracer(args)
     try:
@@ -333,19 +360,26 @@ def cmd_flows(args) -> int:
     if args.json:
         print(json.dumps(snap.as_json(), indent=2))
     else:
-        make_console().print(render(snap, topo, args.limit))
+        console = make_console()
+        console.print(render(snap, topo, args.limit, console.width, _view_state(args)))
     return 0
+
+
+def _view_state(args):
+    from .view import ViewState
+    return ViewState(sort=args.sort, min_rate=args.min_rate, show_idle=args.all)
 
 
 def cmd_top(args) -> int:
     from .flows import Intervals
     from .topology import read_topology
-    from .view import run_live
+    from .live import run_live
     topo = read_topology()
     tracer = _start_tracer(args)
     try:
-        run_live(Intervals(tracer, topo), topo, interval=args.interval, duration=args.duration,
-                 limit=args.limit)
+        run_live(Intervals(tracer, topo, smooth=True), topo, interval=args.interval,
+                 duration=args.duration,
+                 limit=args.limit, state=_view_state(args))
     except KeyboardInterrupt:
         pass
     finally:
@@ -370,7 +404,8 @@ def cmd_demo(args) -> int:
     from .flows import Intervals
     from .lab import Lab, traced_results
     from .topology import read_topology
-    from .view import make_console, render, run_live
+    from .live import make_console, run_live
+    from .view import render
     topo = read_topology()
     flows = _parse_lab_flows(args.flows)
     for f in flows:
@@ -387,13 +422,15 @@ def cmd_demo(args) -> int:
     try:
         lab.up()
         lab.start_servers()
-        interval = Intervals(tracer, topo)
+        interval = Intervals(tracer, topo, smooth=True)
         lab.start_clients()
         console.print(f"[bold]steer demo[/]: {len(flows)} iperf3 flow(s) for {args.duration:g} s "
                       f"between namespaces {lab.tx} and {lab.rx} (198.18.0.0/30); Ctrl-C stops")
         try:
-            run_live(interval, topo, interval=args.interval, duration=args.duration + 0.5,
-                     console=console, keep_going=lab.running)
+            # q in the live view stops the demo as Ctrl-C does
+            interrupted = run_live(interval, topo, interval=args.interval,
+                                   duration=args.duration + 0.5, console=console,
+                                   keep_going=lab.running, state=_view_state(args))
         except KeyboardInterrupt:
             interrupted = True
         interval()
@@ -408,7 +445,7 @@ def cmd_demo(args) -> int:
                           "snapshot": total.as_json()}, indent=2))
         return 0
     console.rule("summary over the whole run")
-    console.print(render(total, topo))
+    console.print(render(total, topo, width=console.width, state=_view_state(args)))
     for s in summary:
         t = s["traced"]
         if t:
@@ -657,7 +694,7 @@ def cmd_sweep(args) -> int:
     if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
         raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
                         "another --out")
-    from .view import make_console
+    from .live import make_console
     console = make_console()
     stop = _GracefulStop(console, "stopping after tearing down the run under way (Ctrl-C again "
                                   "to stop at once)")

@@ -236,17 +236,20 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
 
 class Intervals:
     """Successive snapshots of a tracer, each covering the time since the previous one (the
-    live view, the auto loop); total() covers them all."""
+    live view, the auto loop); total() covers them all. SMOOTH: each flow's CPUs and class from
+    its recent past (PlacementMemory), as the live view shows them, so that a flow with a few
+    samples a second does not change class from one second to the next."""
 
-    def __init__(self, tracer: TraceSource, topo: Topology):
+    def __init__(self, tracer: TraceSource, topo: Topology, smooth: bool = False):
         self.tracer, self.topo = tracer, topo
+        self.memory = PlacementMemory(topo) if smooth else None
         self.first = self.last = tracer.sample()
 
     def __call__(self) -> Snapshot:
         now = self.tracer.sample()
         snap = build_snapshot(self.last, now, self.topo, self.tracer.capabilities)
         self.last = now
-        return snap
+        return self.memory.update(snap) if self.memory else snap
 
     def total(self) -> Snapshot:
         return build_snapshot(self.first, self.last, self.topo, self.tracer.capabilities)

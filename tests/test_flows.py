@@ -2,7 +2,7 @@
 import os
 from dataclasses import replace
 
-from steer.flows import NS, PLACEMENT_HALF_LIFE, PlacementMemory, build_snapshot
+from steer.flows import NS, PLACEMENT_HALF_LIFE, Intervals, PlacementMemory, build_snapshot
 from steer.topology import read_topology
 from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
@@ -129,3 +129,36 @@ def test_consecutive_reads_diff_only_the_entries_the_tracer_saw_change():
     third = replace(second, seq=3)               # a read skipped between: compare everything
     by_flow = {f.flow: f.rx_bytes for f in build_snapshot(first, third, topo, CAPS).flows}
     assert by_flow == {A: 1000, B: 5000}
+
+
+def test_smoothed_intervals_classify_by_the_recent_past_and_total_by_the_whole():
+    """The live view's Intervals(smooth=True): a noisy second keeps the class; total() does not
+    smooth (it covers every interval at once)."""
+    cum = {0: 0.0, 1: 0.0}
+    reads = [sample(0, [])]
+    for t, kernel in enumerate([{1: 0.08}] * 4 + [{0: 0.05, 1: 0.04}], start=1):
+        for c, s in kernel.items():
+            cum[c] += s
+        entries = [FlowCpuSample(A, c, rx_bytes=10**6 * t, kernel_ns=int(s * NS))
+                   for c, s in cum.items() if s]
+        e = {x.cpu: x for x in entries}
+        e[0] = replace(e.get(0, FlowCpuSample(A, 0)), app_ns=t * 50_000_000, app_calls=10 * t,
+                       app_bytes=10**6 * t)
+        reads.append(sample(t * NS, e.values()))
+
+    class Reads:
+        capabilities = CAPS
+
+        def __init__(self):
+            self.it = iter(reads)
+
+        def sample(self):
+            return next(self.it)
+
+    plain, smooth = Intervals(Reads(), read_topology(VM)), \
+        Intervals(Reads(), read_topology(VM), smooth=True)
+    for _ in range(4):
+        assert plain().flows[0].placement.cls == smooth().flows[0].placement.cls == "same-socket"
+    assert plain().flows[0].placement.cls == "same-core"    # the noisy second alone
+    assert smooth().flows[0].placement.cls == "same-socket"
+    assert smooth.total().flows[0].kernel_cpu == 1

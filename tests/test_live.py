@@ -226,32 +226,79 @@ def test_kill_9_of_top_leaves_nothing_attached():
     assert _wait_for(lambda: not _our_programs() and not _links_of(progs)), _our_programs()
 
 
-def test_live_view_in_a_terminal(tmp_path):
-    """steer top as a person sees it: in tmux, with lab traffic running."""
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _screen_until(session: str, cond, timeout: float = 20.0) -> str:
+    end = time.monotonic() + timeout
+    while True:
+        screen = _tmux("capture-pane", "-p", "-t", session)
+        if cond(screen) or time.monotonic() > end:
+            return screen
+        time.sleep(0.25)
+
+
+def _flow_rows(screen: str) -> list[str]:
+    """The lab's data flows (iperf3's control connections, to the same ports, move a few kB)."""
+    return [l for l in screen.splitlines() if re.search(r":520[12]\s.*[MG]bit/s", l)]
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 48)])
+def test_live_view_in_a_terminal(width, height):
+    """steer top as a person sees it: in tmux at a small and a large size, with two lab flows
+    running; the keys sort and filter; q quits, leaving nothing loaded."""
     if not shutil.which("tmux"):
         pytest.skip("tmux not installed")
+    assert _wait_for(lambda: not _our_programs()), "programs of an earlier test still loaded"
     session = f"steertest{os.getpid()}"
     # a terminal sized by tmux alone: COLUMNS/LINES inherited from the test runner would lie
-    cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1 "
-           "--duration 6; sleep 30")
-    with Lab([LabFlow(CPU_A, CPU_A)], seconds=6) as lab:
+    cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1; "
+           "echo STEER_EXIT=$?; sleep 60")
+    with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)], seconds=30) as lab:
         lab.start_servers()
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "50", cmd],
-                       check=True, cwd=ROOT)
+        _tmux("new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), cmd)
         try:
             lab.start_clients()
-            time.sleep(4)
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                                    capture_output=True, text=True, check=True).stdout
+            screen = _screen_until(session, lambda s: len(_flow_rows(s)) == 2)
+            print(screen)
+            lines = screen.splitlines()
+            assert len(_flow_rows(screen)) == 2, screen
+            assert len(lines) <= height and all(len(l) <= width for l in lines)
+            assert "\x1b" not in screen   # capture-pane -p gives text: escapes would be garbage
+            assert re.search(r"^\s*\d+ [█▓▒ ]+ rx\s*\d", screen, re.M), "no per-CPU bar"
+            for row in _flow_rows(screen):
+                # rate with its unit, kernel CPU and its share, app CPU and its share, class:
+                # whole, in this order
+                assert re.search(r"\d+\.\d\d [kMG]bit/s +\d+( \(\d+%\))? +[\d.]+% +\d+"
+                                 r"( \(\d+%\))? +[\d.]+% +(same-core|same-socket)\b", row), row
+            same_core = next(r for r in _flow_rows(screen) if ":5201" in r)
+            assert "same-core" in same_core
+            if width >= 160:
+                assert "iperf3/" in same_core and "history" in screen
+            assert "? help" in screen and ("LLC unavailable" in screen or "LLC k" in screen)
+
+            _tmux("send-keys", "-t", session, "c")   # by class: same-core before same-socket
+            screen = _screen_until(session, lambda s: "sort class" in s, 5)
+            rows = _flow_rows(screen)
+            assert "sort class" in screen and len(rows) == 2 and ":5201" in rows[0], screen
+
+            _tmux("send-keys", "-t", session, "/", "5202", "Enter")
+            screen = _screen_until(session, lambda s: len(_flow_rows(s)) == 1, 5)
+            rows = _flow_rows(screen)
+            assert len(rows) == 1 and ":5202" in rows[0] and "filter '5202'" in screen, screen
+
+            _tmux("send-keys", "-t", session, "?")
+            screen = _screen_until(session, lambda s: "sort by rate" in s, 5)
+            assert "sort by rate" in screen and not _flow_rows(screen), screen
+
+            _tmux("send-keys", "-t", session, "x", "q")   # leave the help, then quit
+            screen = _screen_until(session, lambda s: "STEER_EXIT=" in s, 15)
+            assert "STEER_EXIT=0" in screen, screen
         finally:
-            subprocess.run(["tmux", "kill-session", "-t", session])
-            lab.wait(timeout=30)
-    print(screen)
-    assert "flows over" in screen and "per CPU" in screen
-    line = next(l for l in screen.splitlines() if "198.18.0.1:" in l and "-> 198.18.0.2:5201" in l)
-    assert "same-core" in line and "Gbit/s" in line and "iperf3/" in line
-    assert "\x1b" not in screen   # capture-pane -p gives text: escape codes would mean raw garbage
-    assert ("n/a" in line and "LLC unavailable" in screen) or re.search(r"\d,?\d* +│", line)
+            _tmux("kill-session", "-t", session)
+            lab.stop_traffic()
+    assert _wait_for(lambda: not _our_programs()), _our_programs()
 
 
 def test_live_view_off_a_terminal_is_plain_text(tmp_path):
@@ -266,7 +313,7 @@ def test_live_view_off_a_terminal_is_plain_text(tmp_path):
         lab.wait(timeout=30)
     assert p.returncode == 0, err
     assert "\x1b[" not in out
-    assert out.count("flows over") >= 2 and "198.18.0.2:5201" in out
+    assert out.count("flows over") >= 2 and "198.18.0.2:5201" in out and "rx" in out
 
 
 def test_flows_json_shape():

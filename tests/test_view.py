@@ -1,7 +1,8 @@
-"""The live view's rendering of a snapshot built from synthetic samples, as a wide terminal (or a
-pipe: make_console's 200 columns) shows it, without colour."""
+"""The views' rendering of snapshots built from synthetic samples, without colour: plain output
+at a pipe's 200 columns, the live screen at the sizes people's terminals have, the keys."""
 import os
 
+import pytest
 from rich.console import Console
 
 from steer.flows import build_snapshot
@@ -9,12 +10,15 @@ from steer.flowspec import FlowSpec
 from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.steering import DeviceState, RuleView
 from steer.topology import read_topology
-from steer.view import render, rules_lines
+from steer.live import handle_key
+from steer.view import (HISTORY, History, ViewState, parse_rate, rate_text, render, rules_lines,
+                        screen, short_flow, sparkline)
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
 A = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
 B = FlowId("udp", "198.18.0.1", 40001, "198.18.0.2", 9000)
+ACKS = FlowId("tcp", "198.18.0.2", 5201, "198.18.0.1", 40000)   # what A's sender receives
 S = 10**9
 
 
@@ -26,28 +30,133 @@ def _snapshot(entries):
                           read_topology(VM), CAPS)
 
 
-def _text(snap, **kw) -> str:
-    console = Console(width=200, record=True, color_system=None)
-    console.print(render(snap, read_topology(VM), **kw))
+def _text(snap, width=200, **kw) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(render(snap, read_topology(VM), width=width, **kw))
     return console.export_text()
 
 
-def test_a_flow_line_has_rate_cpus_class_and_reader():
-    snap = _snapshot([
-        FlowCpuSample(A, 0, rx_bytes=10**9, rx_skbs=100, kernel_ns=9 * S // 10),
+def _screen(snap, width, height, state=None, history=None) -> list[str]:
+    console = Console(width=width, height=height, record=True, color_system=None)
+    console.print(screen(snap, read_topology(VM), state or ViewState(), width, height, history))
+    return console.export_text().splitlines()
+
+
+DATA = [FlowCpuSample(A, 0, rx_bytes=10**9, rx_skbs=100, kernel_ns=9 * S // 10),
         FlowCpuSample(A, 1, kernel_ns=S // 10, app_ns=S // 2, app_calls=5, app_bytes=10**9,
                       app_pid=42, app_comm="iperf3"),
         FlowCpuSample(B, 1, rx_bytes=1000, rx_skbs=1, kernel_ns=1000, app_bytes=1000,
-                      app_calls=1, app_ns=1000, app_pid=43, app_comm="nc")])
-    text = _text(snap)
-    (line,) = [l for l in text.splitlines() if "198.18.0.1:40000" in l]
-    for want in ("4.00 Gbit/s", "0 (90%)", "same-socket", "iperf3/42", "1.000", "0.500"):
+                      app_calls=1, app_ns=1000, app_pid=43, app_comm="nc"),
+        FlowCpuSample(ACKS, 0, rx_packets=50, kernel_ns=5000)]
+
+
+def test_a_flow_line_has_rate_cpus_class_and_reader():
+    snap = _snapshot(DATA)
+    text = _text(snap, state=ViewState(show_idle=True))
+    (line,) = [l for l in text.splitlines() if "198.18.0.1:40000 ->" in l]
+    for want in ("4.00 Gbit/s", "0 (90%)", "50%", "25%", "same-socket", "iperf3/42", "1.000",
+                 "0.500"):
         assert want in line, (want, line)
-    assert "4.00 kbit/s" in text and "same-core" in text    # B: 1000 B in 2 s, all on CPU 1
-    assert "LLC unavailable: no PMU" in text
-    assert "50.0%" in text                                   # CPU 0's NET_RX: 1 s of 2
+    (b,) = [l for l in text.splitlines() if ":9000" in l]
+    assert "4.00 kbit/s" in b and "same-core" in b
+    assert " - " in b.split("nc/43")[1]              # a cost per GB of 1000 bytes says nothing
+    assert "LLC unavailable: no PMU" in text and "LLC k" not in text
+    assert "rx  50%" in text                          # CPU 0's NET_RX: 1 s of 2
     one = _text(snap, limit=1)
-    assert "40000" in one and "40001" not in one             # by rate, the first LIMIT
+    assert "40000" in one and "40001" not in one      # by rate, the first LIMIT
+
+
+def test_idle_flows_are_hidden_and_counted_unless_asked_for():
+    snap = _snapshot(DATA)
+    text = _text(snap)
+    assert "40000" in text and ":9000" not in text and "5201 -> " not in text
+    assert "+2 idle flows (below 10.00 kbit/s)" in text
+    shown = _text(snap, state=ViewState(show_idle=True))
+    assert ":9000" in shown and "198.18.0.2:5201 -> 198.18.0.1:40000" in shown
+    assert "idle" not in shown
+    low = _text(snap, state=ViewState(min_rate=1000))
+    assert ":9000" in low and "+1 idle flow " in low   # the ACK stream has no payload
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (100, 30), (160, 48)])
+def test_the_numbers_that_matter_are_whole_at_any_usual_size(width, height):
+    snap = _snapshot(DATA)
+    lines = _screen(snap, width, height)
+    assert len(lines) <= height and all(len(l) <= width for l in lines)
+    (line,) = [l for l in lines if "40000" in l]
+    for want in ("4.00 Gbit/s", "0 (90%)", "50%", "1", "25%", "same-socket"):
+        assert want in line, (want, line)
+    assert "…" not in line
+    assert "iperf3/42" in line or width < 100         # the reader goes where room is short
+    assert any("? help" in l for l in lines)
+
+
+def test_a_short_terminal_shows_as_many_flows_as_fit_and_says_how_many_more():
+    flows = [FlowCpuSample(FlowId("tcp", "198.18.0.1", 40000 + i, "198.18.0.2", 5201), 0,
+                           rx_bytes=10**6 * (i + 1), kernel_ns=1000) for i in range(40)]
+    lines = _screen(_snapshot(flows), 80, 24)
+    assert len(lines) <= 24
+    rows = [l for l in lines if "->" in l]
+    assert rows and "40039" in rows[0]                # the fastest first
+    assert any(f"+{40 - len(rows)} more below" in l for l in lines)
+
+
+def test_sort_and_filter():
+    snap = _snapshot(DATA)
+    rows = lambda state: [l for l in _text(snap, state=state).splitlines() if "->" in l]  # noqa: E731
+    assert ":40000" in rows(ViewState(show_idle=True))[0]
+    assert ":40000" in rows(ViewState(show_idle=True, sort="class"))[1]   # same-core first
+    assert [":9000" in r for r in rows(ViewState(show_idle=True, filter="NC"))] == [True]
+    text = _text(snap, state=ViewState(filter="nothing-like-it"))
+    assert "(no flow matches the filter)" in text and "filter 'nothing-like-it' hides 1" in text
+
+
+def test_keys_change_the_state_like_htop():
+    state = ViewState()
+    for key in "k/52\x7f01\r":
+        assert handle_key(state, key)
+    assert state.sort == "kernel" and state.filter == "501" and not state.editing
+    assert handle_key(state, "i") and state.show_idle
+    assert handle_key(state, " ") and state.paused
+    assert handle_key(state, "?") and state.help
+    assert handle_key(state, "x") and not state.help   # any key leaves the help
+    assert handle_key(state, "\x1b") and state.filter == ""
+    assert handle_key(state, "/") and handle_key(state, "q") and state.filter == "q"   # typed
+    assert handle_key(state, "\x1b") and not state.editing
+    assert not handle_key(state, "q")
+
+
+@pytest.mark.parametrize("width,want", [
+    (60, "tcp 198.18.0.1:40000 -> 198.18.0.2:5201"),
+    (30, "198.18.0.1:40000->.2:5201"),
+    (12, "…00->.2:5201"),
+])
+def test_short_flow_keeps_the_local_port_to_the_last(width, want):
+    assert short_flow(A, width) == want
+
+
+def test_short_flow_compresses_ipv6_and_names_udp():
+    f = FlowId("udp", "2001:0db8:0000:0000:0000:0000:0000:0001", 53, "2001:db8::2", 40000)
+    assert short_flow(f, 80) == "udp [2001:db8::1]:53 -> [2001:db8::2]:40000"
+    assert short_flow(f, 20).endswith("]:40000") and len(short_flow(f, 20)) == 20
+
+
+def test_rates_parse_and_print():
+    assert parse_rate("10k") == 10_000 and parse_rate("1.5M") == 1.5e6 and parse_rate("2G") == 2e9
+    assert parse_rate("500") == 500 and parse_rate("10kbit/s") == 10_000
+    for bad in ("fast", "-1k", ""):
+        with pytest.raises(ValueError):
+            parse_rate(bad)
+    assert rate_text(12e9) == "12.00 Gbit/s" and rate_text(999) == "999 bit/s"
+
+
+def test_sparkline_follows_the_rate_history():
+    h = History()
+    for rx in (1, 2, 4, 8):
+        h.add(_snapshot([FlowCpuSample(A, 0, rx_bytes=10**6 * rx)]))
+    assert sparkline(h.rates[A]) == " " * (HISTORY - 4) + "▂▃▅█"
+    h.add(_snapshot([]))
+    assert h.rates[A][-1] == 0.0                       # gone for an interval: kept, at zero
 
 
 def test_an_empty_interval_says_so():
