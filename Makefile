@@ -55,7 +55,9 @@ setup:
 demo: setup
 	$(Q)$(VENV)/bin/steer demo
 
-test: setup
+# the suite includes the guest tier (tests/test_guest_live.py), whose qemu setup.sh --vm installs
+test:
+	$(Q)scripts/setup.sh --vm
 	$(Q)$(PYTHON) -m pytest -ra --durations=5 tests
 
 # VM_TESTS: pytest arguments for the guest, comma-separated (default in tests/vm/run.py)

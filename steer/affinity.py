@@ -33,23 +33,6 @@ def set_app_affinity(pid: int, cpus: set[int]) -> dict[int, list[int]]:
     return before
 
 
-def widen_to_online_cpus() -> str | None:
-    """Let this process run on every online CPU its cpuset allows (the kernel intersects the
-    mask with the cpuset). An affinity inherited from a narrow parent (a CI machine's init had
-    CPU 1 only, of 0-1) would otherwise put both ends of a benchmark, or every test that needs
-    two CPUs, on one CPU. Returns a line saying what changed, or None."""
-    from .topology import online_cpus
-    before = sorted(os.sched_getaffinity(0))
-    try:
-        os.sched_setaffinity(0, online_cpus())
-    except OSError:
-        return None
-    after = sorted(os.sched_getaffinity(0))
-    if after == before:
-        return None
-    return f"CPUs: affinity widened from {format_cpulist(before)} to {format_cpulist(after)}"
-
-
 def _state() -> dict:
     try:
         with open(os.path.join(STATE_DIR, "restore.json")) as f:

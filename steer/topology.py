@@ -192,3 +192,19 @@ def read_topology(root: str = "/sys") -> Topology:
         cpus[n] = Cpu(cpu=n, online=n in online, core=core, socket=r["socket"], llc=llc,
                       numa=numa.get(n), siblings=r["siblings"], llc_cpus=r["llc_cpus"])
     return Topology(cpus, max(levels) if levels else None)
+
+
+def widen_to_online_cpus() -> str | None:
+    """Let this process run on every online CPU its cpuset allows (the kernel intersects the
+    mask with the cpuset). An affinity inherited from a narrow parent (a CI machine's init had
+    CPU 1 only, of 0-1) would otherwise put both ends of a benchmark, or every test that needs
+    two CPUs, on one CPU. Returns a line saying what changed, or None."""
+    before = sorted(os.sched_getaffinity(0))
+    try:
+        os.sched_setaffinity(0, online_cpus())
+    except OSError:
+        return None
+    after = sorted(os.sched_getaffinity(0))
+    if after == before:
+        return None
+    return f"CPUs: affinity widened from {format_cpulist(before)} to {format_cpulist(after)}"

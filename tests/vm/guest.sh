@@ -13,7 +13,7 @@ hostname steer-vm
 ip link set lo up
 modprobe veth
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb
-export PYTHONDONTWRITEBYTECODE=1
+export PYTHONDONTWRITEBYTECODE=1 STEER_IN_TEST_GUEST=1
 cd "$STEER_VM_REPO" || { echo "STEER_VM_EXIT=98"; echo o > /proc/sysrq-trigger; }
 echo "test-vm guest: kernel $(uname -r), $(nproc) CPUs"
 # the arguments travel comma-separated on the kernel command line

@@ -137,8 +137,19 @@ def build_initramfs(modules: Path, version: str) -> Path:
     return path
 
 
+BOOTED_MARKER = b"test-vm guest: kernel"   # guest.sh's first line: the guest reached its tests
+CONSOLE_TAIL = 40
+
+
+def console_tail(log: Path, lines: int = CONSOLE_TAIL) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no console log)"
+
+
 def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], timeout: float,
-         log: Path) -> int:
+         log: Path, boot_timeout: float = 120.0) -> int:
     sock = WORK / "virtiofsd.sock"
     sock.unlink(missing_ok=True)
     # the host root, read-only to the guest (its overlay takes the writes); chroot sandboxing
@@ -172,7 +183,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
             "-device", "vhost-user-fs-pci,chardev=vfs,tag=hostroot,queue-size=1024",
             "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
             "-nographic", "-no-reboot", "-nic", "none", "-serial", "mon:stdio"]
-    status, seen = None, b""
+    status, seen, booted, why = None, b"", False, None
     started = time.monotonic()
     vm = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, start_new_session=True)
@@ -186,6 +197,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
                     sys.stdout.buffer.write(chunk)
                     sys.stdout.flush()
                     seen = seen[-64:] + chunk     # a marker may straddle two reads
+                    booted = booted or BOOTED_MARKER in seen
                     m = EXIT_MARKER.search(seen)
                     if m:
                         status = int(m.group(1))
@@ -193,8 +205,12 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
                     break
                 else:
                     time.sleep(0.1)
-                if time.monotonic() - started > timeout:
-                    print(f"\ntest-vm: timed out after {timeout:.0f} s", file=sys.stderr)
+                elapsed = time.monotonic() - started
+                if not booted and elapsed > boot_timeout:
+                    why = f"the guest did not reach its tests within {boot_timeout:.0f} s"
+                    break
+                if elapsed > timeout:
+                    why = f"timed out after {timeout:.0f} s"
                     break
     finally:
         for p in (vm, vfs):
@@ -204,7 +220,8 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
         sock.unlink(missing_ok=True)
     print(f"test-vm: guest ran {time.monotonic() - started:.0f} s; console in {log}")
     if status is None:
-        print("test-vm: the guest printed no exit status", file=sys.stderr)
+        print(f"test-vm: {why or 'the guest printed no exit status'}; the console's last "
+              f"{CONSOLE_TAIL} lines:\n{console_tail(log)}", file=sys.stderr)
         return 1
     return status
 
@@ -214,6 +231,9 @@ def main(argv=None) -> int:
                                 epilog="Everything after the options goes to pytest in the guest.")
     p.add_argument("--timeout", type=float, default=1500.0,
                    help="seconds before the guest is killed (default: %(default)s)")
+    p.add_argument("--boot-timeout", type=float, default=120.0,
+                   help="seconds for the guest to boot and start its tests, else it is killed "
+                        "(default: %(default)s; a boot takes ~10 s here)")
     args, rest = p.parse_known_args(argv)
     if os.geteuid() != 0:
         fail("needs root (virtiofsd shares / with the guest; the tests inside need it too)")
@@ -227,7 +247,7 @@ def main(argv=None) -> int:
     initrd = build_initramfs(modules, version)
     print(f"test-vm: booting {version} (4 vCPUs as 2 sockets x 2 cores, TCG)", flush=True)
     return boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout,
-                WORK / "console.log")
+                WORK / "console.log", args.boot_timeout)
 
 
 if __name__ == "__main__":

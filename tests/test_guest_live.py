@@ -1,0 +1,48 @@
+"""The guest tier as one test of the host's suite, so that `make test` (and CI) runs it: the tests
+only a host with two sockets and a kernel without sock_recv_length can run (tests/test_vm_live.py)
+inside the qemu guest of tests/vm/run.py. A guest that does not boot, or hangs, fails within its
+timeouts with the tail of its console."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT, live
+
+pytestmark = live
+
+BOOT_TIMEOUT = 120      # seconds; a boot takes ~10 s here
+GUEST_TIMEOUT = 900     # the whole guest run; ~3.5 min here
+
+
+def test_guest_tier_passes_in_a_two_socket_61_guest():
+    if os.environ.get("STEER_IN_TEST_GUEST"):
+        pytest.skip("already inside the test guest")
+    if not shutil.which("qemu-system-x86_64"):
+        pytest.skip("qemu-system-x86 not installed (scripts/setup.sh --vm, which make test runs)")
+    r = subprocess.run([sys.executable, "tests/vm/run.py", "--timeout", str(GUEST_TIMEOUT),
+                        "--boot-timeout", str(BOOT_TIMEOUT)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=GUEST_TIMEOUT + 300)
+    # on failure: the guest's pytest output, or run.py's reason and the console's tail
+    assert r.returncode == 0, f"{r.stderr.strip()[-4000:]}\n{r.stdout.strip()[-6000:]}"
+    (final,) = [l for l in r.stdout.splitlines() if re.match(r"=+ .*passed.* in [\d.]+s", l)]
+    print(final)
+    # every test of the tier has its condition in the guest: a skip there is a broken guest
+    assert "skipped" not in final and "failed" not in final, r.stdout[-6000:]
+
+
+def test_a_guest_that_does_not_boot_in_time_fails_fast_with_its_console():
+    """The bound that keeps a hung boot from eating CI's time: a boot timeout far below a real
+    boot stands for a hang."""
+    if os.environ.get("STEER_IN_TEST_GUEST"):
+        pytest.skip("already inside the test guest")
+    if not shutil.which("qemu-system-x86_64"):
+        pytest.skip("qemu-system-x86 not installed (scripts/setup.sh --vm, which make test runs)")
+    r = subprocess.run([sys.executable, "tests/vm/run.py", "--boot-timeout", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "the guest did not reach its tests within 1 s; the console's last 40 lines:" in r.stderr
+    assert len(r.stderr.splitlines()) > 1, r.stderr   # the console tail follows
