@@ -318,6 +318,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
                    "RPS settings steer changed, and remove lab namespaces of dead processes.")
+
+    comp = sub.add_parser("completion", formatter_class=fmt, help="shell completion script",
+                          description="Print a completion script for SHELL, generated from this "
+                          "parser: commands, options, and the values of options with choices, "
+                          "files, devices or namespaces. Install it with: steer completion bash "
+                          "> /usr/share/bash-completion/completions/steer")
+    comp.add_argument("shell", choices=["bash"], help="the shell")
+    sub.add_parser("manpage", formatter_class=fmt, help="the steer(1) man page",
+                   description="Print steer(1), generated from this parser (every command and "
+                   "option as --help gives them, exit codes, files). Read it with: steer manpage "
+                   "| man -l -")
     return p
 
 
@@ -766,10 +777,22 @@ def cmd_reset(args) -> int:
     return 0
 
 
+def cmd_completion(args) -> int:
+    from .manual import bash_completion
+    sys.stdout.write(bash_completion(build_parser()))
+    return 0
+
+
+def cmd_manpage(args) -> int:
+    from .manual import man_page
+    sys.stdout.write(man_page(build_parser()))
+    return 0
+
+
 COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
             "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
             "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export, "sweep": cmd_sweep,
-            "reset": cmd_reset}
+            "reset": cmd_reset, "completion": cmd_completion, "manpage": cmd_manpage}
 
 
 def _sigterm(signum, frame):
