@@ -46,7 +46,9 @@ class AutoSteer:
     confirm: int = 2
     hold: float = 10.0
     expire: int = 10
-    log: Callable[[str], None] = print
+    # log(message, **fields): one line per event; a move also gives its fields (flow, old_cpu,
+    # new_cpu, reason, dry_run) for structured logs
+    log: Callable[..., None] = print
     placed: dict[FlowId, int] = field(default_factory=dict)       # the rules we installed
     moves: int = 0
     _pending: dict[FlowId, tuple[int, int]] = field(default_factory=dict)
@@ -120,7 +122,9 @@ class AutoSteer:
         old = "-" if c.old_cpu is None else c.old_cpu
         new = "unsteered" if c.new_cpu is None else f"CPU {c.new_cpu}"
         dry = " (dry run)" if self.steerer is None else ""
-        self.log(f"{time.strftime('%H:%M:%S')} {c.flow}: kernel CPU {old} -> {new}: {c.reason}{dry}")
+        self.log(f"{c.flow}: kernel CPU {old} -> {new}: {c.reason}{dry}", flow=str(c.flow),
+                 old_cpu=c.old_cpu, new_cpu=c.new_cpu, reason=c.reason,
+                 dry_run=self.steerer is None)
         return c
 
 

@@ -118,6 +118,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from .exporter import DEFAULT_FLOW_LABELS, DEFAULT_LISTEN, DEFAULT_TOP_K, FLOW_LABEL_SETS
+    from .logs import LOG_FORMATS
     from .view import DEFAULT_LIMIT, DEFAULT_MIN_RATE, SORTS, rate_text
     fmt = _HelpFormatter
     p = _Parser(
@@ -255,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     auto.add_argument("--min-rate", type=float, default=1e6, metavar="BPS",
                       help="flows slower than this (bit/s) are left alone")
     auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
+    auto.add_argument("--log-format", choices=list(LOG_FORMATS), default="text",
+                      help="the log on stderr: text (a UTC timestamp, then the line) or json (one "
+                           "object per line: time, level, msg, and for a move flow, old_cpu, "
+                           "new_cpu, reason, dry_run)")
     auto.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
                       help="XDP attach mode, as for steer pin")
     _tracer_options(auto)
@@ -599,6 +604,7 @@ def cmd_rps(args) -> int:
 def cmd_auto(args) -> int:
     from . import auto
     from .flows import Intervals
+    from .logs import make_logger
     from .policies import PolicyError, load_policy
     from .steering import XdpSteering
     from .topology import read_topology
@@ -612,6 +618,7 @@ def cmd_auto(args) -> int:
         name, policy = load_policy(args.policy, args.min_rate)
     except PolicyError as e:
         raise UserError(str(e)) from None
+    log = make_logger(args.log_format)
     topo = read_topology()
     steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
                                                       pinned=False).open()
@@ -620,14 +627,14 @@ def cmd_auto(args) -> int:
         tracer = _start_tracer(args)
         intervals = Intervals(tracer, topo)
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
-                                log=lambda line: print(line, flush=True))
+                                log=log)
         if args.listen:
             from .exporter import SteerCollector
             _serve(SteerCollector(tracer, topo, top_k=args.top_k, flow_labels=args.flow_labels,
                                   steering=lambda: [steering.state()] if steering else [],
                                   actions=lambda: {name: engine.moves}), args.listen)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
-        print(f"steer auto: policy {name}, every {args.interval:g} s, {mode}", flush=True)
+        log(f"steer auto: policy {name}, every {args.interval:g} s, {mode}")
         auto.run(engine, intervals, period=args.interval, duration=args.duration,
                  detached=steering.detached if steering else lambda: None)
     except auto.AutoStopped as e:
@@ -637,7 +644,7 @@ def cmd_auto(args) -> int:
             tracer.stop()
         if steering:
             steering.close()
-    print(f"steer auto: stopped; {len(engine.placed) if tracer else 0} rule(s) removed with it")
+    log(f"steer auto: stopped; {len(engine.placed) if tracer else 0} rule(s) removed with it")
     return 0
 
 

@@ -88,7 +88,7 @@ def clean():
 def test_auto_stops_when_its_namespace_is_deleted():
     with Lab([LabFlow(CPU_A, CPU_A)], seconds=1) as lab:
         p = _spawn("auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval", "0.3")
-        assert "steer auto: policy" in p.stdout.readline()
+        assert "steer auto: policy" in p.stderr.readline()   # the log: stderr
         assert _xdp_programs()
         subprocess.run(["ip", "netns", "del", lab.rx], check=True)
         out, err = p.communicate(timeout=30)

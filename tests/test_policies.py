@@ -157,7 +157,7 @@ def test_hysteresis_confirm_and_hold():
     want = {"cpu": 1}
     policy = lambda s, topo: [Decision(f.flow, want["cpu"], "test") for f in s.flows]  # noqa: E731
     rec, lines = Recorder(), []
-    eng = AutoSteer(policy, rec, t, confirm=2, hold=10, expire=3, log=lines.append)
+    eng = AutoSteer(policy, rec, t, confirm=2, hold=10, expire=3, log=lambda m, **_: lines.append(m))
     s = snap([flow(1, 0, 0)])
     assert eng.step(s, now=0) == []                     # asked once: not yet
     (c,) = eng.step(s, now=1)                           # asked twice: move
@@ -185,7 +185,7 @@ def test_policy_error_keeps_placement_and_logs():
     def broken(s, topo):
         raise RuntimeError("boom")
     rec, lines = Recorder(), []
-    eng = AutoSteer(broken, rec, t, log=lines.append)
+    eng = AutoSteer(broken, rec, t, log=lambda m, **_: lines.append(m))
     assert eng.step(snap([flow(1, 0, 0)]), now=0) == [] and rec.calls == []
     assert "policy error: RuntimeError: boom; keeping the last good placement" in lines[0]
 
@@ -194,11 +194,11 @@ def test_offline_cpu_decisions_are_ignored_and_gone_flows_expire():
     t = read_topology(VM)
     rec, lines = Recorder(), []
     eng = AutoSteer(lambda s, topo: [Decision(f.flow, 7, "x") for f in s.flows], rec, t,
-                    confirm=1, log=lines.append)
+                    confirm=1, log=lambda m, **_: lines.append(m))
     eng.step(snap([flow(1, 0, 0)]), now=0)
     assert rec.calls == [] and "not online" in lines[0]
     eng = AutoSteer(lambda s, topo: [Decision(f.flow, 1, "x") for f in s.flows], rec, t,
-                    confirm=1, expire=2, log=lines.append)
+                    confirm=1, expire=2, log=lambda m, **_: lines.append(m))
     eng.step(snap([flow(1, 0, 0)]), now=0)
     eng.step(snap([]), now=1)
     (c,) = eng.step(snap([]), now=2)
@@ -212,7 +212,7 @@ def test_a_rule_whose_cpu_goes_offline_falls_back_with_a_warning(tmp_path):
     down = read_topology(xeon_2s_smt(str(tmp_path / "down"), offline=(2,)))
     rec, lines = Recorder(), []
     eng = AutoSteer(lambda s, topo: [Decision(f.flow, 2, "x") for f in s.flows], rec, up,
-                    confirm=1, log=lines.append)
+                    confirm=1, log=lambda m, **_: lines.append(m))
     eng.step(snap([flow(1, 0, 0)]), now=0)
     assert eng.placed == {flow(1, 0, 0).flow: 2}
     eng.topo = down
@@ -258,3 +258,37 @@ def test_run_reads_the_topology_again_after_hotplug(tmp_path):
     iv = FakeIntervals(before, snap([]))
     run(eng, iv, period=0.01, duration=0.05, sysfs=now)
     assert 5 in before.online and 5 not in eng.topo.online and iv.topo is eng.topo
+
+
+def test_auto_log_lines_carry_their_time_and_json_carries_the_moves_fields():
+    import io
+    import json
+    from datetime import datetime, timezone
+    from steer.logs import make_logger
+    at = lambda: datetime(2026, 11, 23, 7, 45, 1, 234000, tzinfo=timezone.utc)  # noqa: E731
+    text, js = io.StringIO(), io.StringIO()
+    for log in (make_logger("text", text, at), make_logger("json", js, at)):
+        log("warning: CPU 3 of the rule for x went offline")
+        log("tcp a:1 -> b:2: kernel CPU 0 -> CPU 1: reason", flow="tcp a:1 -> b:2", old_cpu=0,
+            new_cpu=1, reason="reason", dry_run=False)
+    assert text.getvalue().splitlines() == [
+        "2026-11-23T07:45:01.234Z warning: CPU 3 of the rule for x went offline",
+        "2026-11-23T07:45:01.234Z tcp a:1 -> b:2: kernel CPU 0 -> CPU 1: reason"]
+    first, move = (json.loads(l) for l in js.getvalue().splitlines())
+    assert first == {"time": "2026-11-23T07:45:01.234Z", "level": "warning",
+                     "msg": "warning: CPU 3 of the rule for x went offline"}
+    assert move["level"] == "info" and move["old_cpu"] == 0 and move["new_cpu"] == 1
+    assert move["dry_run"] is False and move["flow"] == "tcp a:1 -> b:2"
+
+
+def test_a_move_is_logged_with_its_fields():
+    t = read_topology(VM)
+    f = flow(1, 0, 0).flow
+    calls = []
+    eng = AutoSteer(lambda s, topo: [Decision(f, 1, "test")], None, t, confirm=1,
+                    log=lambda m, **fields: calls.append((m, fields)))
+    eng.step(snap([flow(1, 0, 0)]), now=0.0)
+    ((msg, fields),) = calls
+    assert msg.endswith("kernel CPU 0 -> CPU 1: test (dry run)")
+    assert fields == {"flow": str(f), "old_cpu": 0, "new_cpu": 1, "reason": "test",
+                      "dry_run": True}

@@ -333,11 +333,13 @@ def test_auto_llc_peer_moves_the_flow(tracer):
         out, err = r.communicate(timeout=30)
         (res,) = lab.wait(timeout=30)
     assert r.returncode == 0, err
-    moves = [m for m in (re.search(rf"kernel CPU {CPU_A} -> CPU (\d+)", l) for l in out.splitlines()) if m]
-    assert len(moves) == 1 and f"shares the L3 of reader CPU {CPU_A}" in moves[0].string, out
+    # the log (stderr): a timestamp, then the line
+    moves = [m for m in (re.search(rf"^\S+Z .*kernel CPU {CPU_A} -> CPU (\d+)", l)
+                         for l in err.splitlines()) if m]
+    assert len(moves) == 1 and f"shares the L3 of reader CPU {CPU_A}" in moves[0].string, err
     target = int(moves[0].group(1))
     skbs = _skbs_by_cpu(a, b, res.sender_port, 5201)
-    print(out, skbs)
+    print(err, skbs)
     assert target != CPU_A and _share(skbs, target) >= 0.95
 
 

@@ -206,7 +206,7 @@ def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, tmp_path):
     seen = []
 
     def wait_for(text):
-        for line in auto.stdout:
+        for line in auto.stderr:   # the log
             seen.append(line)
             if text in line:
                 return
@@ -226,8 +226,8 @@ def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, tmp_path):
             auto.send_signal(signal.SIGINT)
             out, err = auto.communicate(timeout=120)
             lab.stop_traffic()
-    out = "".join(seen) + out
-    print(out, err)
-    assert auto.returncode == 0, err
-    assert f"warning: CPU {cpu} of the rule for" in out
-    assert "Traceback" not in err
+    log = "".join(seen) + err
+    print(out, log)
+    assert auto.returncode == 0, log
+    assert f"warning: CPU {cpu} of the rule for" in log
+    assert "Traceback" not in log
