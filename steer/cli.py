@@ -735,7 +735,7 @@ def cmd_sweep(args) -> int:
     if interrupted:
         if not os.path.exists(os.path.join(args.out, "results.json")):
             console.print("interrupted before the first cell: nothing to keep")
-            return 130
+            return interrupted_status()
         with open(os.path.join(args.out, "results.json")) as f:
             results = json.load(f)
     files = write_outputs(results, args.out, topo)
@@ -743,7 +743,7 @@ def cmd_sweep(args) -> int:
     if interrupted:
         console.print(f"interrupted after {done} of {len(cpus) ** 2} cells; the lab is torn down. "
                       f"`steer sweep --resume --out {args.out}` with the same options continues.")
-        return 130
+        return interrupted_status()
     console.print(f"wrote {len(files)} files to {args.out}: " + ", ".join(os.path.basename(f) for f in files))
     return 0
 
@@ -759,6 +759,7 @@ class _GracefulStop:
         return self._asked
 
     def _handler(self, signum, frame):
+        _STOP_SIGNAL[0] = signum
         if self._asked and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self._asked = True
@@ -802,8 +803,20 @@ COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo"
             "reset": cmd_reset, "completion": cmd_completion, "manpage": cmd_manpage}
 
 
+_STOP_SIGNAL = [signal.SIGINT]   # the signal that last asked this process to stop
+
+
 def _sigterm(signum, frame):
+    _STOP_SIGNAL[0] = signum
     raise KeyboardInterrupt   # the same orderly teardown as Ctrl-C
+
+
+def interrupted_status() -> int:
+    """The exit status of a command stopped before it finished: 128 + the signal, as a shell
+    reports a process that signal killed (130 for Ctrl-C, 143 for SIGTERM), after the same
+    teardown either way. The commands that run until stopped (top, demo, auto, export) stop
+    cleanly on either and exit 0."""
+    return 128 + _STOP_SIGNAL[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -823,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steer {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return interrupted_status()
     except BrokenPipeError:
         return 0
 

@@ -89,10 +89,10 @@ def man_page(parser: argparse.ArgumentParser, date: str | None = None) -> str:
             ".TP", ".B 2",
             _roff("bad arguments: anything that does not parse, a FLOWSPEC, a CPU list, a "
                   "--listen address, options that do not go together"),
-            ".TP", ".B 130",
-            _roff("interrupted (Ctrl-C or SIGTERM) before the command finished, after the same "
-                  "teardown; the commands that run until stopped (top, demo, auto, export) stop "
-                  "cleanly and exit 0"),
+            ".TP", ".B 130, 143",
+            _roff("interrupted before the command finished, by Ctrl-C (130) or SIGTERM (143), "
+                  "after the same teardown; the commands that run until stopped (top, demo, "
+                  "auto, export) stop cleanly on either and exit 0"),
             ".SH FILES",
             ".TP", ".I /sys/fs/bpf/steer",
             _roff("pinned steering programs, maps and links; removed by steer unpin and steer "

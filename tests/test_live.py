@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -396,3 +397,20 @@ def test_small_flow_map_evicts_and_counts():
     assert s.max_entries == 4 and s.live_entries <= 4
     assert s.evictions > 0
     assert sum(c.flow_failures for c in s.cpus) == 0
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_command_stopped_before_it_finished_exits_128_plus_the_signal(sig, status):
+    """steer flows stopped mid-window: Ctrl-C gives 130 and SIGTERM 143, as a shell reports a
+    process that signal killed, after the same teardown (nothing left loaded)."""
+    assert _wait_for(lambda: not _our_programs()), "programs of an earlier test still loaded"
+    p = subprocess.Popen([*STEER, "flows", "--duration", "60"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
+                         cwd=ROOT)
+    assert _wait_for(lambda: _our_programs() or p.poll() is not None, 20) and p.poll() is None
+    time.sleep(0.5)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == status, err
+    assert "Traceback" not in err
+    assert _wait_for(lambda: not _our_programs()), _our_programs()
