@@ -12,8 +12,15 @@ from .units import per_gb
 NS = 1e9
 
 
+def _restarted(a: FlowCpuSample, b: FlowCpuSample) -> bool:
+    """B, a later read of A's (flow, CPU) entry, counts from zero again: the entry was evicted or
+    deleted and re-created in between (a cumulative counter can only go down that way)."""
+    return (b.rx_bytes < a.rx_bytes or b.app_calls < a.app_calls or b.app_ns < a.app_ns
+            or b.kernel_ns + b.kthread_ns < a.kernel_ns + a.kthread_ns)
+
+
 def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:
-    if a is None or b.rx_bytes < a.rx_bytes or b.app_calls < a.app_calls:
+    if a is None or _restarted(a, b):
         return b   # new, or evicted and re-created since the earlier sample
     fields = {n: getattr(b, n) - getattr(a, n) for n in (
         "rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns", "app_bytes", "app_calls",
@@ -328,8 +335,7 @@ class FlowTotals:
     total is the sum of its entries plus what its entries that went away had counted: an entry
     deleted while its flow lives on (idle on one CPU after the flow moved, or evicted and
     inserted again from zero, seen as counts that went down) keeps its counts in the flow's
-    total. When every entry of a flow is
-    gone, so is the flow: state is bounded by the map."""
+    total. When every entry of a flow is gone, so is the flow: state is bounded by the map."""
 
     def __init__(self):
         self._prev: dict[tuple[FlowId, int], FlowCpuSample] = {}
@@ -339,8 +345,7 @@ class FlowTotals:
         now = sample.entries
         for key, old in self._prev.items():
             new = now.get(key)
-            if new is None or new.rx_bytes < old.rx_bytes or new.app_ns < old.app_ns or \
-                    new.kernel_ns + new.kthread_ns < old.kernel_ns + old.kthread_ns:
+            if new is None or _restarted(old, new):
                 self._retired.setdefault(key[0], FlowTotal()).add(old)
         totals: dict[FlowId, FlowTotal] = defaultdict(FlowTotal)
         for (flow, _), e in now.items():

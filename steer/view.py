@@ -226,12 +226,9 @@ def select_flows(snap: Snapshot, state: ViewState) -> tuple[list[FlowReport], in
     return sorted(flows, key=key), idle, filtered
 
 
-def flow_table(snap: Snapshot, width: int, state: ViewState | None = None,
-               history: History | None = None, rows: int | None = None) -> tuple[Table, int]:
-    """The flows that STATE selects, at most ROWS, in WIDTH columns; and how many flows it
-    selected (shown or not)."""
-    state = state or ViewState()
-    flows, _, _ = select_flows(snap, state)
+def flow_table(snap: Snapshot, flows: list[FlowReport], width: int,
+               history: History | None = None, rows: int | None = None) -> Table:
+    """FLOWS (of SNAP, as select_flows gives them), at most ROWS, in WIDTH columns."""
     shown = flows if rows is None else flows[:max(rows, 0)]
     cols = columns(snap, history)
     cells = [[c.cell(f) for c in cols] for f in shown]
@@ -264,7 +261,7 @@ def flow_table(snap: Snapshot, width: int, state: ViewState | None = None,
             if cols[i].header == "class":
                 values[n] = Text(row[i], style=class_label(f)[1])
         t.add_row(text, *values)
-    return t, len(flows)
+    return t
 
 
 def _bar(parts: Sequence[tuple[float, str, str]], width: int) -> Text:
@@ -409,10 +406,10 @@ def screen(snap: Snapshot, topo: Topology, state: ViewState, width: int, height:
     flows, idle, filtered = select_flows(snap, state)
     foot = footer_lines(snap, state, idle, filtered, 0, width, keys)
     rows = max(1, height - len(head) - len(bars) - len(foot) - 2)   # table header, last line
-    table, selected = flow_table(snap, width, state, history, rows)
-    if selected > rows:
-        foot = footer_lines(snap, state, idle, filtered, selected - rows, width, keys)
-    body = [table] if selected else [Text(_nothing(snap, idle, filtered), style="dim")]
+    if len(flows) > rows:
+        foot = footer_lines(snap, state, idle, filtered, len(flows) - rows, width, keys)
+    body = [flow_table(snap, flows, width, history, rows)] if flows else \
+        [Text(_nothing(snap, idle, filtered), style="dim")]
     return Group(*head, *bars, *body, *foot)
 
 
@@ -429,12 +426,12 @@ def render(snap: Snapshot, topo: Topology, limit: int = DEFAULT_LIMIT, width: in
     """One interval as plain output (`steer flows`, `steer top` off a terminal): the flows STATE
     selects (the LIMIT first), the CPU bars, a footer."""
     state = state or ViewState()
-    _, idle, filtered = select_flows(snap, state)
-    table, selected = flow_table(snap, width, state, None, limit)
+    flows, idle, filtered = select_flows(snap, state)
     title = Text(f"flows over {snap.duration:.1f} s, by {SORTS[state.sort]}", style="bold")
-    body = [table] if selected else [Text(_nothing(snap, idle, filtered), style="dim")]
+    body = [flow_table(snap, flows, width, None, limit)] if flows else \
+        [Text(_nothing(snap, idle, filtered), style="dim")]
     return Group(header_line(snap, topo, state, width), *cpu_lines(snap, width, 64), title,
-                 *body, *footer_lines(snap, state, idle, filtered, max(0, selected - limit),
+                 *body, *footer_lines(snap, state, idle, filtered, max(0, len(flows) - limit),
                                       width, keys=False, max_lines=4))
 
 
