@@ -85,6 +85,10 @@ struct ft_config {
 	__u32 llc_enabled;	/* a per-CPU counter was put in the llc_counters array */
 	__u32 recv_flags_arg;	/* index of `flags` in tcp_recvmsg/udp_recvmsg (fallback hooks) */
 	enum ft_timing timing;	/* 4 bytes, as __u32; typed so that its values reach the BTF */
+	__u32 softirq_stacks;	/* softirqs run on the CPUs' irq stacks (x86_64, arm64; not under
+				 * PREEMPT_RT): the sampler tells task context by the stack pointer */
+	__u32 app_counters;	/* sampled timing: what a TCP reader got comes from the socket's own
+				 * counters, no program runs per read (--app-hook counters) */
 	__u32 pad;
 	__u64 text[FT_TEXT_RANGES][2];
 };

@@ -66,8 +66,8 @@ def _bounded_int(lo: int, hi: int):
 
 def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
     """TIMING: this command's default timing mode, where it is not the always-on one."""
-    from .tracer import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
-                         MAX_SAMPLE_HZ, TIMINGS)
+    from .tracer import (APP_HOOK_CHOICES, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS,
+                         DEFAULT_SAMPLE_HZ, DEFAULT_TIMING, MAX_SAMPLE_HZ, TIMINGS)
     g = p.add_argument_group("tracer")
     g.add_argument("--timing", choices=TIMINGS, default=timing or DEFAULT_TIMING,
                    help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
@@ -94,13 +94,17 @@ def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> No
                    metavar="SECONDS",
                    help="drop a flow's entries after this long without packets or reads (they are "
                         "reported one last time first)")
-    g.add_argument("--app-hook", choices=["auto", "tracepoint", "fexit", "kprobe", "off"],
-                   default="auto",
-                   help="how reads are tied to sockets: the sock:sock_recv_length tracepoint "
-                        "(kernel 6.3+), else fexit, else a kretprobe on tcp_recvmsg/udp_recvmsg/"
-                        "udpv6_recvmsg; auto takes the first this kernel runs and reports the "
-                        "application side unavailable, with why, when none does "
-                        "(default: %(default)s)")
+    g.add_argument("--app-hook", choices=APP_HOOK_CHOICES, default="auto",
+                   help="how the reader's bytes are counted. counters (sampled timing): no "
+                        "program per read; a TCP reader's bytes are its socket's own count, its "
+                        "CPU and process come from the samples, UDP reads are counted by fexit on "
+                        "udp_recvmsg where the kernel allows it; no count of calls. tracepoint "
+                        "(sock:sock_recv_length, kernel 6.3+), fexit or kprobe (a kretprobe on "
+                        "tcp_recvmsg/udp_recvmsg/udpv6_recvmsg): a program per receive call of "
+                        "every socket, which counts calls and names the reader's CPU at each "
+                        "read. auto: counters with sampled timing; with exact timing the first "
+                        "of tracepoint, fexit, kprobe this kernel runs, else the application side "
+                        "is reported unavailable, with why (default: %(default)s)")
     g.add_argument("--btf", metavar="FILE",
                    help="kernel BTF for CO-RE relocations, for kernels without "
                         "/sys/kernel/btf/vmlinux (default: the running kernel's)")
@@ -351,6 +355,13 @@ def cmd_topology(args) -> int:
         return 0
     Console().print(topology_table(topo))
     return 0
+
+
+def _check_tracer_options(args) -> None:
+    """What argparse cannot see: tracer options that do not go together."""
+    if getattr(args, "app_hook", None) == "counters" and getattr(args, "timing", None) == "exact":
+        raise UsageError("--app-hook counters needs --timing sampled: exact timing brackets each "
+                         "receive call, which takes a program per read")
 
 
 def _start_tracer(args):
@@ -705,6 +716,12 @@ def cmd_sweep(args) -> int:
         raise UsageError("--method rps is for the lab; a real host is swept with --method xdp")
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: not a port number")
+    try:
+        import matplotlib  # noqa: F401  (an extra: the rest of steer runs without it)
+    except ImportError:
+        raise UserError("steer sweep draws its figures with matplotlib, which is not installed: "
+                        "pip install 'steer[sweep]' (Debian: apt-get install "
+                        "python3-matplotlib)") from None
     cfg = SweepConfig(cpus=cpus, seconds=args.seconds, repeat=args.repeat,
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
@@ -828,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     from .privileges import PrivilegeError
     from .tracer import TracerError
     try:
+        _check_tracer_options(args)
         return COMMANDS[args.command](args)
     except UsageError as e:
         print(f"steer {args.command}: error: {e} (see steer {args.command} --help)", file=sys.stderr)

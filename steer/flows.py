@@ -51,7 +51,7 @@ class FlowReport:
     app_seconds: float
     app_nested_seconds: float
     app_bytes: int
-    app_calls: int
+    app_calls: int | None          # None: not counted (--app-hook counters runs nothing per read)
     app_pid: int | None
     app_comm: str | None
     llc_misses_kernel: int | None
@@ -200,7 +200,9 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
         app_cpu, ashare = _dominant(acpu)
         if app_cpu is None:
             app_cpu, ashare = _dominant(acalls)
-        reader = max((p for p in parts if p.app_pid), key=lambda p: p.app_calls, default=None)
+        # the reader: of the processes seen reading, the one with most calls, else most time
+        reader = max((p for p in parts if p.app_pid), key=lambda p: (p.app_calls, p.app_ns),
+                     default=None)
         reports.append(FlowReport(
             flow=fid, duration=duration,
             rx_bytes=sum(p.rx_bytes for p in parts), rx_packets=sum(p.rx_packets for p in parts),
@@ -209,7 +211,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             kernel_kthread_seconds=sum(p.kthread_ns for p in parts) / NS,
             app_cpu=app_cpu, app_cpu_share=ashare, app_seconds=sum(acpu.values()),
             app_nested_seconds=sum(p.app_nested_ns for p in parts) / NS,
-            app_bytes=sum(p.app_bytes for p in parts), app_calls=sum(p.app_calls for p in parts),
+            app_bytes=sum(p.app_bytes for p in parts),
+            app_calls=sum(p.app_calls for p in parts) if caps.app_calls_counted else None,
             app_pid=reader.app_pid if reader else None, app_comm=reader.app_comm if reader else None,
             llc_misses_kernel=sum(p.llc_kernel for p in parts) if llc else None,
             llc_misses_app=sum(p.llc_app for p in parts) if llc else None,

@@ -43,7 +43,8 @@ HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX
 
 
 class Config(ctypes.Structure):
-    _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32), ("pad", u32),
+    _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32),
+                ("softirq_stacks", u32), ("app_counters", u32), ("pad", u32),
                 ("text", u64 * 2 * FT_TEXT_RANGES)]
 
 

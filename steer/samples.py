@@ -86,10 +86,15 @@ class Capabilities:
     cpumap_context: str
     llc: str
     timing: str = "available (exact)"
+    app_calls: str = "available (a program per receive call)"
 
     @property
     def llc_available(self) -> bool:
         return self.llc.startswith("available")
+
+    @property
+    def app_calls_counted(self) -> bool:
+        return self.app_calls.startswith("available")
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

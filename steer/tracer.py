@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from . import flowtrace_abi as abi
 from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
                      PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, bpf_dir,
-                     kernel_text_ranges, possible_cpus, vmlinux_func_params, vmlinux_has_type)
+                     kernel_text_ranges, netns_of, network_namespaces, possible_cpus,
+                     vmlinux_func_params, vmlinux_has_type)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
 from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, address_text, proto_name
 
@@ -31,11 +32,18 @@ LLC_EVENTS = {
 }
 
 
-# How the application side learns which socket a read was from and how many bytes it got: the
-# sock_recv_length tracepoint (6.3+), else the exit of the protocols' recvmsg functions by fexit
-# (BPF trampolines), else by kretprobe. The receive-syscall timing programs serve all three.
+# How the application side learns which socket a read was from and how many bytes it got:
+# - counters (sampled timing only): no program per read. A TCP reader's bytes are the socket's
+#   own account (copied_seq against bytes_received, read at each flush), the reader's CPU and
+#   process come from the samples; UDP reads by fexit on udp(v6)_recvmsg where the kernel allows
+#   it (no cost to TCP and other reads), else not at all;
+# - the sock_recv_length tracepoint (6.3+): one program per receive call of every socket of the
+#   host; else the exit of the protocols' recvmsg functions by fexit (BPF trampolines), else by
+#   kretprobe. These count calls, and the exact mode times the syscalls around them.
 RECV_FUNCS = ("tcp_recvmsg", "udp_recvmsg", "udpv6_recvmsg")
+UDP_RECV_FUNCS = ("udp_recvmsg", "udpv6_recvmsg")
 APP_HOOKS = {
+    "counters": tuple(f"ft_{f}_exit" for f in UDP_RECV_FUNCS),
     "tracepoint": ("ft_sock_recv_length",),
     "fexit": tuple(f"ft_{f}_exit" for f in RECV_FUNCS),
     "kprobe": tuple(p for f in RECV_FUNCS for p in (f"ft_{f}_entry", f"ft_{f}_return")),
@@ -47,17 +55,20 @@ SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit", "ft_sched_switch")
 # call two additions in the socket's storage, nothing on other syscalls.
 EXACT_PROGRAMS = ("ft_softirq_entry", "ft_softirq_exit", "ft_netif_receive_skb", "ft_xdp_redirect",
                   "ft_xdp_cpumap_kthread", *SYSCALL_PROGRAMS)
-# sampled timing: a TCP socket's reads wait in its storage until flushed (flowtrace.bpf.c,
-# sock_state): at TCP_CLOSE, at destroy, and by the iterator that sample() runs before it reads
-# the flow map
+# sampled timing: a TCP socket's counts wait in its storage until flushed (flowtrace.bpf.c,
+# sock_state): at TCP_CLOSE, at destroy, and by the iterator over the socket storage that sample()
+# runs before it reads the flow map. With socket counters, the connections already open when the
+# tracer starts get their storage from an iterator over each network namespace's TCP sockets.
 FLUSH_ITERATOR = "ft_flush_socks"
-SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample", "ft_tcp_close", "ft_tcp_destroy", FLUSH_ITERATOR)
+OPEN_SOCKETS_ITERATOR = "ft_tcp_sockets"
+SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample", "ft_tcp_state", "ft_tcp_destroy", FLUSH_ITERATOR,
+                    OPEN_SOCKETS_ITERATOR)
 TIMINGS = ("sampled", "exact")
 DEFAULT_TIMING = "sampled"
 DEFAULT_SAMPLE_HZ = 99     # per CPU, as always-on profilers sample (99, not 100: out of step with
-                           # work on a 100 Hz beat). Each sample costs a timer interrupt and a
-                           # stack walk (~25 us on this VM all told: redis GET kept 0.92 of its
-                           # rate at 1000 Hz, 0.96 at 250, 0.97 at 50). A flow at 10% of a CPU
+                           # work on a 100 Hz beat). Each sample costs a timer interrupt and
+                           # ~2.5 us of program on this VM (bench.event_cost; a stack walk, where
+                           # the kernel leaves no cheaper sign, ~18 us). A flow at 10% of a CPU
                            # over a 15 s scrape interval gets ~150 samples: ~8% error
 MAX_SAMPLE_HZ = 20000      # the kernel throttles perf sampling well before 100 kHz per CPU
 # kernel functions whose frames tell the sampler where a CPU is (ft_text in flowtrace.h); each
@@ -65,12 +76,22 @@ MAX_SAMPLE_HZ = 20000      # the kernel throttles perf sampling well before 100 
 TEXT_SYMBOLS = {abi.FT_TEXT_NET_RX: ["net_rx_action"],
                 abi.FT_TEXT_NAPI_THREAD: ["napi_threaded_poll_loop", "napi_threaded_poll"],
                 abi.FT_TEXT_SOFTIRQ: ["handle_softirqs", "__do_softirq"]}
-APP_HOOK_LABELS = {"tracepoint": "sock:sock_recv_length",
+APP_HOOK_LABELS = {"counters": "the TCP sockets' own counters",
+                   "tracepoint": "sock:sock_recv_length",
                    "fexit": "fexit on " + "/".join(RECV_FUNCS),
                    "kprobe": "kretprobe on " + "/".join(RECV_FUNCS)}
 # tcp_recvmsg's parameter count -> index of `flags`: (sk, msg, len, nonblock, flags, addr_len)
 # before 5.19, (sk, msg, len, flags, addr_len) until 6.17, (sk, msg, len, flags) since
 RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
+
+
+def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
+    """A PREEMPT_RT kernel runs softirqs in task context, on task stacks (ft_config)."""
+    try:
+        with open(path) as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
 
 
 def _hooked(program: str) -> str:
@@ -85,6 +106,7 @@ def _short(e: KernelError) -> str:
 
 
 APP_HOOK_CHOICES = ("auto", *APP_HOOKS, "off")
+DEFAULT_SAMPLED_APP_HOOK = "counters"   # what --app-hook auto takes with sampled timing
 
 
 class TracerError(Exception):
@@ -130,6 +152,7 @@ class Tracer:
         self._seq = 0
         self._lock = threading.RLock()
         self.app_hook_used: str | None = None    # which of APP_HOOKS (or "off") start() chose
+        self.unreached_namespaces = 0   # counters: namespaces whose open connections go uncounted
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -151,6 +174,9 @@ class Tracer:
         if self.timing not in TIMINGS:
             raise TracerError(f"unknown timing {self.timing!r}: choose from {', '.join(TIMINGS)}")
         sampled = self.timing == "sampled"
+        if self.app_hook == "counters" and not sampled:
+            raise TracerError("--app-hook counters needs --timing sampled: exact timing brackets "
+                              "each receive call, which takes a program per read")
         if sampled and not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:
             raise TracerError(f"--sample-hz must be from 1 to {MAX_SAMPLE_HZ}, not {self.sample_hz}")
         disable = {p for progs in APP_HOOKS.values() for p in progs}
@@ -175,12 +201,18 @@ class Tracer:
         llc_status, counters = self._open_counters()
         clocks: list[PerfCounter] = []
         tried: list[str] = []
+        udp_why = None   # counters: why UDP reads are not counted
         for hook, programs, flags_arg, why_not in self._app_hook_candidates():
             if why_not:
-                tried.append(f"{hook}: {why_not}")
+                if hook == "counters" and programs:
+                    udp_why = why_not
+                else:
+                    tried.append(f"{hook}: {why_not}")
                 continue
             cfg = abi.Config(llc_enabled=1 if counters else 0, recv_flags_arg=flags_arg,
-                             timing=abi.FT_TIMING_SAMPLED if sampled else abi.FT_TIMING_EXACT)
+                             timing=abi.FT_TIMING_SAMPLED if sampled else abi.FT_TIMING_EXACT,
+                             softirq_stacks=0 if preempt_rt() else 1,
+                             app_counters=1 if hook == "counters" else 0)
             for i, (lo, hi) in enumerate(text):
                 cfg.text[i][0], cfg.text[i][1] = lo, hi
             try:
@@ -208,6 +240,7 @@ class Tracer:
                     m = self._obj.map("llc_counters")
                     for c in counters:
                         m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+                self.app_hook_used = hook
                 self._attach(clocks)
                 break
             except KernelError as e:
@@ -216,6 +249,9 @@ class Tracer:
                 self.stop()
                 # kernels refuse a hook they cannot run in several ways (ENOTSUPP, EPERM, EINVAL);
                 # whatever else is wrong fails the last attempt, which loads no hook, as well
+                if hook == "counters" and programs:
+                    udp_why = f"this kernel refused fexit on {'/'.join(UDP_RECV_FUNCS)}: {_short(e)}"
+                    continue   # counters for TCP alone come next
                 if hook != "off" and self.app_hook == "auto":
                     tried.append(f"{hook}: {_short(e)}")
                     continue
@@ -231,9 +267,22 @@ class Tracer:
             for c in counters + clocks:
                 c.close()
             raise TracerError(f"--app-hook {self.app_hook}: " + "; ".join(tried))
+        calls = "available (a program per receive call)"
         if hook == "off":
             app = "unavailable: " + ("turned off (--app-hook off)" if self.app_hook == "off"
                                      else "; ".join(tried))
+            calls = "unavailable: no receive hook"
+        elif hook == "counters":
+            udp = (f"UDP by fexit on {'/'.join(UDP_RECV_FUNCS)}" if udp_why is None else
+                   f"UDP reads not counted ({udp_why}; --app-hook tracepoint counts them, at a "
+                   "program per receive call of every socket)")
+            unreached = (f"; the connections open at start in {self.unreached_namespaces} network "
+                         "namespaces it could not enter are not counted"
+                         if self.unreached_namespaces else "")
+            app = ("available (TCP by the sockets' own counters, no program per read; "
+                   f"{udp}; time and reader by the samples{unreached})")
+            calls = ("unavailable: --app-hook counters runs no program per read "
+                     "(--app-hook tracepoint counts calls)")
         elif sampled:
             app = f"available ({APP_HOOK_LABELS[hook]} + sampled receive syscalls)"
         else:
@@ -251,7 +300,7 @@ class Tracer:
             timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
                       "hooks every syscall of the host)")
         self.capabilities = Capabilities(kernel_side=kernel, app_side=app, cpumap_context=cpumap,
-                                         llc=llc_status, timing=timing)
+                                         llc=llc_status, timing=timing, app_calls=calls)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
         return self
@@ -265,6 +314,20 @@ class Tracer:
         for c in clocks:
             self._obj.attach_perf_event("ft_sample", c.fd)
             c.fd = -1   # libbpf's link owns the event now and closes it with the link
+        if self.app_hook_used == "counters":
+            self._count_open_connections()
+
+    def _count_open_connections(self) -> None:
+        """Socket counters: the connections open now, in every network namespace, are counted
+        from here on (those that open later, ft_tcp_state counts from their start). A TCP
+        iterator walks the namespace of the thread that runs it, so this thread visits each."""
+        self.unreached_namespaces = 0
+        for path in network_namespaces():
+            try:
+                with netns_of(path):
+                    self._obj.run_iter(OPEN_SOCKETS_ITERATOR)
+            except (KernelError, OSError):
+                self.unreached_namespaces += 1   # its last process exited, or setns refused
 
     def detach(self) -> None:
         """Take every program off its hook and leave the maps as they are: what it costs to be
@@ -303,9 +366,13 @@ class Tracer:
 
     def _app_hook_candidates(self):
         """(hook, its programs, flags argument index, why it cannot work here or None), in the
-        order to try; the last one, 'off', always loads (the application side unavailable)."""
-        names = list(APP_HOOKS) if self.app_hook == "auto" else \
-            [] if self.app_hook == "off" else [self.app_hook]
+        order to try; the last one, 'off' (or counters for TCP alone), always loads."""
+        sampled = self.timing == "sampled"
+        if self.app_hook == "auto":
+            names = [DEFAULT_SAMPLED_APP_HOOK] if sampled else \
+                [h for h in APP_HOOKS if h != "counters"]
+        else:
+            names = [] if self.app_hook == "off" else [self.app_hook]
         params = None     # parameter counts of RECV_FUNCS, read off BTF once, when needed
         for hook in names:
             why, flags_arg, programs = None, 0, APP_HOOKS[hook]
@@ -322,7 +389,12 @@ class Tracer:
                     flags_arg = RECVMSG_FLAGS_ARG[nparams]
                 # udpv6_recvmsg is missing where IPv6 is a module: hook what is there
                 programs = tuple(p for p in programs if params[_hooked(p)] is not None)
-            yield hook, programs, flags_arg, why
+                if hook == "counters" and not programs:
+                    why = "kernel BTF has no udp_recvmsg"
+            yield hook, programs or APP_HOOKS[hook], flags_arg, why
+            if hook == "counters":
+                yield hook, (), 0, None   # TCP alone, where the UDP hook cannot load
+                return
         if self.app_hook in ("auto", "off"):
             yield "off", (), 0, None
 
@@ -432,8 +504,12 @@ class Tracer:
             last.pop(kraw)
         self._last = last
         self._entries = {key: s for key, s, _ in last.values()} if idle else entries
-        if len(ids) > 4 * max(len(last), 1024):   # forget ids of flows long gone
-            self._ids = {}
+        if len(ids) > 2 * len(last) + 1024:
+            # forget the ids of flows gone from the map, keep the live ones: under connection
+            # churn the cache would otherwise swing between empty and several times the map
+            # (~500 bytes an id), and the process keep the peak
+            live_ids = {key[0] for key, _, _ in last.values()}
+            self._ids = {k: fid for k, fid in ids.items() if fid in live_ids}
         self._seq += 1
         live = len(entries) - len(idle)
         per_cpu = self._cpus.lookup(struct.pack("I", 0))

@@ -18,6 +18,7 @@ from steer.topology import parse_cpulist
     (["flows", "--duration", "abc"], "not a number"),
     (["flows", "--max-flows", "-3"], "--max-flows"),
     (["flows", "--llc-event", "l3"], "invalid choice"),
+    (["flows", "--app-hook", "counters", "--timing", "exact"], "--app-hook counters needs --timing sampled"),
     (["top", "--interval", "0"], "--interval"),
     (["nonsense"], "invalid choice"),
     ([], "required"),
@@ -150,6 +151,17 @@ def test_each_missing_capability_is_named(cmd, dropped, named):
 def test_objects_not_built(tmp_path):
     r = steer("flows", "--duration", "1", env={"STEER_BPF_DIR": str(tmp_path)})
     assert_one_line_error(r, "is not built", "make")
+
+
+def test_sweep_without_matplotlib_says_how_to_get_it(tmp_path):
+    """matplotlib is the [sweep] extra: without it every other command runs, and sweep says in
+    one line what to install."""
+    code = ("import sys; sys.modules['matplotlib'] = None; from steer.cli import main; "
+            f"sys.exit(main(['sweep', '--out', {str(tmp_path / 'out')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert_one_line_error(r, "matplotlib, which is not installed", "steer[sweep]",
+                          "python3-matplotlib")
 
 
 @live

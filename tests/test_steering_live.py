@@ -155,13 +155,14 @@ def _cpumap_kthread_runtime(cpu: int) -> dict[int, int]:
 
 # The exact mode brackets the kthread from its wake-up to its sleep (and between softirqs): the
 # scheduler also counts the switch into and out of it and the tracer's own programs around them,
-# which on this VM, where the kthread wakes ~20,000 times a second, is 25-48% of its time. Sampled
-# takes each sample's weight from the scheduler. Measured 2026-11-22: exact -25% to -48%, sampled
-# -3% to -9%; in the TCG guest of `make test-vm` (6.1 kernel, where the kthread traces each batch
-# after it went up the stack) exact -16% to -21%, sampled -9% and -20%. Before the bracket closed at
-# the kthread's sleep (kernels >= 6.14 trace the batch before it goes up the stack), exact read
-# +250%: the upper bounds catch that.
-KTHREAD_BOUND = {"exact": (-0.65, 0.05), "sampled": (-0.25, 0.10)}
+# which on this VM, where the kthread wakes ~20,000 times a second, is 25-48% of its time, and on
+# CI's machine was 75% once. Sampled takes each sample's weight from the scheduler. Measured
+# 2026-11-23 (kthread + NET_RX against schedstat): exact -31% to -32%, sampled -1% to -6%. Before
+# the weights took the steal time out of the task clock, sampled read +107% here and -56% on CI;
+# before the softirq the kthread runs counted as NET_RX, the ACK stream took 6-8% of the kthread
+# from the steered flow. Before the bracket closed at the kthread's sleep (kernels >= 6.14 trace
+# the batch before it goes up the stack), exact read +250%: the upper bounds catch that.
+KTHREAD_BOUND = {"exact": (-0.80, 0.05), "sampled": (-0.25, 0.10)}
 
 
 @two_cpus
@@ -191,13 +192,17 @@ def test_steered_flow_kthread_time_against_schedstat(timing):
     before = a.entries.get(key)
     flow = (b.entries[key].kthread_ns - (before.kthread_ns if before else 0)) / 1e9
     total = (b.cpus[CPU_B].kthread_ns - a.cpus[CPU_B].kthread_ns) / 1e9
+    # the softirqs the kthread runs when it enables bottom halves (the ACKs its TCP sent through
+    # the veth) are NET_RX time by both modes, and its own by the scheduler; nothing else of the
+    # lab runs on CPU B
+    net_rx = (b.cpus[CPU_B].net_rx_ns - a.cpus[CPU_B].net_rx_ns) / 1e9
     unattributed = (b.cpus[CPU_B].kthread_unattributed_ns - a.cpus[CPU_B].kthread_unattributed_ns) / 1e9
     low, high = KTHREAD_BOUND[timing]
     print(f"{timing}: cpumap kthread on CPU {CPU_B} {total:.3f} s, the flow {flow:.3f} s, unattributed "
-          f"{unattributed:.3f} s; schedstat {truth:.3f} s ({total / truth - 1:+.1%}, "
-          f"bounds {low:+.0%} {high:+.0%})")
+          f"{unattributed:.3f} s, NET_RX {net_rx:.3f} s; schedstat {truth:.3f} s "
+          f"({(total + net_rx) / truth - 1:+.1%}, bounds {low:+.0%} {high:+.0%})")
     assert truth > 0.1
-    assert low < total / truth - 1 < high
+    assert low < (total + net_rx) / truth - 1 < high
     assert flow > 0.95 * total and unattributed < 0.05 * total
 
 
@@ -319,18 +324,28 @@ def test_auto_llc_peer_moves_the_flow(tracer):
     """Reader and softirq on CPU A: llc-peer moves the kernel side to another core of the same L3
     (any CPU of the host: the cpumap kthread is not bound by this process's affinity), the tracer
     sees it there, and the move is logged with its reason."""
-    with Lab([LabFlow(CPU_A, CPU_A)], seconds=9) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=16) as lab:
         lab.start_servers()
         lab.start_clients()
         r = subprocess.Popen([*STEER, "auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval",
-                              "1", "--duration", "7", "--hold", "3"], stdout=subprocess.PIPE,
+                              "1", "--duration", "12", "--hold", "3"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                              cwd=ROOT)
-        time.sleep(4.5)
+        # the tracer's window starts after the move, however long auto takes to start (CI's
+        # machine took longer than a fixed wait allowed)
+        log = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            line = r.stderr.readline()
+            log.append(line)
+            if not line or "kernel CPU" in line:
+                break
+        time.sleep(0.5)
         a = tracer.sample()
         time.sleep(2)
         b = tracer.sample()
         out, err = r.communicate(timeout=30)
+        err = "".join(log) + err
         (res,) = lab.wait(timeout=30)
     assert r.returncode == 0, err
     # the log (stderr): a timestamp, then the line
