@@ -30,7 +30,10 @@ from .samples import TraceSample, TraceSource
 if TYPE_CHECKING:
     from .steering import DeviceState
 
-DEFAULT_LISTEN = "127.0.0.1:9435"   # 9435: free in the Prometheus default port allocations list
+# 9723: marked FREE in the Prometheus wiki's "Default port allocations" (a stored copy of the page
+# read 2026-11-23); 9435, steer's default before, is Cloudflare's ebpf_exporter's, the exporter
+# most likely to run beside steer on an eBPF host
+DEFAULT_LISTEN = "127.0.0.1:9723"
 DEFAULT_TOP_K = 20
 # the labels of per-flow series: the whole 5-tuple, or the receiving service alone (no peer
 # address or port), whose series do not come and go with every connection

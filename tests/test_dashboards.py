@@ -86,3 +86,17 @@ def test_alerts_compare_one_recorded_series():
     text = open(f"{DASH}/rules/steer.rules.yml").read()
     for expr in re.findall(r"^\s+expr: (steer:\S+ .*)$", text, re.M):
         assert re.fullmatch(r"steer:[\w:]+(\{[^}]*\})? [<>]=? [\d.e+-]+", expr), expr
+
+
+def test_the_fleet_files_use_the_exporters_default_port():
+    """One port everywhere: the exporter's default, the unit, the DaemonSet, the scrape config
+    and the README; and not 9435, Cloudflare ebpf_exporter's default."""
+    from steer.exporter import DEFAULT_LISTEN
+    port = DEFAULT_LISTEN.rsplit(":", 1)[1]
+    assert port != "9435"
+    files = [f"{DASH}/fleet/{n}" for n in ("steer-exporter.service", "daemonset.yaml",
+                                            "prometheus.yml")] + [f"{DASH}/../README.md"]
+    for path in files:
+        text = open(path).read()
+        ports = set(re.findall(r"\b(9[0-9]{3})\b", text)) - {"9090"}   # 9090: Prometheus itself
+        assert ports == {port}, (path, ports)
