@@ -39,7 +39,7 @@ fi
 if [[ ! -f .venv/.installed || setup.cfg -nt .venv/.installed || pyproject.toml -nt .venv/.installed ]]; then
   echo "setup: installing steer into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[test,sweep]'
   touch .venv/.installed
 fi
 

@@ -27,9 +27,15 @@ __all__ = [
 
 
 def bpf_dir() -> Path:
-    """Where the built BPF objects are: $STEER_BPF_DIR, else build/ beside the package."""
+    """Where the built BPF objects are: $STEER_BPF_DIR; else the package's own bpf/ (an installed
+    wheel or Debian package carries them there, built when the package was); else build/ of the
+    checkout the package runs from (`make`)."""
     env = os.environ.get("STEER_BPF_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "build"
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    packaged = here / "bpf"
+    return packaged if (packaged / "flowtrace.bpf.o").exists() else here.parent / "build"
 
 
 class KernelError(Exception):
@@ -823,6 +829,20 @@ def prog_test_run(prog_fd: int, packet: bytes, out_size: int = 16384,
     return opts.retval, dout.raw[:opts.data_size_out], opts.duration
 
 
+def network_namespaces(proc: str = "/proc") -> list[str]:
+    """A path to each network namespace some process is in (/proc/PID/ns/net, one per namespace),
+    the caller's first; processes that go away while we look are passed over."""
+    seen: dict[tuple[int, int], str] = {}
+    own = f"{proc}/thread-self/ns/net"
+    for path in [own] + [f"{proc}/{p}/ns/net" for p in os.listdir(proc) if p.isdigit()]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        seen.setdefault((st.st_dev, st.st_ino), path)
+    return list(seen.values())
+
+
 class netns_of:
     """Context manager: the calling thread in the network namespace at PATH, then back."""
 
@@ -832,7 +852,7 @@ class netns_of:
     def __enter__(self):
         if not self.path:
             return self
-        self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         try:
             enter_netns(self.path)
         except KernelError:
