@@ -17,6 +17,7 @@ and kmod (`scripts/setup.sh --vm` installs them), and apt access to download two
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gzip
 import io
 import os
@@ -148,15 +149,26 @@ def console_tail(log: Path, lines: int = CONSOLE_TAIL) -> str:
         return "(no console log)"
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """In the child before exec: killed when run.py dies, however it dies (a test's timeout
+    SIGKILLs it), so no qemu or virtiofsd outlives it to hold the next run's socket."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], timeout: float,
          log: Path, boot_timeout: float = 120.0) -> int:
-    sock = WORK / "virtiofsd.sock"
-    sock.unlink(missing_ok=True)
+    # a socket of this run's own: one a killed earlier run left behind cannot be in the way
+    sock = Path(tempfile.mkdtemp(prefix="vfs-", dir=WORK)) / "virtiofsd.sock"
     # the host root, read-only to the guest (its overlay takes the writes); chroot sandboxing
     # because the namespace sandbox needs a pivot_root this host's root may refuse
     vfs = subprocess.Popen([VIRTIOFSD, f"--socket-path={sock}", "-o", "source=/",
                             "-o", "cache=always", "-o", "sandbox=chroot"],
-                           stdout=subprocess.DEVNULL, stderr=open(WORK / "virtiofsd.log", "w"))
+                           stdout=subprocess.DEVNULL, stderr=open(WORK / "virtiofsd.log", "w"),
+                           preexec_fn=_die_with_parent)
     for _ in range(100):
         if sock.exists():
             break
@@ -186,7 +198,8 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     status, seen, booted, why = None, b"", False, None
     started = time.monotonic()
     vm = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, start_new_session=True)
+                          stderr=subprocess.STDOUT, start_new_session=True,
+                          preexec_fn=_die_with_parent)
     try:
         with open(log, "wb") as out:
             os.set_blocking(vm.stdout.fileno(), False)
@@ -217,7 +230,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL) if p is vm else p.kill()
             p.wait()
-        sock.unlink(missing_ok=True)
+        shutil.rmtree(sock.parent, ignore_errors=True)
     print(f"test-vm: guest ran {time.monotonic() - started:.0f} s; console in {log}")
     if status is None:
         print(f"test-vm: {why or 'the guest printed no exit status'}; the console's last "
