@@ -15,9 +15,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
 
-def parser(description: str, pairs: int | None = None,
-           seconds: float | None = None) -> argparse.ArgumentParser:
-    """The options every benchmark has, plus --pairs and --seconds where given a default."""
+def parser(description: str, pairs: int | None = None, seconds: float | None = None,
+           modes: bool = False) -> argparse.ArgumentParser:
+    """The options every benchmark has, plus --pairs and --seconds where given a default, and
+    --modes for those that compare tracer modes."""
     p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--smoke", action="store_true",
@@ -27,7 +28,19 @@ def parser(description: str, pairs: int | None = None,
         p.add_argument("--pairs", type=int, default=pairs, help="A/B pairs measured")
     if seconds is not None:
         p.add_argument("--seconds", type=float, default=seconds, help="traffic per run")
+    if modes:
+        p.add_argument("--modes", type=_modes, default=",".join(TRACER_MODES),
+                       help="comma-separated tracer modes to compare with none, of "
+                            f"{', '.join(TRACER_MODES)}")
     return p
+
+
+def _modes(text: str) -> list[str]:
+    modes = [m for m in text.split(",") if m]
+    bad = [m for m in modes if m not in TRACER_MODES]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"modes are {', '.join(TRACER_MODES)}, not {text!r}")
+    return modes
 
 
 def build_c(name: str) -> str:
@@ -78,8 +91,12 @@ def require_root() -> None:
 
 
 # the tracer configurations the cost benchmarks compare with no tracer at all: the default that
-# `steer export` and `steer auto` run, and the exact mode `steer flows/top --timing exact` offers
-TRACER_MODES = {"sampled": {"timing": "sampled"}, "exact": {"timing": "exact"}}
+# every command runs (sampled timing, socket counters: nothing per read), the same with a program
+# per read (`--app-hook tracepoint`: calls counted, UDP on kernels without fexit), and the exact
+# mode (`--timing exact`)
+TRACER_MODES = {"sampled": {"timing": "sampled"},
+                "sampled-tracepoint": {"timing": "sampled", "app_hook": "tracepoint"},
+                "exact": {"timing": "exact"}}
 
 
 SETTLE_SECONDS = 0.2   # after attaching, before a window starts
@@ -151,13 +168,13 @@ def alternate(a, b, pairs: int) -> list[tuple[float, float]]:
     return out
 
 
-def compare_modes(run, pairs: int, what: str) -> tuple[dict, dict]:
+def compare_modes(run, pairs: int, what: str, modes: list[str] | None = None) -> tuple[dict, dict]:
     """RUN(mode) for every tracer mode against RUN(None), PAIRS pairs each: the ratio statistics
     and the raw pairs, by mode. The modes take turns, a pair each (AB, then BA at the next turn),
     rather than one block of pairs after another: the machine drifts over minutes (here a
     block's baseline moved by 4%), and blocks in turn gave a mode that does strictly less work a
     lower ratio than the full one, with intervals that did not overlap."""
-    modes = list(TRACER_MODES)
+    modes = modes or list(TRACER_MODES)
     runs: dict[str, list] = {m: [] for m in modes}
     try:
         for mode in modes:
@@ -223,3 +240,15 @@ def fmt_ci(r: dict) -> str:
         return fmt(r.get("median"))
     lo, hi = r["median_ci95"]
     return f"{fmt(r.get('median'))} ({fmt(lo)}-{fmt(hi)})"
+
+
+def mode_rows(results: dict, runs: dict, spec: str, scale: float = 1.0) -> list[str]:
+    """One table row per tracer mode: the medians without and with it (each divided by SCALE,
+    formatted by SPEC), the ratio's median with its interval, its min and max."""
+    def median(values):
+        m = stats(values).get("median")
+        return None if m is None else m / scale
+    return [f"| {mode} | {fmt(median([a for a, _ in runs[mode]]), spec)} | "
+            f"{fmt(median([b for _, b in runs[mode]]), spec)} | "
+            f"{fmt_ci(r)} | {fmt(r.get('min'))} | {fmt(r.get('max'))} |"
+            for mode, r in results.items()]

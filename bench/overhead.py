@@ -23,8 +23,8 @@ def softirq_seconds() -> float:
     return int(fields[7]) / CLK_TCK
 
 
-def one_run(lab: Lab, seconds: float, traced: bool, timing: str = "sampled") -> dict:
-    tracer = Tracer(timing=timing).start() if traced else None
+def one_run(lab: Lab, seconds: float, traced: bool, mode: str = "sampled") -> dict:
+    tracer = Tracer(**TRACER_MODES[mode]).start() if traced else None
     try:
         s0 = softirq_seconds()
         lab.start(seconds)
@@ -46,8 +46,8 @@ def one_run(lab: Lab, seconds: float, traced: bool, timing: str = "sampled") -> 
 
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0], pairs=5, seconds=5.0)
-    p.add_argument("--timing", choices=list(TRACER_MODES), default="sampled",
-                   help="the tracer's timing mode (B)")
+    p.add_argument("--mode", choices=list(TRACER_MODES), default="sampled",
+                   help="the tracer's configuration (B): bench.common.TRACER_MODES")
     args = p.parse_args(argv)
     require_root()
     if args.smoke:
@@ -55,11 +55,11 @@ def main(argv=None) -> int:
     runs = {"A": [], "B": []}
     with Lab([lab_flow()], seconds=args.seconds) as lab:
         def run(traced):
-            r = one_run(lab, args.seconds, traced, args.timing)
+            r = one_run(lab, args.seconds, traced, args.mode)
             runs["B" if traced else "A"].append(r)
             return r["bps"]
         print(f"tracing overhead: {args.pairs} pairs of {args.seconds:g} s, A = no tracer, "
-              f"B = tracer ({args.timing})")
+              f"B = tracer ({args.mode})")
         pairs = alternate(lambda: run(False), lambda: run(True), args.pairs)
     thr = ratio_stats(pairs)
     recv = ratio_stats([(a["recv_s_per_gb"], b["recv_s_per_gb"]) for a, b in zip(runs["A"], runs["B"])])
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
                         for a, b in zip(runs["A"], runs["B"]) if a["softirq_s_per_gb"]])
     a_bps, b_bps = stats([r["bps"] for r in runs["A"]]), stats([r["bps"] for r in runs["B"]])
     table = "\n".join([
-        f"### Tracing overhead, {args.timing} timing ({args.pairs} pairs x {args.seconds:g} s, lab "
+        f"### Tracing overhead, {args.mode} tracer ({args.pairs} pairs x {args.seconds:g} s, lab "
         f"flow sender CPU {lab.flows[0].kernel_cpu} -> reader CPU {lab.flows[0].app_cpu})", "",
         "| measure | without tracer (median) | with tracer (median) | ratio with/without: median | min | max | target |",
         "|---|---|---|---|---|---|---|",
@@ -81,8 +81,8 @@ def main(argv=None) -> int:
         f"{fmt(stats([r['softirq_s_per_gb'] for r in runs['B']]).get('median'))} | {fmt(sirq.get('median'))} | "
         f"{fmt(sirq.get('min'))} | {fmt(sirq.get('max'))} | |",
     ])
-    name = "overhead" if args.timing == "sampled" else f"overhead_{args.timing}"
-    write(name, args.out, {"timing": args.timing, "pairs": args.pairs, "seconds": args.seconds, "runs": runs,
+    name = "overhead" if args.mode == "sampled" else f"overhead_{args.mode}"
+    write(name, args.out, {"mode": args.mode, "pairs": args.pairs, "seconds": args.seconds, "runs": runs,
                                  "throughput_ratio": thr, "receiver_cpu_ratio": recv,
                                  "softirq_cpu_ratio": sirq, "smoke": args.smoke}, table)
     return 0

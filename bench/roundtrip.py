@@ -6,7 +6,7 @@ per packet and per read, undiluted and with little noise, where bench.rr (redis)
 server loses of its rate but varies by 10% from one window to the next on this VM. The two agree
 when rr's ratio is about 1 - (added ns per request) / (ns per request).
 
-    sudo .venv/bin/python -m bench.roundtrip [--pairs 10] [--trips 200000]
+    sudo .venv/bin/python -m bench.roundtrip [--pairs 60] [--trips 20000]
 """
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from .common import (build_c, compare_modes, fmt, fmt_ci, parser, require_root, 
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0], pairs=10)
-    p.add_argument("--trips", type=int, default=200_000, help="round trips per run")
+    # short runs, many of them: this VM's speed moves between two levels ~60% apart for seconds
+    # at a time, so neighbouring short runs compare what long ones cannot
+    p = parser(__doc__.splitlines()[0], pairs=60, modes=True)
+    p.add_argument("--trips", type=int, default=20_000, help="round trips per run")
     p.add_argument("--cpu", type=int, default=None,
                    help="CPU the loop is pinned to (default: the last one)")
     args = p.parse_args(argv)
@@ -35,7 +37,7 @@ def main(argv=None) -> int:
                                  capture_output=True, text=True, check=True).stdout
         return float(out)
 
-    results, runs = compare_modes(run, args.pairs, "TCP round trip")
+    results, runs = compare_modes(run, args.pairs, "TCP round trip", args.modes)
     base = stats([a for pairs in runs.values() for a, _ in pairs])
     rows = []
     for mode, r in results.items():

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import time
 
-from .common import (compare_modes, fmt, fmt_ci, parser, require_root, run, stats, traced,
+from .common import (compare_modes, mode_rows, parser, require_root, run, traced,
                      write)
 
 CLIENTS = 20   # redis-benchmark's default connection count
@@ -51,7 +51,7 @@ def free_port() -> int:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0], pairs=100, seconds=0.5)
+    p = parser(__doc__.splitlines()[0], pairs=100, seconds=0.5, modes=True)
     args = p.parse_args(argv)
     require_root()
     for tool in ("redis-server", "redis-benchmark"):
@@ -88,16 +88,13 @@ def main(argv=None) -> int:
                 raise SystemExit("redis-benchmark stopped")
             return (n1 - n0) / (t1 - t0)
 
-        results, runs = compare_modes(run, args.pairs, "redis GET")
+        results, runs = compare_modes(run, args.pairs, "redis GET", args.modes)
     finally:
         for proc in (client, server):
             if proc:
                 proc.kill()
                 proc.wait()
-    rows = [f"| {mode} | {fmt(stats([a for a, _ in runs[mode]]).get('median'), ',.0f')} | "
-            f"{fmt(stats([b for _, b in runs[mode]]).get('median'), ',.0f')} | "
-            f"{fmt_ci(r)} | {fmt(r.get('min'))} | {fmt(r.get('max'))} |"
-            for mode, r in results.items()]
+    rows = mode_rows(results, runs, ",.0f")
     table = "\n".join([
         f"### Request/response: redis GET ({args.pairs} pairs x {args.seconds:g} s windows of one "
         f"redis-benchmark -c {CLIENTS}, server CPU {server_cpu}, client CPU {client_cpu}, "

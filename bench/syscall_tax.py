@@ -13,7 +13,7 @@ from .common import (build_c, compare_modes, fmt, fmt_ci, parser, require_root, 
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0], pairs=10)
+    p = parser(__doc__.splitlines()[0], pairs=10, modes=True)
     p.add_argument("--calls", type=int, default=5_000_000, help="getppid() calls per run")
     p.add_argument("--cpu", type=int, default=None,
                    help="CPU the loop is pinned to (default: the last one)")
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
                                  capture_output=True, text=True, check=True).stdout
         return float(out)
 
-    results, runs = compare_modes(run, args.pairs, "syscall tax")
+    results, runs = compare_modes(run, args.pairs, "syscall tax", args.modes)
     base = stats([a for pairs in runs.values() for a, _ in pairs])
     rows = [f"| {mode} | {fmt(base.get('median'), '.1f')} | "
             f"{fmt(stats([b for _, b in runs[mode]]).get('median'), '.1f')} | "

@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT, live
 
 pytestmark = live
-BENCHES = ["overhead", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
+BENCHES = ["overhead", "bulk", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
            "peer", "fuzz"]
 
 
