@@ -2,7 +2,8 @@
 """Writes the Grafana dashboards of steer (steer-overview.json, steer-flows.json) beside this file.
 
 The JSON files are committed, so Grafana needs nothing but them; this generator keeps the panels
-consistent (one datasource variable, one instance variable, the same rate interval), and a test
+consistent (one datasource variable, job and instance variables, the same rate interval, one
+unit and a description on every panel), and a test
 checks that the committed files are what it writes. Run it after editing the panels below.
 """
 import json
@@ -11,7 +12,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DS = {"type": "prometheus", "uid": "${datasource}"}
-INST = 'instance=~"$instance"'
+INST = 'job=~"$job", instance=~"$instance"'
 RATE = "$__rate_interval"
 
 
@@ -34,9 +35,17 @@ def variables(extra=()):
     return {"list": [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
          "current": {}, "hide": 0},
+        # job first, as the node-mixin does: two Prometheus jobs (or clusters) scraping steer
+        {"name": "job", "label": "job", "type": "query", "datasource": DS,
+         "query": {"query": "label_values(steer_tracer_flow_entries, job)", "refId": "job"},
+         "definition": "label_values(steer_tracer_flow_entries, job)", "refresh": 2,
+         "multi": True, "includeAll": True, "allValue": ".*", "current": {}, "hide": 0,
+         "sort": 1},
         {"name": "instance", "label": "host", "type": "query", "datasource": DS,
-         "query": {"query": "label_values(steer_tracer_flow_entries, instance)", "refId": "inst"},
-         "definition": "label_values(steer_tracer_flow_entries, instance)", "refresh": 2,
+         "query": {"query": 'label_values(steer_tracer_flow_entries{job=~"$job"}, instance)',
+                   "refId": "inst"},
+         "definition": 'label_values(steer_tracer_flow_entries{job=~"$job"}, instance)',
+         "refresh": 2,
          "multi": True, "includeAll": True, "allValue": ".*", "current": {}, "hide": 0,
          "sort": 1},
         *extra]}
@@ -72,10 +81,12 @@ def overview():
                         "receive syscalls."),
         timeseries(4, "Steering actions", [
             target(f"sum by (instance, policy) (increase(steer_auto_moves_total{{{INST}}}[{RATE}]))",
-                   "moves {{instance}} {{policy}}", "A"),
+                   "moves {{instance}} {{policy}}", "A")], "short", 12, 8, w=6,
+            description="Flows moved by steer auto in each interval, by policy."),
+        timeseries(8, "Packets steered by each rule", [
             target(f"sum by (instance, dev, rule, cpu) (rate(steer_rule_packets_total{{{INST}}}[{RATE}]))",
-                   "{{dev}} {{rule}} -> cpu{{cpu}} pkt/s", "B")], "short", 12, 8,
-            description="Flows moved by steer auto, and packets redirected by each rule."),
+                   "{{dev}} {{rule}} -> cpu{{cpu}}", "A")], "pps", 18, 8, w=6,
+            description="Packets a second that each pinned XDP rule redirects to its CPU."),
         timeseries(5, "Flows by class", [
             target(f"sum by (class) (steer_class_flows{{{INST}}})", "{{class}}", "A")], "short", 0, 16,
             w=8, description="Flows with traffic in the last 10 s, by the class of their placement."),
@@ -85,11 +96,15 @@ def overview():
                    "{{instance}}", "A")], "percentunit", 8, 16, w=8,
             description="NET_RX time with no TCP/UDP packet to charge: other protocols, or "
                         "driver work without packets."),
-        timeseries(7, "Flow map", [
+        timeseries(7, "Flow map fill", [
             target(f"steer_tracer_flow_entries{{{INST}}} / steer_tracer_flow_entries_max{{{INST}}}",
-                   "fill {{instance}}", "A"),
-            target(f"rate(steer_tracer_evictions_total{{{INST}}}[{RATE}])", "evictions/s {{instance}}",
-                   "B")], "short", 16, 16, w=8),
+                   "{{instance}}", "A")], "percentunit", 16, 16, w=4,
+            description="Entries of the tracer's flow map in use, of --max-flows."),
+        timeseries(9, "Flow map evictions", [
+            target(f"rate(steer_tracer_evictions_total{{{INST}}}[{RATE}])", "{{instance}}", "A")],
+            "ops", 20, 16, w=4,
+            description="Entries evicted a second because the map was full: raise --max-flows "
+                        "when this stays above 0 (alert SteerFlowMapEvicting)."),
     ]
     return dashboard("steer-overview", "steer: receive placement overview",
                      "Per-class receive throughput and cost, per-CPU time, steering actions.",
@@ -101,6 +116,9 @@ def overview():
 def flows():
     sel = f'{INST}, dport=~"$dport"'
     table = {"id": 1, "type": "table", "title": "Top flows: placement", "datasource": DS,
+             "description": "The top-K flows by receive rate of each host: where their kernel "
+                            "receive work runs (kernel_cpu), where their reader runs (app_cpu), "
+                            "and the class of that placement.",
              "gridPos": {"x": 0, "y": 0, "w": 24, "h": 9},
              "targets": [target(f"steer_flow_info{{{sel}}}", "", "A", format="table", instant=True)],
              "transformations": [{"id": "organize", "options": {
@@ -114,16 +132,18 @@ def flows():
         table,
         timeseries(2, "Flow receive rate", [
             target(f"rate(steer_flow_receive_bytes_total{{{sel}}}[{RATE}]) * 8", legend, "A")],
-            "bps", 0, 9),
+            "bps", 0, 9, description="Receive rate of each top-K flow, from its byte counter."),
         timeseries(3, "Flow kernel and application CPU", [
             target(f"rate(steer_flow_kernel_seconds_total{{{sel}}}[{RATE}])", "kernel " + legend, "A"),
             target(f"rate(steer_flow_app_seconds_total{{{sel}}}[{RATE}])", "app " + legend, "B")],
-            "percentunit", 12, 9),
+            "percentunit", 12, 9,
+            description="Share of a CPU each flow's kernel receive processing (NET_RX softirq "
+                        "or cpumap kthread) and its reader's receive calls took."),
     ]
     dport = {"name": "dport", "label": "destination port", "type": "query", "datasource": DS,
-             "query": {"query": 'label_values(steer_flow_info{instance=~"$instance"}, dport)',
+             "query": {"query": f'label_values(steer_flow_info{{{INST}}}, dport)',
                        "refId": "dport"},
-             "definition": 'label_values(steer_flow_info{instance=~"$instance"}, dport)',
+             "definition": f'label_values(steer_flow_info{{{INST}}}, dport)',
              "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*", "current": {},
              "hide": 0, "sort": 3}
     return dashboard("steer-flows", "steer: flows", "The top-K flows of each host: placement, "

@@ -57,8 +57,8 @@ def query(prom: str, expr: str, at: float | None = None) -> list:
 
 
 def grafana_to_promql(expr: str) -> str:
-    """What Grafana sends for the dashboards' variables: all hosts, all ports, a 10 s window."""
-    return expr.replace("$__rate_interval", "10s").replace('"$instance"', '".*"').replace('"$dport"', '".*"')
+    """What Grafana sends for the dashboards' variables: all jobs, hosts and ports, a 10 s window."""
+    return expr.replace("$__rate_interval", "10s").replace('"$job"', '".*"').replace('"$instance"', '".*"').replace('"$dport"', '".*"')
 
 
 @pytest.fixture(scope="module")
