@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from . import __version__
 from .classify import CLASSES
 from .flows import FlowTotals, PlacementMemory, ServiceTotals, Snapshot, build_snapshot
-from .topology import Topology
+from .topology import Topology, read_int
 from .samples import TraceSample, TraceSource
 
 if TYPE_CHECKING:
@@ -44,11 +44,7 @@ ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffi
 
 
 def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
-    try:
-        with open(path) as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
+    return read_int(path) == 1
 
 
 class SteerCollector(Collector):

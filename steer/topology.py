@@ -95,7 +95,8 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _read_int(path: str) -> int | None:
+def read_int(path: str) -> int | None:
+    """The integer a sysfs or procfs file holds, or None where it is missing or not a number."""
     v = _read(path)
     try:
         return int(v) if v is not None else None
@@ -113,7 +114,7 @@ def _llc_of(cpu_dir: str) -> tuple[int | None, tuple[int, ...], str | None]:
         return None, (), None
     for name in names:
         d = os.path.join(cache_dir, name)
-        level = _read_int(os.path.join(d, "level"))
+        level = read_int(os.path.join(d, "level"))
         if level is None or _read(os.path.join(d, "type")) == "Instruction":
             continue
         shared = _read(os.path.join(d, "shared_cpu_list"))
@@ -170,9 +171,9 @@ def read_topology(root: str = "/sys") -> Topology:
         t = os.path.join(d, "topology")
         sib = _read(os.path.join(t, "thread_siblings_list")) or _read(os.path.join(t, "core_cpus_list"))
         level, llc_cpus, llc_ident = _llc_of(d)
-        raw[n] = dict(socket=_read_int(os.path.join(t, "physical_package_id")),
-                      core_id=_read_int(os.path.join(t, "core_id")),
-                      die=_read_int(os.path.join(t, "die_id")) or 0,
+        raw[n] = dict(socket=read_int(os.path.join(t, "physical_package_id")),
+                      core_id=read_int(os.path.join(t, "core_id")),
+                      die=read_int(os.path.join(t, "die_id")) or 0,
                       siblings=tuple(parse_cpulist(sib)) if sib else (n,),
                       level=level, llc_cpus=llc_cpus, llc_ident=llc_ident)
 

@@ -16,6 +16,7 @@ from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_T
                      kernel_text_ranges, netns_of, network_namespaces, possible_cpus,
                      vmlinux_func_params, vmlinux_has_type)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
+from .topology import read_int
 from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, address_text, proto_name
 
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
@@ -87,11 +88,7 @@ RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
 
 def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
     """A PREEMPT_RT kernel runs softirqs in task context, on task stacks (ft_config)."""
-    try:
-        with open(path) as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
+    return read_int(path) == 1
 
 
 def _hooked(program: str) -> str:
