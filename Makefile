@@ -4,6 +4,7 @@
 #   make demo       install what is missing, then run `steer demo` on the built-in lab (root)
 #   make test       install what is missing, then run the whole test suite (root for the live tiers)
 #   make test-vm    the live tests again inside a qemu guest: 2 sockets, Debian's 6.1 kernel (root)
+#   make deb        the Debian package, $(DIST)/steer_<version>_<arch>.deb (debhelper, dh-python)
 #   make V=1        show the compiler commands
 
 BUILD   ?= build
@@ -11,6 +12,7 @@ CLANG   ?= clang
 BPFTOOL ?= $(shell command -v bpftool || echo /usr/sbin/bpftool)
 BTF     ?= /sys/kernel/btf/vmlinux
 VENV    ?= .venv
+DIST    ?= dist
 PYTHON  := $(VENV)/bin/python
 
 # __TARGET_ARCH_* selects the pt_regs layout and the syscall numbers in the BPF code
@@ -30,7 +32,7 @@ BPF_SRCS := $(wildcard bpf/*.bpf.c)
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
 
-.PHONY: all clean demo test test-vm setup
+.PHONY: all clean deb demo test test-vm setup
 all: $(BPF_OBJS)
 
 $(BUILD):
@@ -66,6 +68,17 @@ test-vm: setup
 	$(Q)$(PYTHON) tests/vm/run.py $(subst $(comma), ,$(VM_TESTS))
 
 comma := ,
+
+# built in a copy of the tree, because dpkg-buildpackage writes beside and inside its source;
+# dpkg-buildpackage names any missing Build-Depends (apt-get build-dep . installs them); the PATH
+# keeps a pyenv or venv python out of it, as the package is for Debian's own python3
+DEB_TREE := $(BUILD)/deb/steer
+deb:
+	$(Q)rm -rf $(BUILD)/deb && mkdir -p $(DEB_TREE) $(DIST)
+	$(Q)tar -c --exclude=./build --exclude=./.venv --exclude=./.git --exclude=./dist \
+		--exclude='*.egg-info' --exclude=__pycache__ . | tar -x -C $(DEB_TREE)
+	$(Q)cd $(DEB_TREE) && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b $(if $(Q),>../build.log 2>&1 || { tail -20 ../build.log >&2; exit 1; })
+	$(Q)cp $(BUILD)/deb/*.deb $(DIST)/ && ls $(DIST)/*.deb
 
 clean:
 	$(Q)rm -rf $(BUILD)

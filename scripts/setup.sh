@@ -6,9 +6,12 @@ cd "$(dirname "$0")/.."
 
 # clang/llvm/bpftool/libbpf-dev build the CO-RE objects; libbpf1 is loaded at run time; iperf3 and
 # iproute2 drive the lab; libbpf-tools (softirqs), tmux and prometheus (server and promtool) are
-# independent witnesses in the tests
+# independent witnesses in the tests; debhelper, dh-python and the python3-* packages build
+# `make deb` (its Build-Depends), which the suite installs and purges
 PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux prometheus
           redis-server redis-tools
+          debhelper dh-python python3-all python3-setuptools python3-pyroute2 python3-rich
+          python3-prometheus-client
           python3 python3-venv python3-pip make)
 # `make test-vm` boots a second kernel under qemu (tests/vm/run.py); kmod's depmod indexes its
 # modules, and the guest's modprobe is the host's

@@ -106,8 +106,9 @@ def test_the_fleet_files_use_the_exporters_default_port():
     from steer.exporter import DEFAULT_LISTEN
     port = DEFAULT_LISTEN.rsplit(":", 1)[1]
     assert port != "9435"
-    files = [f"{DASH}/fleet/{n}" for n in ("steer-exporter.service", "daemonset.yaml",
-                                            "prometheus.yml")] + [f"{DASH}/../README.md"]
+    files = [f"{DASH}/fleet/{n}" for n in ("steer-exporter.service", "steer-exporter.default",
+                                            "daemonset.yaml", "Containerfile", "prometheus.yml")] \
+        + [f"{DASH}/../README.md"]
     for path in files:
         text = open(path).read()
         ports = set(re.findall(r"\b(9[0-9]{3})\b", text)) - {"9090"}   # 9090: Prometheus itself
@@ -167,3 +168,116 @@ def test_the_exporter_unit_is_hardened():
     assert float(m.group(1)) < 4.0
     unit = open(f"{DASH}/fleet/steer-exporter.service").read()
     assert "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYSLOG\n" in unit
+
+
+# the fleet files against the schemas of what reads them: Kubernetes (kubernetes-validate carries
+# them), prometheus-operator's PodMonitor CRD (its module in the Go module proxy, pinned), and steer's
+# own parser for every command line they start
+PROMETHEUS_OPERATOR = "v0.85.0"
+
+
+def _fleet_yaml(name):
+    import yaml
+    return yaml.safe_load(open(f"{DASH}/fleet/{name}"))
+
+
+def _strict(schema):
+    """kubeconform's --strict for a CRD schema: an object with declared properties takes no
+    others (a misspelt field is an error, not something the API server silently drops)."""
+    if isinstance(schema, dict):
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema = dict(schema, additionalProperties=False)
+        return {k: _strict(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def _podmonitor_schema():
+    import urllib.request
+    import zipfile
+    import yaml
+    cache = os.path.join(ROOT, "build", "test-cache", f"prometheus-operator-{PROMETHEUS_OPERATOR}.zip")
+    if not os.path.exists(cache):
+        url = ("https://proxy.golang.org/github.com/prometheus-operator/prometheus-operator/@v/"
+               f"{PROMETHEUS_OPERATOR}.zip")
+        with urllib.request.urlopen(url, timeout=120) as r:
+            data = r.read()
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        with open(cache + ".tmp", "wb") as f:
+            f.write(data)
+        os.rename(cache + ".tmp", cache)
+    with zipfile.ZipFile(cache) as z:
+        crd = yaml.safe_load(z.read(
+            f"github.com/prometheus-operator/prometheus-operator@{PROMETHEUS_OPERATOR}/example/"
+            "prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"))
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return _strict(v1["schema"]["openAPIV3Schema"])
+
+
+@pytest.mark.parametrize("k8s", ["1.25.0", "latest"])
+def test_the_daemonset_is_valid_kubernetes(k8s):
+    import kubernetes_validate
+    from kubernetes_validate.utils import ValidationError
+    version = kubernetes_validate.latest_version() if k8s == "latest" else k8s
+    ds = _fleet_yaml("daemonset.yaml")
+    kubernetes_validate.validate(ds, version, strict=True)
+    # and the schema is really applied: a misspelt field fails
+    bad = json.loads(json.dumps(ds))
+    bad["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesytem"] = True
+    with pytest.raises(ValidationError):
+        kubernetes_validate.validate(bad, version, strict=True)
+
+
+def test_the_daemonset_keeps_its_hardening():
+    pod = _fleet_yaml("daemonset.yaml")["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and sc["allowPrivilegeEscalation"] is False
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYSLOG"]}
+    assert not pod.get("hostPID") and not pod.get("hostNetwork")
+    assert pod["priorityClassName"]
+    assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)
+    (bpffs,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/sys/fs/bpf"]
+    assert bpffs["mountPropagation"] == "HostToContainer"
+
+
+def test_the_podmonitor_is_valid_for_prometheus_operator():
+    import jsonschema
+    schema = _podmonitor_schema()
+    pm = _fleet_yaml("podmonitor.yaml")
+    jsonschema.validate(pm, schema)
+    bad = json.loads(json.dumps(pm))
+    bad["spec"]["podMetricsEndpoints"][0]["prot"] = "metrics"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    # it selects the DaemonSet's pods by their port name
+    ds = _fleet_yaml("daemonset.yaml")
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ports = {p["name"] for p in ds["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= ports
+
+
+def test_every_command_line_of_the_fleet_files_parses():
+    """The DaemonSet's args, the image's CMD and the unit's ExecStart (with its defaults file) are
+    command lines steer's own parser accepts; the image is Debian 12 with the package of `make deb`."""
+    from steer.cli import build_parser
+    parser = build_parser()
+    container = open(f"{DASH}/fleet/Containerfile").read()
+    assert re.search(r"^FROM \S+debian:bookworm", container, re.M)   # Debian 12, the package's target
+    assert re.search(r"^COPY steer_\*\.deb ", container, re.M)
+    assert json.loads(re.search(r"^ENTRYPOINT (.*)$", container, re.M).group(1)) == ["/usr/bin/steer"]
+    cmd = json.loads(re.search(r"^CMD (.*)$", container, re.M).group(1))
+    args = _fleet_yaml("daemonset.yaml")["spec"]["template"]["spec"]["containers"][0]["args"]
+    unit = open(f"{DASH}/fleet/steer-exporter.service").read()
+    env = dict(re.findall(r"^(\w+)=(.*)$", open(f"{DASH}/fleet/steer-exporter.default").read(), re.M))
+    exec_start = re.search(r"^ExecStart=/usr/bin/steer (.*)$", unit, re.M).group(1)
+    exec_start = exec_start.replace("${STEER_LISTEN}", env["STEER_LISTEN"]).replace(
+        "$STEER_OPTIONS", env["STEER_OPTIONS"]).split()
+    assert "EnvironmentFile=-/etc/default/steer-exporter" in unit
+    for argv in (cmd, args, exec_start):
+        ns = parser.parse_args(argv)
+        assert ns.command == "export", argv
