@@ -1,8 +1,8 @@
 """Affinity class of a flow: where its kernel receive processing runs relative to its reader.
 
-The classes follow the NDM'13 study (same core ~20-22 Gbps, same socket ~35-39 Gbps, cross socket
-~26-28 Gbps on a 40 Gbps flow): what matters is whether the two sides share a core, share a last-
-level cache, or sit on different sockets.
+The classes follow the NDM'13 study and its follow-up (one 40 Gbps flow: same core ~22 and ~20 Gbps,
+same socket ~35 and ~39, cross socket ~26 and ~28; report.PAPERS has both): what matters is whether
+the two sides share a core, share a last-level cache, or sit on different sockets.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from steer.figures import write_figures
-from steer.report import PAPER, by_class, llc_peer_choice, report_md, to_csv
+from steer.report import PAPERS, PAPERS_HARDWARE, by_class, llc_peer_choice, report_md, to_csv
 from steer.sweep import SweepConfig, SweepError, load_results, save_results, summarize
 from steer.topology import read_topology
 from sysfs import xeon_2s_smt
@@ -60,8 +60,11 @@ def test_report_names_best_llc_peer_and_papers(xeon):
     assert "| 0 | 1 | 37.00 | 1 (37.00) | 1.00 |" in md
     # for a reader on CPU 12, llc-peer wants a socket-1 core that is not in this sweep
     assert "| 12 | CPU 13 (not in the sweep) |" in md
-    assert "theirs, not measured here" in md and PAPER["hardware"] in md
-    assert "| same-socket | 35-39 | 37.00 |" in md
+    assert "theirs, not measured here" in md and PAPERS_HARDWARE in md
+    # two measurements, two columns, each cited
+    assert "| same-socket | ~35 | ~39 | 37.00 |" in md
+    assert "| same-core | ~22 | ~20 | 21.00 |" in md
+    assert all(f"- {p['name']}: {p['source']}." in md for p in PAPERS)
 
 
 def test_incomplete_report_says_so(xeon):
