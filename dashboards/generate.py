@@ -125,7 +125,7 @@ def flows():
                  "excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True},
                  "indexByName": {"instance": 0, "proto": 1, "src": 2, "sport": 3, "dst": 4,
                                  "dport": 5, "kernel_cpu": 6, "app_cpu": 7, "class": 8,
-                                 "shared_llc": 9, "app_comm": 10}}}],
+                                 "shared_llc": 9, "smt_sibling": 10, "app_comm": 11}}}],
              "fieldConfig": {"defaults": {}, "overrides": []}, "options": {"showHeader": True}}
     legend = "{{src}}:{{sport}} -> {{dst}}:{{dport}}"
     panels = [

@@ -201,7 +201,8 @@ class SteerCollector(Collector):
         info = GaugeMetricFamily(
             "steer_flow_info", "Placement of the flows of a top-K series: 1 per flow (with "
             "service labels, how many of its flows have that placement).",
-            labels=labels + ["kernel_cpu", "app_cpu", "class", "shared_llc", "app_comm"])
+            labels=labels + ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling",
+                             "app_comm"])
         placed: dict[tuple, int] = defaultdict(int)
         wanted = set(top)
         for f in snap.flows:
@@ -209,7 +210,8 @@ class SteerCollector(Collector):
             if k in wanted:
                 placed[tuple(str(v) for v in k) + (
                     _s(f.kernel_cpu), _s(f.app_cpu), f.placement.cls,
-                    _s(f.placement.shared_llc).lower(), f.app_comm or "")] += 1
+                    _s(f.placement.shared_llc).lower(), _s(f.placement.smt_sibling).lower(),
+                    f.app_comm or "")] += 1
         for values, n in placed.items():
             info.add_metric(list(values), n)
         yield from (rx, kernel, app, info)

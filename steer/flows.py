@@ -94,6 +94,7 @@ class FlowReport:
             "app_bytes": self.app_bytes, "app_calls": self.app_calls,
             "app_pid": self.app_pid, "app_comm": self.app_comm,
             "class": self.placement.cls, "shared_llc": self.placement.shared_llc,
+            "smt_sibling": self.placement.smt_sibling,
             "kernel_seconds_per_gb": _r(self.kernel_seconds_per_gb),
             "app_seconds_per_gb": _r(self.app_seconds_per_gb),
             "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,

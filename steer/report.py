@@ -29,7 +29,7 @@ PAPERS = (
 )
 PAPERS_HARDWARE = "40 GbE, one TCP flow, dual-socket 6-core Intel Sandy Bridge receiver"
 
-CSV_FIELDS = ["kernel_cpu", "app_cpu", "class", "shared_llc", "throughput_bps",
+CSV_FIELDS = ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling", "throughput_bps",
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
               "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
               "measured_app_cpu", "runs"]

@@ -99,7 +99,7 @@ def _median(vals):
 def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology) -> dict:
     p = classify(kernel_cpu, app_cpu, topo)
     cell = {"kernel_cpu": kernel_cpu, "app_cpu": app_cpu, "class": p.cls,
-            "shared_llc": p.shared_llc, "runs": runs}
+            "shared_llc": p.shared_llc, "smt_sibling": p.smt_sibling, "runs": runs}
     for key in ("throughput_bps", "kernel_seconds_per_gb", "app_seconds_per_gb",
                 "llc_misses_kernel_per_gb", "llc_misses_app_per_gb"):
         cell[key] = _median(r.get(key) for r in runs)

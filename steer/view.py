@@ -114,6 +114,8 @@ def class_label(f: FlowReport) -> tuple[str, str]:
     p = f.placement
     if p.cls == SAME_SOCKET and p.shared_llc is False:
         return "same-socket/no-llc", "yellow"
+    if p.cls == SAME_CORE and p.smt_sibling:
+        return "same-core/smt", "yellow"
     return p.cls, CLASS_STYLE.get(p.cls, "dim")
 
 

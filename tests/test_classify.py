@@ -15,21 +15,23 @@ def xeon(tmp_path):
     return read_topology(xeon_2s_smt(str(tmp_path)))
 
 
-@pytest.mark.parametrize("k,a,cls,llc", [
-    (0, 0, SAME_CORE, True),        # the same CPU
-    (0, 24, SAME_CORE, True),       # SMT siblings share the core
-    (0, 1, SAME_SOCKET, True),
-    (0, 25, SAME_SOCKET, True),     # sibling of another core of the socket
-    (0, 12, CROSS_SOCKET, False),
-    (36, 0, CROSS_SOCKET, False),
+@pytest.mark.parametrize("k,a,cls,llc,smt", [
+    (0, 0, SAME_CORE, True, False),         # the same CPU
+    (0, 24, SAME_CORE, True, True),         # SMT siblings share the core: shown apart
+    (36, 12, SAME_CORE, True, True),
+    (0, 1, SAME_SOCKET, True, False),
+    (0, 25, SAME_SOCKET, True, False),      # sibling of another core of the socket
+    (0, 12, CROSS_SOCKET, False, False),
+    (36, 0, CROSS_SOCKET, False, False),
 ])
-def test_xeon(xeon, k, a, cls, llc):
+def test_xeon(xeon, k, a, cls, llc, smt):
     p = classify(k, a, xeon)
-    assert (p.cls, p.shared_llc) == (cls, llc)
+    assert (p.cls, p.shared_llc, p.smt_sibling) == (cls, llc, smt)
 
 
 def test_unknown_sides(xeon):
     assert classify(None, 3, xeon).cls == UNKNOWN
+    assert classify(None, 3, xeon).smt_sibling is None
     assert classify(3, None, xeon).cls == UNKNOWN
     assert classify(3, 480, xeon).cls == UNKNOWN
 

@@ -79,7 +79,7 @@ def test_class_counters_per_flow_series_and_top_k():
     assert abs(_get(m, "steer_flow_kernel_seconds_total", **labels) - 0.2) < 1e-9
     assert abs(_get(m, "steer_flow_app_seconds_total", **labels) - 0.4) < 1e-9
     assert _get(m, "steer_flow_info", **labels, kernel_cpu=0, app_cpu=1, shared_llc="true",
-                app_comm="iperf3", **{"class": "same-socket"}) == 1
+                smt_sibling="false", app_comm="iperf3", **{"class": "same-socket"}) == 1
     # top_k=1: the slow flow has no series of its own
     assert not [k for k in m if k[0].startswith("steer_flow_") and ("sport", "40001") in k[1]]
     assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="softirq") == 0.5
@@ -183,7 +183,7 @@ def test_service_labels_sum_the_connections_of_a_port_and_outlive_them():
     assert _get(second, "steer_flow_receive_bytes_total", **service) == 140   # a's 100 stay
     assert not [k for k in second if dict(k[1]).get("sport")]
     assert _get(first, "steer_flow_info", **service, kernel_cpu=1, app_cpu="", shared_llc="",
-                app_comm="", **{"class": "unknown"}) == 2   # two flows, no reader seen
+                smt_sibling="", app_comm="", **{"class": "unknown"}) == 2   # two flows, no reader seen
 
 
 def test_service_labels_sum_the_replies_a_client_receives_on_ephemeral_ports():

@@ -333,7 +333,7 @@ def test_flows_json_shape():
     assert set(j["capabilities"]) >= {"llc", "app_side", "kernel_side"}
     keys = {"proto", "src", "sport", "dst", "dport", "rx_bytes", "rx_packets", "kernel_cpu",
             "kernel_seconds", "app_cpu", "app_seconds", "app_pid", "app_comm", "class",
-            "shared_llc", "llc_misses_kernel", "llc_misses_app"}
+            "shared_llc", "smt_sibling", "llc_misses_kernel", "llc_misses_app"}
     f = next(f for f in j["flows"] if f["sport"] == res.sender_port and f["dport"] == 5201)
     assert keys <= set(f)
     assert f["proto"] == "tcp" and f["src"] == "198.18.0.1" and f["class"] == "same-core"

@@ -175,3 +175,18 @@ def test_rules_lines_say_detached_offline_and_unreadable():
     assert "proto=tcp,dport=5201" in lines[2] and "-> CPU 3" in lines[2] and "CPU offline" in lines[2]
     assert lines[3] == "eth9: no device eth9"
     assert rules_lines([], online={0}) == ["no pinned steering rules"]
+
+
+def test_an_smt_sibling_placement_is_shown_apart_from_same_core(tmp_path):
+    from sysfs import xeon_2s_smt
+    from steer.view import class_label
+    xeon = read_topology(xeon_2s_smt(str(tmp_path)))
+    e = [FlowCpuSample(A, 0, rx_bytes=10**9, rx_skbs=100, kernel_ns=S),
+         FlowCpuSample(A, 24, app_ns=S, app_calls=5, app_bytes=10**9, app_pid=42, app_comm="r"),
+         FlowCpuSample(B, 3, rx_bytes=10**6, rx_skbs=10, kernel_ns=S, app_ns=S, app_calls=5,
+                       app_bytes=10**6, app_pid=43, app_comm="r")]
+    after = TraceSample(2 * S, {(s.flow, s.cpu): s for s in e}, (), len(e), 1024)
+    snap = build_snapshot(TraceSample(0, {}, (), 0, 1024), after, xeon, CAPS)
+    labels = {f.flow: class_label(f)[0] for f in snap.flows}
+    assert labels == {A: "same-core/smt", B: "same-core"}
+    assert {f.flow: f.as_json()["smt_sibling"] for f in snap.flows} == {A: True, B: False}
