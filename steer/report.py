@@ -9,7 +9,8 @@ import statistics
 from .classify import CLASSES, CROSS_SOCKET, SAME_CORE, SAME_SOCKET, Placement
 from .flows import CpuReport, FlowReport, Snapshot
 from .policies import llc_peer
-from .topology import Topology
+from .hostconfig import PAPERS_PRECONDITIONS
+from .topology import Topology, format_cpulist
 from .samples import Capabilities, FlowId
 from .units import figure
 
@@ -29,7 +30,8 @@ PAPERS = (
 )
 PAPERS_HARDWARE = "40 GbE, one TCP flow, dual-socket 6-core Intel Sandy Bridge receiver"
 
-CSV_FIELDS = ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling", "throughput_bps",
+CSV_FIELDS = ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling", "nic_local_kernel",
+              "nic_local_app", "throughput_bps",
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
               "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
               "measured_app_cpu", "runs"]
@@ -41,6 +43,8 @@ def to_csv(results: dict) -> str:
     w.writeheader()
     for c in sorted(results["cells"], key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
         row = {k: c.get(k) for k in CSV_FIELDS}
+        for side in ("kernel", "app"):
+            row[f"nic_local_{side}"] = (c.get("nic_local") or {}).get(side)
         row["runs"] = len(c.get("runs", []))
         w.writerow({k: "" if v is None else v for k, v in row.items()})
     return out.getvalue()
@@ -85,6 +89,43 @@ def llc_peer_choice(app_cpu: int, topo: Topology) -> tuple[int | None, str]:
     return (d[0].cpu, d[0].reason) if d else (None, "no other core on the reader's socket")
 
 
+def _setting(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return "?" if value is None else str(value)
+
+
+def config_md(config: dict | None) -> list[str]:
+    """The host's receive-side settings beside the ones the papers measured with."""
+    if not config:
+        return ["The host's configuration was not recorded (results of an older steer).", ""]
+    dev = config.get("device") or {}
+    nic = dev.get("locality") or (
+        f"NUMA node {dev['numa_node']}" if dev.get("numa_node") is not None else
+        f"local CPUs {format_cpulist(dev['local_cpus'])}" if dev.get("local_cpus") else
+        "no NUMA information")
+    rows = [
+        ("receiving device", f"{dev.get('name', '?')}" + (f" (netns {dev['netns']})" if dev.get("netns") else "")
+         + (f": {dev['error']}" if dev.get("error") else ""), "40 GbE NIC"),
+        ("NIC locality", nic, "one NIC-attached socket of 2; best with both sides on it"),
+        ("irqbalance", config.get("irqbalance"), PAPERS_PRECONDITIONS["irqbalance"]),
+        ("RPS", (dev.get("rps") or {}).get("state"), PAPERS_PRECONDITIONS["rps"]),
+        ("RFS", (dev.get("rfs") or {}).get("state"), PAPERS_PRECONDITIONS["rfs"]),
+        ("MTU", dev.get("mtu"), PAPERS_PRECONDITIONS["mtu"]),
+        ("flow control (pause)", _setting(dev.get("pause")), PAPERS_PRECONDITIONS["pause"]),
+        ("SMT", _setting(config.get("smt")), PAPERS_PRECONDITIONS["smt"]),
+        ("congestion control", dev.get("congestion_control"), PAPERS_PRECONDITIONS["congestion_control"]),
+        ("offloads", _setting(dev.get("offloads")), "not stated"),
+        ("CPU frequency governor", config.get("governor"), "not stated"),
+    ]
+    lines = ["## The host's configuration", "",
+             "Read before the first run, not changed by steer (except the kernel side's placement "
+             "of each cell). The papers' column is their stated setup.", "",
+             "| setting | this host | the papers |", "|---|---|---|"]
+    lines += [f"| {name} | {_setting(mine)} | {theirs} |" for name, mine, theirs in rows]
+    return lines + [""]
+
+
 def report_md(results: dict, topo: Topology) -> str:
     cells = [c for c in results["cells"] if c.get("throughput_bps") is not None]
     cfg, host = results["config"], results.get("host", {})
@@ -97,6 +138,7 @@ def report_md(results: dict, topo: Topology) -> str:
               f"{cfg['method']}, traffic from {cfg['mode']}.", ""]
     if not results.get("complete", True):
         lines += ["**Incomplete**: the sweep was interrupted; `steer sweep --resume` continues it.", ""]
+    lines += config_md(host.get("config"))
 
     lines += ["## Throughput by class", "",
               "| class | cells | median Gbit/s | min | max | kernel CPU-s/GB | app CPU-s/GB |",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .classify import classify
 from .flowspec import FlowSpec
 from .flows import build_snapshot
-from .topology import Topology, format_cpulist
+from .topology import Topology, format_cpulist, nic_local, nic_sockets
 from .tracer import Tracer
 from .units import per_gb
 
@@ -64,9 +64,21 @@ def cells_of(cfg: SweepConfig) -> list[tuple[int, int]]:
     return [(k, a) for k in cfg.cpus for a in cfg.cpus]
 
 
-def host_info(topo: Topology) -> dict:
+def host_info(topo: Topology, cfg: SweepConfig | None = None) -> dict:
+    """Who measured: the host, its topology, and its receive-side configuration (in the lab the
+    receiving device's part is added by the first run, when the device exists)."""
+    from .hostconfig import host_config
+    dev = cfg.dev if cfg and cfg.mode == "host" else None
     return {"hostname": socket.gethostname(), "kernel": platform.release(),
-            "machine": platform.machine(), "topology": topo.as_dict()}
+            "machine": platform.machine(), "topology": topo.as_dict(),
+            "config": host_config(dev, cfg.netns if dev else None)}
+
+
+def device_sockets(results: dict, topo: Topology) -> tuple[int, ...] | None:
+    """The sockets of the sweep's receiving NIC, from results' host.config; None: no NIC (the
+    lab's veth) or no locality known."""
+    dev = results.get("host", {}).get("config", {}).get("device") or {}
+    return nic_sockets(topo, dev.get("numa_node"), dev.get("local_cpus"))
 
 
 def load_results(path: str, cfg: SweepConfig) -> dict:
@@ -96,10 +108,16 @@ def _median(vals):
     return statistics.median(vals) if vals else None
 
 
-def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology) -> dict:
+def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
+              nic: tuple[int, ...] | None = None) -> dict:
+    """A cell: its class, its medians over RUNS, and whether each side sat on a socket of the
+    receiving NIC (NIC: its sockets; None leaves nic_local unknown)."""
     p = classify(kernel_cpu, app_cpu, topo)
     cell = {"kernel_cpu": kernel_cpu, "app_cpu": app_cpu, "class": p.cls,
-            "shared_llc": p.shared_llc, "smt_sibling": p.smt_sibling, "runs": runs}
+            "shared_llc": p.shared_llc, "smt_sibling": p.smt_sibling,
+            "nic_local": {"kernel": nic_local(topo, nic, kernel_cpu),
+                          "app": nic_local(topo, nic, app_cpu)},
+            "runs": runs}
     for key in ("throughput_bps", "kernel_seconds_per_gb", "app_seconds_per_gb",
                 "llc_misses_kernel_per_gb", "llc_misses_app_per_gb"):
         cell[key] = _median(r.get(key) for r in runs)
@@ -141,12 +159,16 @@ class LabRunner:
 
     def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop):
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
+        self.device_config: dict | None = None   # the receiving veth's, read by the first run
 
     def run(self, kernel_cpu: int, app_cpu: int) -> dict:
         from .lab import Lab, LabFlow
         from .affinity import set_rps
+        from .hostconfig import host_config
         from .steering import XdpSteering
         with Lab([LabFlow(None, app_cpu, self.cfg.port)], seconds=self.cfg.seconds) as lab:
+            if self.device_config is None:   # as it is before this sweep changes its RPS
+                self.device_config = host_config(lab.rx_dev, lab.rx_netns)["device"]
             steering = None
             try:
                 if self.cfg.method == "rps":
@@ -185,6 +207,7 @@ class HostRunner:
         from .kernel import enter_netns
         from .steering import XdpSteering, netns_path
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
+        self.device_config = None   # host_info read it: the device is there from the start
         self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
         self.spec = FlowSpec(proto="tcp", dport=cfg.port)
         try:
@@ -240,7 +263,7 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
     if resume:
         results = load_results(path, cfg)
     else:
-        results = {"version": RESULTS_VERSION, "config": cfg.as_dict(), "host": host_info(topo),
+        results = {"version": RESULTS_VERSION, "config": cfg.as_dict(), "host": host_info(topo, cfg),
                    "capabilities": tracer.capabilities.as_dict(), "cells": [], "complete": False}
     done = {(c["kernel_cpu"], c["app_cpu"]) for c in results["cells"]}
     todo = [c for c in cells_of(cfg) if c not in done]
@@ -253,7 +276,10 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
             if progress:
                 progress.update(task, description=f"kernel CPU {k}, app CPU {a}")
             runs = [runner.run(k, a) for _ in range(cfg.repeat)]
-            results["cells"].append(summarize(k, a, runs, topo))
+            config = results["host"].setdefault("config", {})
+            if runner.device_config is not None and "device" not in config:
+                config["device"] = runner.device_config
+            results["cells"].append(summarize(k, a, runs, topo, device_sockets(results, topo)))
             save_results(path, results)
             if progress:
                 progress.advance(task)

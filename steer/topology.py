@@ -195,6 +195,29 @@ def read_topology(root: str = "/sys") -> Topology:
     return Topology(cpus, max(levels) if levels else None)
 
 
+def nic_sockets(topo: Topology, numa_node: int | None, local_cpus) -> tuple[int, ...] | None:
+    """The sockets a NIC is attached to: those of its NUMA node's CPUs, else those of its local
+    CPUs when they are not every CPU; None where it has no place (a virtual device, or a NIC
+    without NUMA information on a multi-socket host: it looks local to every CPU)."""
+    if numa_node is not None:
+        socks = {c.socket for c in topo.cpus.values() if c.numa == numa_node and c.socket is not None}
+        if socks:
+            return tuple(sorted(socks))
+    if not local_cpus:
+        return None
+    socks = {topo.cpus[c].socket for c in local_cpus if c in topo.cpus and topo.cpus[c].socket is not None}
+    if not socks or (len(topo.sockets) > 1 and socks == set(topo.sockets)):
+        return None   # local to every socket of a multi-socket host: it says nothing
+    return tuple(sorted(socks))
+
+
+def nic_local(topo: Topology, sockets: tuple[int, ...] | None, cpu: int | None) -> bool | None:
+    """Whether CPU sits on a socket the NIC is attached to; None where either is unknown."""
+    if sockets is None or cpu is None or cpu not in topo.cpus or topo.cpus[cpu].socket is None:
+        return None
+    return topo.cpus[cpu].socket in sockets
+
+
 def widen_to_online_cpus() -> str | None:
     """Let this process run on every online CPU its cpuset allows (the kernel intersects the
     mask with the cpuset). An affinity inherited from a narrow parent (a CI machine's init had

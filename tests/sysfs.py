@@ -101,3 +101,24 @@ def epyc_chiplet(root: str) -> str:
         l3 = [c for c in range(32) if (c % 16) // 4 == ccx]
         cpus.append(FakeCpu(n, 0, first, sib, sib, l3, ccx, 0))
     return write_tree(root, cpus)
+
+
+def add_nic(root: str, name: str, numa_node: int | None, local_cpus: list[int] | None,
+            rx_queues: int = 2, mtu: int = 9000, rps: dict[int, str] | None = None) -> str:
+    """A network device under class/net: a PCI NIC has device/numa_node (-1 without NUMA
+    information) and device/local_cpulist; LOCAL_CPUS None makes a virtual device (no device/)."""
+    base = os.path.join(root, "class/net", name)
+
+    def put(path, text):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(f"{text}\n")
+
+    put(f"{base}/mtu", mtu)
+    if local_cpus is not None:
+        put(f"{base}/device/numa_node", -1 if numa_node is None else numa_node)
+        put(f"{base}/device/local_cpulist", format_cpulist(local_cpus))
+    for q in range(rx_queues):
+        put(f"{base}/queues/rx-{q}/rps_cpus", (rps or {}).get(q, "00000000,00000000"))
+        put(f"{base}/queues/rx-{q}/rps_flow_cnt", 0)
+    return base

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from helpers import CPU_A, CPU_B, ROOT, STEER, assert_one_line_error, live, steer, two_cpus
-from steer.lab import lab_namespaces
+from steer.lab import RECEIVER_DEV, lab_namespaces
 from test_report import png_size, svg_cells
 
 pytestmark = [live, two_cpus]
@@ -33,6 +33,18 @@ def _check_outputs(out):
         run = c["runs"][0]
         # iperf3's receiver count and the tracer's bytes read agree
         assert abs(run["app_bytes"] - run["iperf3_received_bytes"]) < 0.005 * run["iperf3_received_bytes"]
+    # the receiving veth's configuration, read in its namespace before the sweep touched it
+    dev = r["host"]["config"]["device"]
+    assert dev["name"] == RECEIVER_DEV and dev["netns"] and "error" not in dev, dev
+    assert dev["locality"] == "none: a virtual device" and dev["numa_node"] is None
+    assert dev["mtu"] == 1500 and dev["rps"]["state"] == "off" and dev["rx_queues"] >= 1
+    assert dev["congestion_control"] in open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    assert set(dev["offloads"]) == {"gro", "gso", "tso", "lro"}
+    assert dev["channels"]["current"]["rx"] >= 1                  # veth answers ethtool -l
+    assert dev["pause"].startswith("unsupported")                 # and has no pause frames
+    assert r["host"]["config"]["irqbalance"] in ("not running",) or \
+        r["host"]["config"]["irqbalance"].startswith("running")
+    assert all(c["nic_local"] == {"kernel": None, "app": None} for c in r["cells"])
     rows = list(csv.DictReader(open(f"{out}/results.csv")))
     assert len(rows) == 4 and {(int(x["kernel_cpu"]), int(x["app_cpu"])) for x in rows} == set(EXPECTED)
     for name in ("throughput", "cpu_per_gb", "throughput_by_class"):

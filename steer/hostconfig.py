@@ -1,0 +1,183 @@
+"""The host's receive-side configuration, as the papers recorded theirs before measuring (NDM'13
+and its follow-up: irqbalance off, RPS and RFS off, MTU 9000, Ethernet flow control on,
+hyper-threading off, Cubic): read, never changed, into results.json `host.config`, so that two
+sweeps can be compared knowing what differed.
+
+Values that cannot be read say why instead ("unsupported: ..." where the driver has no such
+setting, as veth has no pause frames). The device's part is read inside its network namespace
+(sysfs, /proc/sys/net and ethtool all show the namespace of whoever reads them).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from .topology import parse_cpulist
+
+# what the papers set up before measuring, for the report to put beside what this host has
+PAPERS_PRECONDITIONS = {
+    "irqbalance": "not running", "rps": "off", "rfs": "off", "mtu": 9000,
+    "pause": "rx and tx on", "smt": "off", "congestion_control": "cubic",
+}
+OFFLOADS = {"gro": "generic-receive-offload", "gso": "generic-segmentation-offload",
+            "tso": "tcp-segmentation-offload", "lro": "large-receive-offload"}
+ETHTOOL_TIMEOUT = 10
+
+
+def mask_to_cpus(mask: str) -> list[int]:
+    """A sysfs cpumask ('00000000,0000000f') -> [0, 1, 2, 3]."""
+    bits = int(mask.replace(",", "") or "0", 16)
+    return [i for i in range(bits.bit_length()) if bits >> i & 1]
+
+
+def parse_ethtool_sections(text: str) -> dict:
+    """`ethtool -g`/`-l` text -> {"max": {...}, "current": {...}}; `-c` text (no sections) ->
+    {"current": {...}}. Values: int, or the string ethtool printed (n/a, on, off)."""
+    out: dict[str, dict] = {}
+    section = "current"
+    for line in text.splitlines():
+        low = line.strip().lower()
+        if low.startswith("pre-set maximums"):
+            section = "max"
+            continue
+        if low.startswith("current hardware settings"):
+            section = "current"
+            continue
+        if low.startswith("adaptive rx:"):   # `-c`: "Adaptive RX: off  TX: off"
+            m = re.match(r"adaptive rx:\s*(\S+)\s+tx:\s*(\S+)", low)
+            if m:
+                out.setdefault(section, {}).update({"adaptive-rx": m.group(1), "adaptive-tx": m.group(2)})
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or not value.strip() or line.rstrip().endswith(":"):
+            continue
+        value = value.strip()
+        out.setdefault(section, {})[key.strip().lower()] = int(value) if value.isdigit() else value
+    return out
+
+
+def _ethtool(args: list[str]) -> tuple[str | None, str | None]:
+    """(stdout, None) or (None, why) of one ethtool query."""
+    if not shutil.which("ethtool"):
+        return None, "unavailable: ethtool not installed (apt-get install ethtool)"
+    try:
+        r = subprocess.run(["ethtool", *args], capture_output=True, text=True, timeout=ETHTOOL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return None, f"unavailable: ethtool {' '.join(args)} did not answer in {ETHTOOL_TIMEOUT} s"
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[0]
+        if "not supported" in why.lower():
+            return None, f"unsupported by the driver ({why})"
+        return None, f"unavailable: {why}"
+    return r.stdout, None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def device_config(sysfs: str, dev: str) -> dict:
+    """DEV's settings, read in its network namespace with its sysfs at SYSFS; JSON-serialisable
+    (it crosses a process boundary when the device is in another namespace)."""
+    base = os.path.join(sysfs, "class/net", dev)
+    if not os.path.isdir(base):
+        raise ValueError(f"no interface {dev!r}")
+    cfg: dict = {"name": dev}
+    mtu = _read(os.path.join(base, "mtu"))
+    cfg["mtu"] = int(mtu) if mtu and mtu.isdigit() else None
+
+    # the NIC's place: a PCI device has a NUMA node (-1: none) and the CPUs local to it; a virtual
+    # device (veth, a bridge) has no device/ at all
+    numa = _read(os.path.join(base, "device/numa_node"))
+    local = _read(os.path.join(base, "device/local_cpulist"))
+    cfg["numa_node"] = int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None
+    cfg["local_cpus"] = parse_cpulist(local) if local else None
+    if not os.path.exists(os.path.join(base, "device")):
+        cfg["locality"] = "none: a virtual device"
+
+    queues = os.path.join(base, "queues")
+    try:
+        rx = sorted((q for q in os.listdir(queues) if q.startswith("rx-")), key=lambda q: int(q[3:]))
+    except OSError:
+        rx = []
+    rps = {q: mask_to_cpus(_read(os.path.join(queues, q, "rps_cpus")) or "0") for q in rx}
+    flow_cnt = {q: int(_read(os.path.join(queues, q, "rps_flow_cnt")) or 0) for q in rx}
+    cfg["rx_queues"] = len(rx)
+    cfg["rps"] = {"state": "on" if any(rps.values()) else "off", "cpus": rps}
+    # RFS needs the host-wide socket table too (host_config adds it: only the initial namespace
+    # has net.core.rps_sock_flow_entries)
+    cfg["rfs"] = {"flow_cnt": flow_cnt}
+    cc = _read("/proc/sys/net/ipv4/tcp_congestion_control")
+    cfg["congestion_control"] = cc
+
+    out, why = _ethtool(["--json", "-k", dev])
+    if out is not None:
+        features = json.loads(out)[0]
+        cfg["offloads"] = {short: ("on" if features.get(name, {}).get("active") else "off")
+                           + (" [fixed]" if features.get(name, {}).get("fixed") else "")
+                           for short, name in OFFLOADS.items()}
+    else:
+        cfg["offloads"] = why
+    out, why = _ethtool(["--json", "--include-statistics", "-a", dev])
+    if out is not None and json.loads(out):
+        cfg["pause"] = json.loads(out)[0]
+    else:
+        cfg["pause"] = why or "unsupported by the driver"
+    for key, opt in (("rings", "-g"), ("channels", "-l"), ("coalescing", "-c")):
+        out, why = _ethtool([opt, dev])
+        cfg[key] = parse_ethtool_sections(out) if out is not None else why
+    return cfg
+
+
+def _irqbalance(proc: str) -> str:
+    for pid in os.listdir(proc):
+        if pid.isdigit() and _read(os.path.join(proc, pid, "comm")) == "irqbalance":
+            return f"running (pid {pid})"
+    return "not running"
+
+
+def _smt(sysfs: str) -> dict:
+    base = os.path.join(sysfs, "devices/system/cpu/smt")
+    return {"control": _read(os.path.join(base, "control")) or "unavailable: no smt/ in sysfs",
+            "active": _read(os.path.join(base, "active")) == "1"}
+
+
+def _governor(sysfs: str) -> str:
+    base = os.path.join(sysfs, "devices/system/cpu")
+    found = set()
+    for name in os.listdir(base):
+        if re.fullmatch(r"cpu\d+", name):
+            g = _read(os.path.join(base, name, "cpufreq/scaling_governor"))
+            if g:
+                found.add(g)
+    if not found:
+        return "unavailable: no cpufreq (a VM, or frequency is the firmware's)"
+    return ",".join(sorted(found))
+
+
+def host_config(dev: str | None, netns: str | None, sysfs: str = "/sys", proc: str = "/proc") -> dict:
+    """The host's part (SMT, governor, irqbalance) and DEV's part (in NETNS, a name under
+    /run/netns or a path; None: this namespace)."""
+    cfg: dict = {"smt": _smt(sysfs), "governor": _governor(sysfs), "irqbalance": _irqbalance(proc)}
+    if dev:
+        from .kernel import KernelError, call_with_netns_sysfs
+        from .steering import SteerError, netns_path
+        try:
+            d = call_with_netns_sysfs(netns_path(netns), device_config, dev)
+        except (KernelError, SteerError, ValueError) as e:
+            cfg["device"] = {"name": dev, "netns": netns, "error": str(e)}
+            return cfg
+        d["netns"] = netns
+        entries = _read(os.path.join(proc, "sys/net/core/rps_sock_flow_entries"))
+        entries = int(entries) if entries and entries.isdigit() else None
+        d["rfs"] = {"state": "on" if entries and any(d["rfs"]["flow_cnt"].values()) else "off",
+                    "sock_flow_entries": entries, **d["rfs"]}
+        cfg["device"] = d
+    return cfg

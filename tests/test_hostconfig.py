@@ -1,0 +1,119 @@
+"""The host's configuration as a sweep records it, and NIC locality, on built sysfs trees:
+ethtool's text, cpumasks, which sockets a NIC is attached to, and the report's table."""
+from steer.hostconfig import device_config, mask_to_cpus, parse_ethtool_sections
+from steer.report import config_md
+from steer.sweep import device_sockets, summarize
+from steer.topology import nic_local, nic_sockets, read_topology
+
+from sysfs import add_nic, xeon_2s_smt
+
+# `ethtool -l` of a veth and `-g`/`-c` of a NIC, as ethtool 6.1 prints them
+CHANNELS = """Channel parameters for vt0:
+Pre-set maximums:
+RX:\t\t2
+TX:\t\t2
+Other:\t\tn/a
+Combined:\tn/a
+Current hardware settings:
+RX:\t\t1
+TX:\t\t1
+Other:\t\tn/a
+Combined:\tn/a
+"""
+RINGS = """Ring parameters for eth0:
+Pre-set maximums:
+RX:\t\t\t8192
+RX Mini:\t\tn/a
+RX Jumbo:\t\tn/a
+TX:\t\t\t8192
+Current hardware settings:
+RX:\t\t\t512
+RX Mini:\t\tn/a
+RX Jumbo:\t\tn/a
+TX:\t\t\t512
+RX Buf Len:\t\tn/a
+"""
+COALESCE = """Coalesce parameters for eth0:
+Adaptive RX: on  TX: off
+stats-block-usecs: n/a
+sample-interval: n/a
+rx-usecs: 50
+rx-frames: n/a
+"""
+
+
+def test_ethtool_text_parses_into_maximum_and_current():
+    assert parse_ethtool_sections(CHANNELS) == {
+        "max": {"rx": 2, "tx": 2, "other": "n/a", "combined": "n/a"},
+        "current": {"rx": 1, "tx": 1, "other": "n/a", "combined": "n/a"}}
+    rings = parse_ethtool_sections(RINGS)
+    assert rings["max"]["rx"] == 8192 and rings["current"]["rx"] == 512
+    assert rings["current"]["rx buf len"] == "n/a"
+    c = parse_ethtool_sections(COALESCE)["current"]
+    assert c["adaptive-rx"] == "on" and c["adaptive-tx"] == "off" and c["rx-usecs"] == 50
+
+
+def test_cpumasks():
+    assert mask_to_cpus("00000000,00000000") == []
+    assert mask_to_cpus("0000000f") == [0, 1, 2, 3]
+    assert mask_to_cpus("00000001,00000002") == [1, 32]
+
+
+def test_nic_sockets_on_a_two_socket_host(tmp_path):
+    xeon = read_topology(xeon_2s_smt(str(tmp_path)))
+    socket1 = list(range(12, 24)) + list(range(36, 48))
+    assert nic_sockets(xeon, 1, socket1) == (1,)            # the NUMA node says it
+    assert nic_sockets(xeon, None, socket1) == (1,)         # no node, but local CPUs of one socket
+    assert nic_sockets(xeon, None, list(range(48))) is None  # local to all: no information
+    assert nic_sockets(xeon, None, None) is None            # a virtual device
+    assert nic_local(xeon, (1,), 12) is True and nic_local(xeon, (1,), 0) is False
+    assert nic_local(xeon, (1,), 36) is True                # an SMT sibling on socket 1
+    assert nic_local(xeon, None, 12) is None and nic_local(xeon, (1,), None) is None
+
+
+def test_nic_sockets_on_one_socket(tmp_path):
+    from sysfs import FakeCpu, write_tree
+    one = read_topology(write_tree(str(tmp_path), [FakeCpu(n, 0, n, [n], [n], [0, 1], 0, 0)
+                                                   for n in (0, 1)]))
+    assert nic_sockets(one, None, [0, 1]) == (0,)             # every CPU is local, and that is true
+
+
+def test_device_config_reads_the_nic_from_sysfs(tmp_path):
+    root = str(tmp_path)
+    add_nic(root, "eth-fixture", 1, list(range(12, 24)), rx_queues=2,
+            rps={1: "00000000,00000003"})
+    cfg = device_config(root, "eth-fixture")
+    assert cfg["mtu"] == 9000 and cfg["numa_node"] == 1 and cfg["local_cpus"] == list(range(12, 24))
+    assert "locality" not in cfg
+    assert cfg["rx_queues"] == 2
+    assert cfg["rps"] == {"state": "on", "cpus": {"rx-0": [], "rx-1": [0, 1]}}
+    assert cfg["rfs"] == {"flow_cnt": {"rx-0": 0, "rx-1": 0}}
+    # ethtool knows no such device here: each setting says why it is missing, none is invented
+    for key in ("offloads", "pause", "rings", "channels", "coalescing"):
+        assert isinstance(cfg[key], str) and cfg[key].startswith(("unavailable", "unsupported")), cfg[key]
+    add_nic(root, "veth-fixture", None, None, rx_queues=1, mtu=1500)
+    v = device_config(root, "veth-fixture")
+    assert v["locality"] == "none: a virtual device" and v["numa_node"] is None
+    assert v["rps"]["state"] == "off"
+
+
+def test_cells_carry_nic_locality_and_the_report_the_configuration(tmp_path):
+    xeon = read_topology(xeon_2s_smt(str(tmp_path / "sys")))
+    results = {"host": {"config": {"smt": {"control": "on", "active": True}, "governor": "performance",
+                                   "irqbalance": "not running",
+                                   "device": {"name": "eth0", "netns": None, "mtu": 9000, "numa_node": 1,
+                                              "local_cpus": list(range(12, 24)),
+                                              "rps": {"state": "off"}, "rfs": {"state": "off"},
+                                              "pause": {"rx": True, "tx": True},
+                                              "congestion_control": "cubic",
+                                              "offloads": {"gro": "on", "lro": "off"}}}}}
+    nic = device_sockets(results, xeon)
+    assert nic == (1,)
+    assert summarize(12, 0, [], xeon, nic)["nic_local"] == {"kernel": True, "app": False}
+    assert summarize(0, 1, [], xeon, None)["nic_local"] == {"kernel": None, "app": None}
+    md = "\n".join(config_md(results["host"]["config"]))
+    assert "| MTU | 9000 | 9000 |" in md
+    assert "| NIC locality | NUMA node 1 |" in md
+    assert "| irqbalance | not running | not running |" in md
+    assert "| flow control (pause) | rx True, tx True |" in md
+    assert "not recorded" in config_md(None)[0]
