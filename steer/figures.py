@@ -9,18 +9,25 @@ import matplotlib
 
 matplotlib.use("Agg")   # files only: no display, no GUI toolkit
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from .classify import CLASSES  # noqa: E402
+from .topology import Topology, nic_sockets  # noqa: E402
 
 CLASS_COLOURS = {"same-core": "#d62728", "same-socket": "#2ca02c", "cross-socket": "#ff7f0e",
                  "unknown": "#7f7f7f"}
 MAX_BUBBLE = 2200   # points^2 of the largest bubble: fills a cell of a 12x12 matrix without overlap
 
 
-def bubble_matrix(cells: list[dict], key: str, title: str, unit: str, scale: float, path: str) -> list[str]:
-    """One bubble per cell with a value for KEY; writes PATH.png and PATH.svg."""
+def bubble_matrix(cells: list[dict], key: str, title: str, unit: str, scale: float, path: str,
+                  sockets: dict[int, int] | None = None, nic_sockets=None) -> list[str]:
+    """One bubble per cell with a value for KEY; writes PATH.png and PATH.svg. SOCKETS (CPU ->
+    socket) orders the axes by socket and draws the socket quadrants, as NDM'13's matrix reads;
+    NIC_SOCKETS (the receiving NIC's sockets) shades the quadrant where both sides are NIC-local."""
     cs = [c for c in cells if c.get(key) is not None]
-    cpus = sorted({c["kernel_cpu"] for c in cells} | {c["app_cpu"] for c in cells})
+    sockets = sockets or {}
+    cpus = sorted({c["kernel_cpu"] for c in cells} | {c["app_cpu"] for c in cells},
+                  key=lambda c: (sockets.get(c, -1), c))
     n = max(len(cpus), 1)
     fig, ax = plt.subplots(figsize=(2.2 + 0.6 * n, 1.8 + 0.6 * n))
     top = max((c[key] for c in cs), default=0) or 1
@@ -36,15 +43,40 @@ def bubble_matrix(cells: list[dict], key: str, title: str, unit: str, scale: flo
     ax.set_yticks(range(n), [str(c) for c in cpus])
     ax.set_xlim(-0.6, n - 0.4)
     ax.set_ylim(-0.6, n - 0.4)
+    _socket_quadrants(ax, cpus, sockets, nic_sockets)
     ax.set_xlabel("application CPU (reader pinned)")
     ax.set_ylabel("kernel receive CPU (flow steered)")
     ax.set_title(f"{title} ({unit})", fontsize=10)
     ax.grid(True, linestyle=":", linewidth=0.5)
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=CLASS_COLOURS[k], label=k)
                for k in CLASSES if any(c["class"] == k for c in cs)]
+    if nic_sockets and sockets:
+        handles.append(Patch(color="#1f77b4", alpha=0.25,
+                             label=f"NIC's socket{'s' if len(nic_sockets) > 1 else ''} "
+                                   f"({', '.join(map(str, nic_sockets))})"))
     if handles:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
     return _save(fig, path)
+
+
+def _socket_quadrants(ax, cpus: list[int], sockets: dict[int, int], nic_sockets) -> None:
+    """Lines between sockets on both axes, each socket's span named, the NIC's shaded."""
+    spans: dict[int, list[int]] = {}
+    for i, cpu in enumerate(cpus):
+        if cpu in sockets:
+            spans.setdefault(sockets[cpu], []).append(i)
+    if len(spans) < 2 and not nic_sockets:
+        return
+    for s, idx in spans.items():
+        lo, hi = min(idx) - 0.5, max(idx) + 0.5
+        if lo > -0.5:
+            ax.axvline(lo, color="black", linewidth=1.2, gid="socket-boundary")
+            ax.axhline(lo, color="black", linewidth=1.2, gid="socket-boundary")
+        ax.text((lo + hi) / 2, -0.55, f"socket {s}", ha="center", va="bottom", fontsize=7,
+                color="dimgray")
+        if nic_sockets and s in nic_sockets:
+            ax.axvspan(lo, hi, ymin=0, ymax=1, color="#1f77b4", alpha=0.06, zorder=0, gid="nic-socket")
+            ax.axhspan(lo, hi, color="#1f77b4", alpha=0.06, zorder=0)
 
 
 def by_class_chart(cells: list[dict], path: str) -> list[str]:
@@ -73,21 +105,27 @@ def _save(fig, path: str) -> list[str]:
     return out
 
 
-def write_figures(results: dict, out_dir: str) -> list[str]:
+def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> list[str]:
+    """The figures of a sweep; TOPO (the measuring host's) draws the socket quadrants."""
     cells = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+    where: dict = {}
+    if topo is not None:
+        dev = results.get("host", {}).get("config", {}).get("device") or {}
+        where = {"sockets": {n: c.socket for n, c in topo.cpus.items() if c.socket is not None},
+                 "nic_sockets": nic_sockets(topo, dev.get("numa_node"), dev.get("local_cpus"))}
     files = bubble_matrix(cells, "throughput_bps", "Throughput", "Gbit/s", 1e-9,
-                          os.path.join(out_dir, "throughput"))
+                          os.path.join(out_dir, "throughput"), **where)
     for c in cells:
         k, a = c.get("kernel_seconds_per_gb"), c.get("app_seconds_per_gb")
         c["_cpu_per_gb"] = None if k is None or a is None else k + a
     files += bubble_matrix(cells, "_cpu_per_gb", "CPU-seconds per GB, kernel + application", "s/GB",
-                           1.0, os.path.join(out_dir, "cpu_per_gb"))
+                           1.0, os.path.join(out_dir, "cpu_per_gb"), **where)
     if any(c.get("llc_misses_app_per_gb") is not None for c in cells):
         for c in cells:
             k, a = c.get("llc_misses_kernel_per_gb"), c.get("llc_misses_app_per_gb")
             c["_llc_per_gb"] = None if k is None or a is None else k + a
         files += bubble_matrix(cells, "_llc_per_gb", "LLC misses per GB, kernel + application",
-                               "misses/GB", 1.0, os.path.join(out_dir, "llc_per_gb"))
+                               "misses/GB", 1.0, os.path.join(out_dir, "llc_per_gb"), **where)
     files += by_class_chart(cells, os.path.join(out_dir, "throughput_by_class"))
     for c in cells:
         c.pop("_cpu_per_gb", None)

@@ -297,7 +297,7 @@ def write_outputs(results: dict, out_dir: str, topo: Topology) -> list[str]:
     with open(os.path.join(out_dir, "results.csv"), "w") as f:
         f.write(to_csv(results))
     files.append(os.path.join(out_dir, "results.csv"))
-    files += write_figures(results, out_dir)
+    files += write_figures(results, out_dir, topo)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(report_md(results, topo))
     files.append(os.path.join(out_dir, "report.md"))

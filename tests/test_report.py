@@ -132,3 +132,20 @@ def test_resume_refuses_other_settings(xeon, tmp_path):
         load_results(path, cfg)
     with pytest.raises(SweepError, match="no .* to resume"):
         load_results(str(tmp_path / "none.json"), cfg)
+
+
+def test_figures_draw_socket_quadrants_and_the_nic_socket(xeon, tmp_path):
+    """CPUs 0 and 1 on socket 0, 12 on socket 1: the axes go by socket, a line parts the
+    sockets, and the NIC's socket (node 1 here) is shaded."""
+    r = synthetic(xeon)
+    r["host"]["config"] = {"device": {"name": "eth0", "numa_node": 1, "local_cpus": list(range(12, 24))}}
+    write_figures(r, str(tmp_path), xeon)
+    svg = open(tmp_path / "throughput.svg").read()
+    assert svg_cells(tmp_path / "throughput.svg") == 9
+    assert svg.count('id="socket-boundary') == 2          # one vertical, one horizontal line
+    assert 'id="nic-socket' in svg
+    assert "socket 0" in svg and "socket 1" in svg
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_figures(synthetic(xeon), str(plain))              # no topology: no quadrants
+    assert 'socket-boundary' not in open(plain / "throughput.svg").read()
