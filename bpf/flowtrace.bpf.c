@@ -174,6 +174,64 @@ static __always_inline struct ft_flow_stats *flow_entry(const struct ft_flow_key
 	return st;
 }
 
+/* Where a flow's packets come in (device, namespace, RX queue, NAPI instance), for its NIC's
+ * locality. The fields that depend on the kernel's configuration are read through flavours that
+ * CO-RE checks: sk_rx_dst_ifindex (5.18+; an input route cached by an established socket),
+ * sk_napi_id and skb->napi_id (CONFIG_NET_RX_BUSY_POLL), sk_rx_queue_mapping (CONFIG_XPS). */
+struct sock___rx {
+	int sk_rx_dst_ifindex;
+	unsigned int sk_napi_id;
+	__u16 sk_rx_queue_mapping;
+} __attribute__((preserve_access_index));
+
+struct sk_buff___rx {
+	unsigned int napi_id;
+} __attribute__((preserve_access_index));
+
+#define NO_QUEUE_MAPPING 0xffff	/* sk_rx_queue_mapping before any packet recorded one */
+
+/* at a socket flush: no per-packet work in the default mode */
+static __always_inline void note_rx_path_sk(struct ft_flow_stats *st, struct sock *sk)
+{
+	struct sock___rx *x = (void *)sk;
+	int ifindex = 0;
+	__u16 q;
+
+	if (bpf_core_field_exists(x->sk_rx_dst_ifindex))
+		ifindex = BPF_CORE_READ(x, sk_rx_dst_ifindex);
+	if (ifindex <= 0)
+		return;	/* no input route cached (yet, or a UDP socket): keep what was known */
+	st->rx_ifindex = ifindex;
+	st->rx_netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	if (bpf_core_field_exists(x->sk_napi_id))
+		st->rx_napi_id = BPF_CORE_READ(x, sk_napi_id);
+	if (bpf_core_field_exists(x->sk_rx_queue_mapping)) {
+		q = BPF_CORE_READ(x, sk_rx_queue_mapping);
+		st->rx_queue = q == NO_QUEUE_MAPPING ? 0 : q + 1;
+	}
+}
+
+/* at netif_receive_skb, where the stack counts the skb: the device it arrived on (a VLAN's or a
+ * bond's lower device; userspace resolves upper devices to it), read again only when the queue
+ * changed, so a GRO batch costs one load */
+static __always_inline void note_rx_path_skb(struct ft_flow_stats *st, struct sk_buff *skb)
+{
+	struct sk_buff___rx *x = (void *)skb;
+	__u16 queue = skb->queue_mapping;
+	struct net_device *dev;
+
+	if (st->rx_ifindex && st->rx_queue == queue)
+		return;
+	dev = skb->dev;
+	if (!dev)
+		return;
+	st->rx_ifindex = BPF_CORE_READ(dev, ifindex);
+	st->rx_netns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
+	st->rx_queue = queue;
+	if (bpf_core_field_exists(x->napi_id))
+		st->rx_napi_id = BPF_CORE_READ(x, napi_id);
+}
+
 /* parse the network and transport headers at DATA, an skb's data of LEN bytes (HEADLEN of them
  * linear) and Ethernet protocol ETH_PROTO (netif_receive_skb runs after eth_type_trans, before the
  * network header offset is reset). Returns 0 and fills the key and the transport payload length,
@@ -487,6 +545,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	if (second_pass)
 		return 0;	/* bytes and packets were counted on the arrival CPU */
 count:
+	note_rx_path_skb(st, skb);
 	st->rx_bytes += payload;
 	/* a GRO aggregate stands for gso_segs wire packets (skb_shinfo: head + end offset) */
 	segs = BPF_CORE_READ((struct skb_shared_info *)(skb->head + skb->end), gso_segs);
@@ -751,6 +810,7 @@ static __always_inline void flush_sock(struct sock *sk, struct sock_state *ss)
 		st->app_pid = ss->pid;
 		__builtin_memcpy(st->app_comm, ss->comm, sizeof(st->app_comm));
 	}
+	note_rx_path_sk(st, sk);
 	st->last_seen_ns = bpf_ktime_get_ns();
 }
 
@@ -774,6 +834,8 @@ static __always_inline void count_read_direct(struct sock *sk, struct ft_flow_ke
 		st->rx_bytes += ret;
 		st->rx_packets++;
 	}
+	if (!st->rx_ifindex)
+		note_rx_path_sk(st, sk);
 }
 
 /* sampled timing: no per-packet accounting. SK_STORAGE says whether SK is a typed pointer that

@@ -41,8 +41,16 @@ struct ft_flow_stats {
 	__u64 llc_app;		/* LLC misses on the application side */
 	__u64 last_seen_ns;	/* bpf_ktime_get_ns() of the last update */
 	__u32 app_pid;		/* tgid of the last reader */
-	__u32 pad;
+	/* where the flow's packets come in, for its NIC's locality and queue (0: not known):
+	 * the device the skb arrived on (skb->dev at netif_receive_skb, or the socket's
+	 * sk_rx_dst_ifindex), in the network namespace rx_netns (its inode number) */
+	__u32 rx_ifindex;
 	char app_comm[FT_COMM_LEN];
+	__u32 rx_netns;
+	__u32 rx_napi_id;	/* the NAPI instance that polled it (skb/sk napi_id; 0: none) */
+	__u16 rx_queue;		/* the device's RX queue + 1, as drivers record it (0: not recorded) */
+	__u16 pad;
+	__u32 pad2;
 };
 
 /* per-CPU totals; the invariant the tests check:

@@ -372,7 +372,8 @@ def _start_tracer(args):
 
 
 def cmd_flows(args) -> int:
-    from .flows import build_snapshot
+    from .flows import attach_devices, build_snapshot
+    from .netdevs import DeviceResolver
     from .topology import read_topology
     from .live import make_console
     from .view import render
@@ -384,6 +385,7 @@ def cmd_flows(args) -> int:
         snap = build_snapshot(before, tracer.sample(), topo, tracer.capabilities)
     finally:
         tracer.stop()
+    snap = attach_devices(snap, topo, DeviceResolver())
     if args.json:
         print(json.dumps(snap.as_json(), indent=2))
     else:
@@ -635,8 +637,9 @@ def cmd_auto(args) -> int:
                                                       pinned=False).open()
     tracer = None
     try:
+        from .netdevs import DeviceResolver
         tracer = _start_tracer(args)
-        intervals = Intervals(tracer, topo)
+        intervals = Intervals(tracer, topo, devices=DeviceResolver())
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
                                 log=log)
         if args.listen:

@@ -5,7 +5,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from .classify import Placement, classify
-from .topology import Topology
+from .topology import Topology, nic_local, nic_sockets
 from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, TraceSource
 from .units import per_gb
 
@@ -37,6 +37,26 @@ def _dominant(weights: dict[int, float]) -> tuple[int | None, float | None]:
 
 
 @dataclass(frozen=True)
+class RxPath:
+    """The device a flow's packets arrive on: its index in the network namespace whose inode is
+    netns, the RX queue (None: not recorded by the driver) and the NAPI instance (None: none)."""
+    ifindex: int
+    netns: int
+    queue: int | None
+    napi_id: int | None
+
+    @classmethod
+    def of(cls, parts: list[FlowCpuSample]) -> "RxPath | None":
+        """From the entry with the most bytes among those that saw the device."""
+        seen = [p for p in parts if p.rx_ifindex]
+        if not seen:
+            return None
+        p = max(seen, key=lambda p: (p.rx_bytes, p.cpu))
+        return cls(p.rx_ifindex, p.rx_netns, p.rx_queue - 1 if p.rx_queue else None,
+                   p.rx_napi_id or None)
+
+
+@dataclass(frozen=True)
 class FlowReport:
     flow: FlowId
     duration: float
@@ -63,6 +83,9 @@ class FlowReport:
     # can spend more time (XDP, linearising) than the target spends on the stack itself
     stack_cpu: int | None = None
     stack_cpu_share: float | None = None
+    rx_path: RxPath | None = None          # where its packets come in, as the tracer saw it
+    rx_device: dict | None = None          # that device resolved (attach_devices): name, NIC, ...
+    nic_local: dict | None = None          # {"kernel", "app"}: each side on the NIC's socket
 
     @property
     def rate_bps(self) -> float:
@@ -101,6 +124,11 @@ class FlowReport:
             "stack_cpu": self.stack_cpu, "stack_cpu_share": _r(self.stack_cpu_share),
             "kernel_cpus": {str(c): _r(s) for c, s in sorted(self.kernel_cpus.items())},
             "app_cpus": {str(c): _r(s) for c, s in sorted(self.app_cpus.items())},
+            "rx": None if self.rx_path is None else {
+                "ifindex": self.rx_path.ifindex, "netns_inode": self.rx_path.netns,
+                "queue": self.rx_path.queue, "napi_id": self.rx_path.napi_id,
+                **(self.rx_device or {})},
+            "nic_local": self.nic_local,
         }
 
 
@@ -149,6 +177,23 @@ class Snapshot:
                        "evictions": self.evictions, "map_update_failures": self.flow_failures,
                        "untimed_skbs": self.untimed_skbs},
         }
+
+
+def attach_devices(snap: Snapshot, topo: Topology, lookup) -> Snapshot:
+    """SNAP with each flow's receiving device resolved by LOOKUP(netns inode, ifindex) -> a dict
+    ({"dev", "netns", "nic", "numa_node", "local_cpus", ...}, or None), and nic_local: whether
+    its kernel side and its reader run on a socket the NIC is attached to (None where unknown:
+    no NIC under the device, or no NUMA information)."""
+    flows = []
+    for f in snap.flows:
+        if f.rx_path is None:
+            flows.append(f)
+            continue
+        dev = lookup(f.rx_path.netns, f.rx_path.ifindex)
+        socks = nic_sockets(topo, dev.get("numa_node"), dev.get("local_cpus")) if dev else None
+        flows.append(replace(f, rx_device=dev, nic_local={
+            "kernel": nic_local(topo, socks, f.kernel_cpu), "app": nic_local(topo, socks, f.app_cpu)}))
+    return replace(snap, flows=flows)
 
 
 def _is_wildcard(f: FlowId) -> bool:
@@ -220,7 +265,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             placement=classify(kernel_cpu, app_cpu, topo),
             kernel_cpus={c: s for c, s in kcpu.items() if s},
             app_cpus={c: s for c, s in acpu.items() if s},
-            stack_cpu=stack_cpu, stack_cpu_share=stack_share))
+            stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=RxPath.of(parts)))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
 
     cpus = []
@@ -251,8 +296,8 @@ class Intervals:
     its recent past (PlacementMemory), as the live view shows them, so that a flow with a few
     samples a second does not change class from one second to the next."""
 
-    def __init__(self, tracer: TraceSource, topo: Topology, smooth: bool = False):
-        self.tracer, self.topo = tracer, topo
+    def __init__(self, tracer: TraceSource, topo: Topology, smooth: bool = False, devices=None):
+        self.tracer, self.topo, self.devices = tracer, topo, devices
         self.memory = PlacementMemory(topo) if smooth else None
         self.first = self.last = tracer.sample()
 
@@ -260,7 +305,9 @@ class Intervals:
         now = self.tracer.sample()
         snap = build_snapshot(self.last, now, self.topo, self.tracer.capabilities)
         self.last = now
-        return self.memory.update(snap) if self.memory else snap
+        snap = self.memory.update(snap) if self.memory else snap
+        # DEVICES: attach_devices' lookup, for consumers that weigh the NIC's place (policies)
+        return attach_devices(snap, self.topo, self.devices) if self.devices else snap
 
     def total(self) -> Snapshot:
         return build_snapshot(self.first, self.last, self.topo, self.tracer.capabilities)

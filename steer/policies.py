@@ -6,7 +6,9 @@ files defining such a `place` function; they are loaded only from files that no 
 write. Built-ins:
 
 - llc-peer: a different core of the reader's socket that shares its last-level cache, never the
-  reader's own core or its SMT sibling (the placement the NDM'13 study found fastest).
+  reader's own core or its SMT sibling (the placement the NDM'13 study found fastest); among
+  those, the CPUs of the NIC's NUMA node first (a socket split into nodes, as sub-NUMA
+  clustering does), where the packets' memory is.
 - same-core: the reader's own CPU (what aRFS does), for comparison.
 - spread: flows by rate onto the least loaded online CPUs.
 - static: TOML rules, `[[rule]] flow = "proto=tcp,dport=5201"  cpu = 2`.
@@ -68,6 +70,10 @@ def llc_peer(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE)
             if peers else (same_socket, f"same socket as reader CPU {reader.cpu}, no LLC peer")
         if not pool:
             continue   # a one-core socket: nothing better to offer
+        node = (f.rx_device or {}).get("numa_node")
+        near = [c for c in pool if topo.cpus[c].numa == node] if node is not None else []
+        if near and len(near) < len(pool):
+            pool, why = near, f"{why}, on the NIC's NUMA node {node}"
         if f.kernel_cpu in pool:
             out.append(Decision(f.flow, f.kernel_cpu, f"already {why}"))
             continue

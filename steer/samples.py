@@ -55,6 +55,12 @@ class FlowCpuSample:
     last_seen_ns: int = 0
     app_pid: int = 0
     app_comm: str = ""
+    # where the flow's packets come in (0: not known): device index in the network namespace
+    # whose inode is rx_netns, the device's RX queue + 1, the NAPI instance
+    rx_ifindex: int = 0
+    rx_netns: int = 0
+    rx_queue: int = 0
+    rx_napi_id: int = 0
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def _flow_id_of(k: tuple) -> FlowId:
                   address_text(daddr, family), dport)
 
 
-_STATS_FIELDS = [n for n, _ in abi.FlowStats._fields_ if n not in ("pad", "app_comm", "app_pid")]
+_STATS_FIELDS = [n for n, t in abi.FlowStats._fields_ if t is abi.u64]   # the leading counters
 _CPU_FIELDS = [n for n, _ in abi.CpuStats._fields_]
 _KEY = struct.Struct(abi.struct_format(abi.FlowCpuKey))
 _VALUE = struct.Struct(abi.struct_format(abi.FlowStats))
@@ -485,8 +485,10 @@ class Tracer:
                     if fid is None:
                         fid = ids[k[:6]] = _flow_id_of(k)
                     hit = ((fid, k[7]), FlowCpuSample(
-                        fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS],
-                        app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace")), vraw)
+                        fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
+                        app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
+                        rx_netns=v[_COUNTERS + 3], rx_napi_id=v[_COUNTERS + 4],
+                        rx_queue=v[_COUNTERS + 5]), vraw)
                     entries[hit[0]] = hit[1]
                     changed.append(hit[0])
                 last[kraw] = hit

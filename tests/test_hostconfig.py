@@ -117,3 +117,52 @@ def test_cells_carry_nic_locality_and_the_report_the_configuration(tmp_path):
     assert "| irqbalance | not running | not running |" in md
     assert "| flow control (pause) | rx True, tx True |" in md
     assert "not recorded" in config_md(None)[0]
+
+
+def test_devices_by_index_finds_the_nic_under_a_vlan(tmp_path):
+    """A VLAN's packets come in on its lower device: the NIC and its locality are that one's."""
+    import os
+    from steer.netdevs import devices_by_index
+    root = str(tmp_path)
+    eth = add_nic(root, "eth0", 1, list(range(12, 24)))
+    vlan = add_nic(root, "eth0.100", None, None)
+    veth = add_nic(root, "veth0", None, None)
+    for path, idx in ((eth, 2), (vlan, 5), (veth, 7)):
+        with open(f"{path}/ifindex", "w") as f:
+            f.write(f"{idx}\n")
+    os.symlink("../eth0", f"{vlan}/lower_eth0")
+    got = devices_by_index(root, [2, 5, 7, 9])
+    assert got["2"] == {"dev": "eth0", "nic": "eth0", "numa_node": 1, "local_cpus": list(range(12, 24))}
+    assert got["5"] == {"dev": "eth0.100", "nic": "eth0", "numa_node": 1,
+                        "local_cpus": list(range(12, 24))}
+    assert got["7"]["nic"] is None and got["7"]["locality"] == "none: a virtual device"
+    assert "9" not in got
+
+
+def test_flows_carry_their_device_and_nic_locality(tmp_path):
+    from steer.flows import attach_devices, build_snapshot
+    from steer.samples import Capabilities, FlowCpuSample, FlowId, TraceSample
+    xeon = read_topology(xeon_2s_smt(str(tmp_path)))
+    a = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
+    b = FlowId("tcp", "198.18.0.1", 40001, "198.18.0.2", 5201)
+    s = 10**9
+    e = [FlowCpuSample(a, 12, rx_bytes=10**9, rx_skbs=10, kernel_ns=s, rx_ifindex=2, rx_netns=99,
+                       rx_queue=4, rx_napi_id=8195),
+         FlowCpuSample(a, 0, app_ns=s, app_calls=3, app_bytes=10**9, app_pid=1, app_comm="r"),
+         FlowCpuSample(b, 1, rx_bytes=10**6, rx_skbs=1, kernel_ns=s, app_ns=s, app_calls=1,
+                       app_bytes=10**6)]
+    after = TraceSample(2 * s, {(x.flow, x.cpu): x for x in e}, (), len(e), 1024)
+    snap = build_snapshot(TraceSample(0, {}, (), 0, 1024), after, xeon,
+                          Capabilities("", "", "", ""))
+    asked = []
+
+    def lookup(netns, ifindex):
+        asked.append((netns, ifindex))
+        return {"dev": "eth0", "netns": None, "nic": "eth0", "numa_node": 1, "local_cpus": None}
+    flows = {f.flow: f for f in attach_devices(snap, xeon, lookup).flows}
+    assert asked == [(99, 2)]                               # b came in nowhere the tracer saw
+    j = flows[a].as_json()
+    assert j["rx"] == {"ifindex": 2, "netns_inode": 99, "queue": 3, "napi_id": 8195, "dev": "eth0",
+                       "netns": None, "nic": "eth0", "numa_node": 1, "local_cpus": None}
+    assert j["nic_local"] == {"kernel": True, "app": False}   # softirq on socket 1, reader on 0
+    assert flows[b].as_json()["rx"] is None and flows[b].as_json()["nic_local"] is None

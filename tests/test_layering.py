@@ -11,7 +11,7 @@ PURE = ["steer.samples", "steer.units", "steer.privileges", "steer.topology", "s
         "steer.live", "steer.exporter",
         "steer.manual"]
 GATEWAY_AND_LOADERS = ["steer.kernel", "steer.tracer", "steer.steering", "steer.affinity", "steer.lab",
-                       "steer.sweep"]
+                       "steer.sweep", "steer.netdevs"]
 
 
 def test_pure_modules_import_without_the_gateway():

@@ -15,7 +15,7 @@ import pytest
 
 from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live, steer
 from steer.flows import build_snapshot
-from steer.lab import Lab, LabFlow, lab_namespaces
+from steer.lab import RECEIVER_DEV, Lab, LabFlow, lab_namespaces
 from steer.topology import online_cpus, read_topology
 from steer.tracer import SAMPLED_PROGRAMS, Tracer
 
@@ -317,14 +317,20 @@ def test_live_view_off_a_terminal_is_plain_text(tmp_path):
     assert out.count("flows over") >= 2 and "198.18.0.2:5201" in out and "rx" in out
 
 
-def test_flows_json_shape():
+@pytest.mark.parametrize("timing", [[], ["--timing", "exact"]], ids=["default", "exact"])
+def test_flows_json_shape(timing):
+    """The shape of `steer flows --json`, and where the flow comes in: the default mode reads it
+    from the socket, exact timing from each skb; both name the lab's receiving veth in its
+    namespace, with the ifindex `ip` gives, and no NIC under it."""
     with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
         lab.start_servers()
-        p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
+        p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json", *timing],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
         time.sleep(0.8)
         lab.start_clients()
+        link = json.loads(subprocess.run(["ip", "-n", lab.rx, "-j", "link", "show", RECEIVER_DEV],
+                                         capture_output=True, text=True, check=True).stdout)[0]
         out, err = p.communicate(timeout=60)
         (res,) = lab.wait(timeout=30)
     assert p.returncode == 0, err
@@ -338,6 +344,10 @@ def test_flows_json_shape():
     assert keys <= set(f)
     assert f["proto"] == "tcp" and f["src"] == "198.18.0.1" and f["class"] == "same-core"
     assert f["llc_misses_kernel"] is None or isinstance(f["llc_misses_kernel"], int)
+    rx = f["rx"]
+    assert (rx["dev"], rx["netns"], rx["ifindex"]) == (RECEIVER_DEV, lab.rx, link["ifindex"]), rx
+    assert rx["nic"] is None and rx["locality"] == "none: a virtual device"
+    assert f["nic_local"] == {"kernel": None, "app": None}
 
 
 def test_demo_runs_and_tears_down():

@@ -292,3 +292,19 @@ def test_a_move_is_logged_with_its_fields():
     assert msg.endswith("kernel CPU 0 -> CPU 1: test (dry run)")
     assert fields == {"flow": str(f), "old_cpu": 0, "new_cpu": 1, "reason": "test",
                       "dry_run": True}
+
+
+def test_llc_peer_prefers_the_nics_numa_node_within_the_llc(tmp_path):
+    """Sub-NUMA clustering: one socket, one L3, two NUMA nodes. The kernel side goes to an LLC
+    peer of the reader on the NIC's node, where the packets' memory is; without a NIC (or on a
+    veth) any peer."""
+    from dataclasses import replace
+    cpus = [FakeCpu(n, 0, n, [n], [n], list(range(8)), 0, 0 if n < 4 else 1) for n in range(8)]
+    t = read_topology(write_tree(str(tmp_path), cpus))
+    f = flow(1, 1, 1)
+    (d,) = llc_peer(snap([f], ncpu=8), t)
+    assert d.cpu == 0
+    (d,) = llc_peer(snap([replace(f, rx_device={"dev": "eth0", "numa_node": 1})], ncpu=8), t)
+    assert d.cpu == 4 and "NIC's NUMA node 1" in d.reason
+    (d,) = llc_peer(snap([replace(f, rx_device={"dev": "veth0", "numa_node": None})], ncpu=8), t)
+    assert d.cpu == 0
