@@ -44,6 +44,20 @@ def _positive(kind=float, minimum=0.0):
     return parse
 
 
+MAX_FLOWS_PER_CELL = 64   # iperf3 pairs a lab cell starts at once
+
+
+def _flow_counts(text):
+    """'1,8,16,24' -> [1, 8, 16, 24]: parallel flows per sweep cell."""
+    try:
+        counts = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of flow counts: {text!r} (e.g. 1,8,16,24)") from None
+    if not counts or any(not 1 <= n <= MAX_FLOWS_PER_CELL for n in counts):
+        raise argparse.ArgumentTypeError(f"flow counts go from 1 to {MAX_FLOWS_PER_CELL}: {text!r}")
+    return sorted(set(counts))
+
+
 def _rate(text):
     from .view import parse_rate
     try:
@@ -321,6 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --dev: the receiver to start and pin, e.g. 'iperf3 -s -p 5201'; "
                          "a client on another host must send to it for the whole sweep")
     sw.add_argument("--port", type=int, default=5201, help="TCP port of the swept flow")
+    sw.add_argument("--flows", type=_flow_counts, default=[1], metavar="N[,N...]",
+                    help="parallel flows per cell, each count a matrix of its own (lab only; "
+                         "flow i on --port + i): all are steered to the cell's kernel CPU and read "
+                         "on its app CPU, as Cai et al. measure 1, 8, 16 and 24 flows per core")
     # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU
     _tracer_options(sw, timing="exact")
 
@@ -704,7 +722,8 @@ def cmd_export(args) -> int:
 def cmd_sweep(args) -> int:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
-    from .sweep import SweepConfig, SweepError, SweepStopped, describe, run_sweep, write_outputs
+    from .sweep import (SweepConfig, SweepError, SweepStopped, cells_of, describe, run_sweep,
+                        write_outputs)
     from .topology import read_topology
     topo = read_topology()
     if args.cpus:
@@ -719,6 +738,10 @@ def cmd_sweep(args) -> int:
         raise UsageError("--method rps is for the lab; a real host is swept with --method xdp")
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: not a port number")
+    if args.dev and args.flows != [1]:
+        raise UsageError("--flows is for the lab; on a real host the client decides how many flows")
+    if args.port + max(args.flows) - 1 > 65535:
+        raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
     try:
         import matplotlib  # noqa: F401  (an extra: the rest of steer runs without it)
     except ImportError:
@@ -728,7 +751,7 @@ def cmd_sweep(args) -> int:
     cfg = SweepConfig(cpus=cpus, seconds=args.seconds, repeat=args.repeat,
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
-                      server_cmd=args.server_cmd, port=args.port)
+                      server_cmd=args.server_cmd, port=args.port, flows=args.flows)
     if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
         raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
                         "another --out")
@@ -761,7 +784,7 @@ def cmd_sweep(args) -> int:
     files = write_outputs(results, args.out, topo)
     done = len(results["cells"])
     if interrupted:
-        console.print(f"interrupted after {done} of {len(cpus) ** 2} cells; the lab is torn down. "
+        console.print(f"interrupted after {done} of {len(cells_of(cfg))} cells; the lab is torn down. "
                       f"`steer sweep --resume --out {args.out}` with the same options continues.")
         return interrupted_status()
     console.print(f"wrote {len(files)} files to {args.out}: " + ", ".join(os.path.basename(f) for f in files))

@@ -95,6 +95,34 @@ def by_class_chart(cells: list[dict], path: str) -> list[str]:
     return _save(fig, path)
 
 
+def flows_chart(by_flows: dict[int, dict[str, dict]], path: str) -> list[str]:
+    """Throughput per core and LLC misses per GB against flows per core, one line per class
+    (Cai et al., Fig. 6); the misses panel only where a PMU counted them."""
+    with_llc = any(s.get("llc_misses_app_per_gb") is not None
+                   for by in by_flows.values() for s in by.values())
+    fig, axes = plt.subplots(1, 2 if with_llc else 1, figsize=(9 if with_llc else 5, 3.4),
+                             squeeze=False)
+    counts = sorted(by_flows)
+    panels = [("median_bps", 1e-9, "throughput per core (Gbit/s)")]
+    if with_llc:
+        panels.append(("llc_misses_app_per_gb", 1.0, "LLC misses per GB, application"))
+    for ax, (key, scale, label) in zip(axes[0], panels):
+        for cls in CLASSES:
+            pts = [(n, by_flows[n][cls][key] * scale) for n in counts
+                   if cls in by_flows[n] and by_flows[n][cls].get(key) is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=cls,
+                        color=CLASS_COLOURS[cls], gid=f"flows-{cls}")
+        ax.set_xticks(counts)
+        ax.set_xlabel("flows per core")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, linestyle=":", linewidth=0.5)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Flows per core (medians over each class's cells)", fontsize=10)
+    return _save(fig, path)
+
+
 def _save(fig, path: str) -> list[str]:
     fig.tight_layout()
     out = []
@@ -106,8 +134,10 @@ def _save(fig, path: str) -> list[str]:
 
 
 def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> list[str]:
-    """The figures of a sweep; TOPO (the measuring host's) draws the socket quadrants."""
-    cells = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+    """The figures of a sweep; TOPO (the measuring host's) draws the socket quadrants. The
+    matrices show the first flows-per-cell count; more counts get flows_per_core."""
+    from .report import flows_per_core, matrix_cells
+    cells = matrix_cells(results)
     where: dict = {}
     if topo is not None:
         dev = results.get("host", {}).get("config", {}).get("device") or {}
@@ -127,6 +157,9 @@ def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> 
         files += bubble_matrix(cells, "_llc_per_gb", "LLC misses per GB, kernel + application",
                                "misses/GB", 1.0, os.path.join(out_dir, "llc_per_gb"), **where)
     files += by_class_chart(cells, os.path.join(out_dir, "throughput_by_class"))
+    if len(results["config"].get("flows") or [1]) > 1:
+        measured = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+        files += flows_chart(flows_per_core(measured), os.path.join(out_dir, "flows_per_core"))
     for c in cells:
         c.pop("_cpu_per_gb", None)
         c.pop("_llc_per_gb", None)

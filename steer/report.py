@@ -30,8 +30,8 @@ PAPERS = (
 )
 PAPERS_HARDWARE = "40 GbE, one TCP flow, dual-socket 6-core Intel Sandy Bridge receiver"
 
-CSV_FIELDS = ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling", "nic_local_kernel",
-              "nic_local_app", "throughput_bps",
+CSV_FIELDS = ["kernel_cpu", "app_cpu", "flows", "class", "shared_llc", "smt_sibling",
+              "nic_local_kernel", "nic_local_app", "throughput_bps", "throughput_per_flow_bps",
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
               "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
               "measured_app_cpu", "runs"]
@@ -41,8 +41,9 @@ def to_csv(results: dict) -> str:
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
-    for c in sorted(results["cells"], key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
+    for c in sorted(results["cells"], key=lambda c: (c.get("flows", 1), c["kernel_cpu"], c["app_cpu"])):
         row = {k: c.get(k) for k in CSV_FIELDS}
+        row["flows"] = c.get("flows", 1)
         for side in ("kernel", "app"):
             row[f"nic_local_{side}"] = (c.get("nic_local") or {}).get(side)
         row["runs"] = len(c.get("runs", []))
@@ -126,16 +127,50 @@ def config_md(config: dict | None) -> list[str]:
     return lines + [""]
 
 
+def matrix_cells(results: dict) -> list[dict]:
+    """The measured cells of the sweep's first (smallest) flows-per-cell count: the matrix the
+    class tables and the bubble figures show; the other counts have a section of their own."""
+    measured = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+    base = min(results["config"].get("flows") or [1])
+    return [c for c in measured if c.get("flows", 1) == base]
+
+
+def flows_per_core(cells: list[dict]) -> dict[int, dict[str, dict]]:
+    """flows per cell -> class -> medians (cell throughput, per flow, costs, misses per GB)."""
+    out: dict[int, dict[str, dict]] = {}
+    for n in sorted({c.get("flows", 1) for c in cells}):
+        for cls in CLASSES:
+            cs = [c for c in cells if c.get("flows", 1) == n and c["class"] == cls
+                  and c.get("throughput_bps") is not None]
+            if not cs:
+                continue
+
+            def med(key):
+                vals = [c[key] for c in cs if c.get(key) is not None]
+                return statistics.median(vals) if vals else None
+            out.setdefault(n, {})[cls] = {
+                "cells": len(cs), "median_bps": med("throughput_bps"),
+                "per_flow_bps": med("throughput_per_flow_bps"),
+                "kernel_seconds_per_gb": med("kernel_seconds_per_gb"),
+                "app_seconds_per_gb": med("app_seconds_per_gb"),
+                "llc_misses_app_per_gb": med("llc_misses_app_per_gb")}
+    return out
+
+
 def report_md(results: dict, topo: Topology) -> str:
-    cells = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+    cells = matrix_cells(results)
     cfg, host = results["config"], results.get("host", {})
+    counts = cfg.get("flows") or [1]
     lines = ["# steer sweep", ""]
     lines += [f"Host: {host.get('hostname', '?')}, kernel {host.get('kernel', '?')}, "
               f"{len(topo.online)} online CPUs, {len(topo.sockets)} socket(s), "
               f"LLC = L{topo.llc_level}.",
               f"Cells: {len(cells)} of {len(cfg['cpus']) ** 2} (CPUs {', '.join(map(str, cfg['cpus']))}), "
               f"{cfg['seconds']:g} s each, {cfg['repeat']} run(s) per cell; kernel side moved with "
-              f"{cfg['method']}, traffic from {cfg['mode']}.", ""]
+              f"{cfg['method']}, traffic from {cfg['mode']}"
+              + (f"; {counts[0]} flow(s) per cell here, {', '.join(map(str, counts[1:]))} under "
+                 "Flows per core." if len(counts) > 1 else
+                 (f"; {counts[0]} flows per cell." if counts[0] > 1 else ".")), ""]
     if not results.get("complete", True):
         lines += ["**Incomplete**: the sweep was interrupted; `steer sweep --resume` continues it.", ""]
     lines += config_md(host.get("config"))
@@ -179,6 +214,22 @@ def report_md(results: dict, topo: Topology) -> str:
             ratio = chosen["throughput_bps"] / row_best["throughput_bps"]
             lines.append(f"| {a} | {k} | {_gbps(chosen['throughput_bps'])} | {row_best['kernel_cpu']} "
                          f"({_gbps(row_best['throughput_bps'])}) | {ratio:.2f} |")
+        lines.append("")
+
+    if len(counts) > 1:
+        measured = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+        lines += ["## Flows per core", "",
+                  "All of a cell's flows steered to its kernel CPU and read on its app CPU (Cai "
+                  "et al., SIGCOMM'21, Fig. 6: throughput per core and L3 misses as flows per "
+                  "core grow). Medians over the cells of each class.", "",
+                  "| flows | class | cells | Gbit/s per core | per flow | kernel CPU-s/GB | "
+                  "app CPU-s/GB | LLC misses/GB app |", "|---|---|---|---|---|---|---|---|"]
+        for n, by in flows_per_core(measured).items():
+            for cls, s in by.items():
+                lines.append(f"| {n} | {cls} | {s['cells']} | {_gbps(s['median_bps'])} | "
+                             f"{_gbps(s['per_flow_bps'])} | {figure(s['kernel_seconds_per_gb'])} | "
+                             f"{figure(s['app_seconds_per_gb'])} | "
+                             f"{figure(s['llc_misses_app_per_gb'], '{:,.0f}')} |")
         lines.append("")
 
     lines += ["## The papers' numbers (theirs, not measured here)", ""]

@@ -23,7 +23,8 @@ import socket
 import statistics
 import subprocess
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 from .classify import classify
 from .flowspec import FlowSpec
@@ -55,13 +56,21 @@ class SweepConfig:
     netns: str | None = None
     server_cmd: str | None = None
     port: int = 5201
+    # parallel flows per cell, all steered to the cell's kernel CPU and read on its app CPU (Cai
+    # et al. measure 1, 8, 16 and 24 flows per core); flow i uses port + i
+    flows: list[int] = field(default_factory=lambda: [1])
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def cells_of(cfg: SweepConfig) -> list[tuple[int, int]]:
-    return [(k, a) for k in cfg.cpus for a in cfg.cpus]
+def cells_of(cfg: SweepConfig) -> list[tuple[int, int, int]]:
+    """(kernel CPU, app CPU, flows) of every cell, the one-flow matrix first."""
+    return [(k, a, n) for n in cfg.flows for k in cfg.cpus for a in cfg.cpus]
+
+
+def cell_key(cell: dict) -> tuple[int, int, int]:
+    return cell["kernel_cpu"], cell["app_cpu"], cell.get("flows", 1)
 
 
 def host_info(topo: Topology, cfg: SweepConfig | None = None) -> dict:
@@ -90,7 +99,9 @@ def load_results(path: str, cfg: SweepConfig) -> dict:
         raise SweepError(f"--resume: no {path} to resume") from None
     except ValueError as e:
         raise SweepError(f"--resume: {path} is not valid JSON: {e}") from None
-    if old.get("version") != RESULTS_VERSION or old.get("config") != cfg.as_dict():
+    old_cfg = dict(old.get("config") or {})
+    old_cfg.setdefault("flows", [1])   # results of a steer before --flows
+    if old.get("version") != RESULTS_VERSION or old_cfg != cfg.as_dict():
         raise SweepError(f"--resume: {path} was made with other settings "
                          f"({old.get('config')}); use another --out or the same options")
     return old
@@ -109,11 +120,11 @@ def _median(vals):
 
 
 def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
-              nic: tuple[int, ...] | None = None) -> dict:
-    """A cell: its class, its medians over RUNS, and whether each side sat on a socket of the
-    receiving NIC (NIC: its sockets; None leaves nic_local unknown)."""
+              nic: tuple[int, ...] | None = None, flows: int = 1) -> dict:
+    """A cell of FLOWS parallel flows: its class, its medians over RUNS, and whether each side sat
+    on a socket of the receiving NIC (NIC: its sockets; None leaves nic_local unknown)."""
     p = classify(kernel_cpu, app_cpu, topo)
-    cell = {"kernel_cpu": kernel_cpu, "app_cpu": app_cpu, "class": p.cls,
+    cell = {"kernel_cpu": kernel_cpu, "app_cpu": app_cpu, "flows": flows, "class": p.cls,
             "shared_llc": p.shared_llc, "smt_sibling": p.smt_sibling,
             "nic_local": {"kernel": nic_local(topo, nic, kernel_cpu),
                           "app": nic_local(topo, nic, app_cpu)},
@@ -121,29 +132,52 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
     for key in ("throughput_bps", "kernel_seconds_per_gb", "app_seconds_per_gb",
                 "llc_misses_kernel_per_gb", "llc_misses_app_per_gb"):
         cell[key] = _median(r.get(key) for r in runs)
+    cell["throughput_per_flow_bps"] = cell["throughput_bps"] / flows \
+        if cell["throughput_bps"] is not None else None
     for key in ("measured_kernel_cpu", "measured_stack_cpu", "measured_app_cpu"):
         seen = [r.get(key) for r in runs if r.get(key) is not None]
         cell[key] = max(set(seen), key=seen.count) if seen else None
     return cell
 
 
+def _total(values) -> int | float | None:
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _dominant_of(flows, cpu, share) -> tuple[int | None, float | None]:
+    """The CPU most of the flows' bytes had on one side, and its mean share (one flow: its own)."""
+    weights: Counter = Counter()
+    for f in flows:
+        if getattr(f, cpu) is not None:
+            weights[getattr(f, cpu)] += f.rx_bytes or f.app_bytes or 1
+    if not weights:
+        return None, None
+    top = weights.most_common(1)[0][0]
+    shares = [getattr(f, share) for f in flows if getattr(f, cpu) == top and getattr(f, share) is not None]
+    return top, (sum(shares) / len(shares) if shares else None)
+
+
 def measure_flow(tracer: Tracer, before, after, topo, match) -> dict:
-    """The figures of the flow(s) MATCH selects between two tracer samples."""
+    """The figures of the flows MATCH selects between two tracer samples, added up (bytes, CPU
+    time, misses; the costs per GB are of the sum); each side's CPU is the one that most of the
+    bytes had."""
     snap = build_snapshot(before, after, topo, tracer.capabilities)
     flows = [f for f in snap.flows if match(f)]
     if not flows:
         return {}
-    f = max(flows, key=lambda f: f.rx_bytes + f.app_bytes)
-    nbytes = f.rx_bytes or f.app_bytes
-    return {"rx_bytes": f.rx_bytes, "app_bytes": f.app_bytes,
-            "tracer_throughput_bps": f.app_bytes * 8 / snap.duration if snap.duration else None,
-            "kernel_seconds_per_gb": per_gb(f.kernel_seconds, nbytes),
-            "app_seconds_per_gb": per_gb(f.app_seconds, nbytes),
-            "llc_misses_kernel_per_gb": per_gb(f.llc_misses_kernel, nbytes),
-            "llc_misses_app_per_gb": per_gb(f.llc_misses_app, nbytes),
-            "measured_kernel_cpu": f.kernel_cpu, "measured_kernel_share": f.kernel_cpu_share,
-            "measured_stack_cpu": f.stack_cpu, "measured_stack_share": f.stack_cpu_share,
-            "measured_app_cpu": f.app_cpu, "measured_app_share": f.app_cpu_share}
+    rx, app = sum(f.rx_bytes for f in flows), sum(f.app_bytes for f in flows)
+    nbytes = rx or app
+    out = {"rx_bytes": rx, "app_bytes": app, "traced_flows": len(flows),
+           "tracer_throughput_bps": app * 8 / snap.duration if snap.duration else None,
+           "kernel_seconds_per_gb": per_gb(sum(f.kernel_seconds for f in flows), nbytes),
+           "app_seconds_per_gb": per_gb(sum(f.app_seconds for f in flows), nbytes),
+           "llc_misses_kernel_per_gb": per_gb(_total(f.llc_misses_kernel for f in flows), nbytes),
+           "llc_misses_app_per_gb": per_gb(_total(f.llc_misses_app for f in flows), nbytes)}
+    for side in ("kernel", "stack", "app"):
+        out[f"measured_{side}_cpu"], out[f"measured_{side}_share"] = _dominant_of(
+            flows, f"{side}_cpu", f"{side}_cpu_share")
+    return out
 
 
 def _sleep(seconds: float, should_stop) -> None:
@@ -161,12 +195,13 @@ class LabRunner:
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
         self.device_config: dict | None = None   # the receiving veth's, read by the first run
 
-    def run(self, kernel_cpu: int, app_cpu: int) -> dict:
+    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1) -> dict:
         from .lab import Lab, LabFlow
         from .affinity import set_rps
         from .hostconfig import host_config
         from .steering import XdpSteering
-        with Lab([LabFlow(None, app_cpu, self.cfg.port)], seconds=self.cfg.seconds) as lab:
+        ports = [self.cfg.port + i for i in range(flows)]
+        with Lab([LabFlow(None, app_cpu, p) for p in ports], seconds=self.cfg.seconds) as lab:
             if self.device_config is None:   # as it is before this sweep changes its RPS
                 self.device_config = host_config(lab.rx_dev, lab.rx_netns)["device"]
             steering = None
@@ -175,25 +210,31 @@ class LabRunner:
                     set_rps(lab.rx_dev, [kernel_cpu], netns=lab.rx_netns, remember=False)
                 else:
                     steering = XdpSteering(lab.rx_dev, lab.rx_netns, pinned=False).open()
-                    steering.pin(FlowSpec(proto="tcp", dport=self.cfg.port), kernel_cpu)
+                    for p in ports:
+                        steering.pin(FlowSpec(proto="tcp", dport=p), kernel_cpu)
                 lab.start_servers()
                 before = self.tracer.sample()
                 lab.start_clients()
                 while lab.running():
                     _sleep(0.1, self.should_stop)
-                (res,) = lab.wait(timeout=30)
+                results = lab.wait(timeout=30)
                 after = self.tracer.sample()
             finally:
                 if steering:
                     steering.close()
-        if res.error:
-            raise SweepError(f"iperf3 failed in cell {kernel_cpu}:{app_cpu}: {res.error}")
+        failed = [r for r in results if r.error]
+        if failed:
+            raise SweepError(f"iperf3 failed in cell {kernel_cpu}:{app_cpu}"
+                             f"{f' ({flows} flows)' if flows > 1 else ''}: {failed[0].error}")
+        mine = {(r.sender_port, r.flow.port) for r in results}
         run = measure_flow(self.tracer, before, after, self.topo,
-                           lambda f: f.flow.sport == res.sender_port and f.flow.dport == self.cfg.port)
-        end = res.raw["end"]
-        run["throughput_bps"] = end["sum_received"]["bits_per_second"]
-        run["iperf3_received_bytes"] = res.received_bytes
-        run["retransmits"] = end["sum_sent"].get("retransmits")
+                           lambda f: (f.flow.sport, f.flow.dport) in mine)
+        ends = [r.raw["end"] for r in results]
+        run["throughput_bps"] = sum(e["sum_received"]["bits_per_second"] for e in ends)
+        run["iperf3_received_bytes"] = sum(r.received_bytes for r in results)
+        run["retransmits"] = _total(e["sum_sent"].get("retransmits") for e in ends)
+        if flows > 1:
+            run["throughput_per_flow_bps"] = [e["sum_received"]["bits_per_second"] for e in ends]
         return run
 
     def close(self):
@@ -224,7 +265,7 @@ class HostRunner:
             self.steering.close()
             raise SweepError(f"--server-cmd {argv[0]}: {e.strerror}") from None
 
-    def run(self, kernel_cpu: int, app_cpu: int) -> dict:
+    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1) -> dict:
         from .affinity import set_app_affinity
         if self.server.poll() is not None:
             err = self.server.stderr.read().decode(errors="replace").strip()
@@ -265,21 +306,22 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
     else:
         results = {"version": RESULTS_VERSION, "config": cfg.as_dict(), "host": host_info(topo, cfg),
                    "capabilities": tracer.capabilities.as_dict(), "cells": [], "complete": False}
-    done = {(c["kernel_cpu"], c["app_cpu"]) for c in results["cells"]}
+    done = {cell_key(c) for c in results["cells"]}
     todo = [c for c in cells_of(cfg) if c not in done]
     runner = (LabRunner if cfg.mode == "lab" else HostRunner)(cfg, tracer, topo, should_stop)
     task = progress.add_task("sweep", total=len(cells_of(cfg)), completed=len(done)) if progress else None
     try:
-        for k, a in todo:
+        for k, a, n in todo:
             if should_stop():
                 raise SweepStopped
             if progress:
-                progress.update(task, description=f"kernel CPU {k}, app CPU {a}")
-            runs = [runner.run(k, a) for _ in range(cfg.repeat)]
+                progress.update(task, description=f"kernel CPU {k}, app CPU {a}"
+                                                  + (f", {n} flows" if len(cfg.flows) > 1 else ""))
+            runs = [runner.run(k, a, n) for _ in range(cfg.repeat)]
             config = results["host"].setdefault("config", {})
             if runner.device_config is not None and "device" not in config:
                 config["device"] = runner.device_config
-            results["cells"].append(summarize(k, a, runs, topo, device_sockets(results, topo)))
+            results["cells"].append(summarize(k, a, runs, topo, device_sockets(results, topo), n))
             save_results(path, results)
             if progress:
                 progress.advance(task)

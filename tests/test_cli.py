@@ -37,6 +37,11 @@ from steer.topology import parse_cpulist
     (["sweep", "--out", "/nonexistent", "--port", "0"], "--port 0: not a port number"),
     (["sweep", "--out", "/nonexistent", "--dev", "lo"], "--dev and --server-cmd go together"),
     (["sweep", "--out", "/nonexistent", "--cpus", "a-b"], "--cpus"),
+    (["sweep", "--out", "/nonexistent", "--flows", "1,x"], "not a list of flow counts"),
+    (["sweep", "--out", "/nonexistent", "--flows", "0"], "flow counts go from 1 to 64"),
+    (["sweep", "--out", "/nonexistent", "--dev", "lo", "--server-cmd", "x", "--flows", "1,8"],
+     "--flows is for the lab"),
+    (["sweep", "--out", "/nonexistent", "--port", "65530", "--flows", "8"], "ports past 65535"),
 ])
 @pytest.mark.parametrize("privileged", [True, False], ids=["as-is", "no-capabilities"])
 def test_bad_arguments(args, fragment, privileged):

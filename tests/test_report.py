@@ -149,3 +149,26 @@ def test_figures_draw_socket_quadrants_and_the_nic_socket(xeon, tmp_path):
     plain.mkdir()
     write_figures(synthetic(xeon), str(plain))              # no topology: no quadrants
     assert 'socket-boundary' not in open(plain / "throughput.svg").read()
+
+
+def test_flows_per_core_section_figure_and_csv(xeon, tmp_path):
+    """Cells of 1 and 8 flows: the matrix and class tables stay the one-flow ones, a section and
+    a figure give throughput per core and per flow against flows per core."""
+    r = synthetic(xeon)
+    r["config"]["flows"] = [1, 8]
+    for c in list(r["cells"]):
+        eight = dict(c, flows=8, throughput_bps=c["throughput_bps"] * 0.9)
+        eight["throughput_per_flow_bps"] = eight["throughput_bps"] / 8
+        r["cells"].append(eight)
+    md = report_md(r, xeon)
+    assert "| same-core | 3 | 21.00 | 21.00 | 21.00 |" in md        # the one-flow matrix
+    assert "## Flows per core" in md
+    assert "| 8 | same-socket | 2 | 33.30 | 4.16 |" in md
+    assert "| 1 | same-socket | 2 | 37.00 | 37.00 |" in md
+    files = write_figures(r, str(tmp_path), xeon)
+    assert str(tmp_path / "flows_per_core.svg") in files
+    svg = open(tmp_path / "flows_per_core.svg").read()
+    assert all(f'id="flows-{cls}' in svg for cls in ("same-core", "same-socket", "cross-socket"))
+    assert svg_cells(tmp_path / "throughput.svg") == 9                 # one flow's cells only
+    rows = to_csv(r).splitlines()
+    assert rows[0].split(",")[:3] == ["kernel_cpu", "app_cpu", "flows"] and len(rows) == 19

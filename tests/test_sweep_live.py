@@ -146,3 +146,31 @@ def test_real_host_mode_with_an_outside_client(tmp_path):
         assert c["measured_app_cpu"] == c["app_cpu"], c
         assert c["throughput_bps"] > 1e8
     assert svg_cells(f"{out}/throughput.svg") == 4
+
+
+def test_flows_per_core(tmp_path):
+    """--flows 1,3: a matrix of one flow and one of three parallel flows per cell, each flow
+    read on the cell's app CPU with its kernel side on the cell's kernel CPU; what the readers got
+    (iperf3) is what the tracer counted for the three flows together."""
+    out = str(tmp_path / "sweep")
+    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2",
+                        "--flows", "1,3"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(f"{out}/results.json"))
+    cells = {(c["kernel_cpu"], c["app_cpu"], c["flows"]): c for c in res["cells"]}
+    assert set(cells) == {(k, a, n) for (k, a) in EXPECTED for n in (1, 3)} and res["complete"]
+    for (k, a, n), c in cells.items():
+        run = c["runs"][0]
+        assert c["class"] == EXPECTED[(k, a)]
+        assert run["traced_flows"] == n, run
+        assert c["measured_kernel_cpu"] == k and c["measured_app_cpu"] == a, c
+        assert abs(run["app_bytes"] - run["iperf3_received_bytes"]) < 0.005 * run["iperf3_received_bytes"]
+        if n == 3:
+            assert len(run["throughput_per_flow_bps"]) == 3
+            assert c["throughput_per_flow_bps"] == pytest.approx(c["throughput_bps"] / 3)
+    md = open(f"{out}/report.md").read()
+    assert "## Flows per core" in md and "| 3 | same-core | 2 |" in md
+    w, h = png_size(f"{out}/flows_per_core.png")
+    assert w > 100 and h > 100
+    assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
