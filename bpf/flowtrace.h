@@ -39,6 +39,7 @@ struct ft_flow_stats {
 	__u64 app_nested_ns;	/* softirq time that ran inside those syscalls */
 	__u64 llc_kernel;	/* LLC misses on the kernel side (0 without a PMU) */
 	__u64 llc_app;		/* LLC misses on the application side */
+	__u64 rx_drops;		/* received skbs of the flow the kernel dropped (skb:kfree_skb) */
 	__u64 last_seen_ns;	/* bpf_ktime_get_ns() of the last update */
 	__u32 app_pid;		/* tgid of the last reader */
 	/* where the flow's packets come in, for its NIC's locality and queue (0: not known):
@@ -50,7 +51,7 @@ struct ft_flow_stats {
 	__u32 rx_napi_id;	/* the NAPI instance that polled it (skb/sk napi_id; 0: none) */
 	__u16 rx_queue;		/* the device's RX queue + 1, as drivers record it (0: not recorded) */
 	__u16 pad;
-	__u32 pad2;
+	__u32 last_drop_reason;	/* enum skb_drop_reason of its latest drop (0: none) */
 };
 
 /* per-CPU totals; the invariant the tests check:
@@ -72,6 +73,7 @@ struct ft_cpu_stats {
 	__u64 untimed_skbs;		/* skbs seen outside NET_RX and cpumap (bytes counted, no time) */
 	__u64 samples;			/* sampled timing: clock samples taken on this CPU */
 	__u64 samples_kernel_mode;	/* of them, in the kernel (the stack was walked) */
+	__u64 rx_drops;			/* received TCP/UDP skbs dropped on this CPU */
 };
 
 /* kernel text the sampler tells receive contexts apart by: [start, end) from /proc/kallsyms */

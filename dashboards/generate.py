@@ -139,6 +139,13 @@ def flows():
             "percentunit", 12, 9,
             description="Share of a CPU each flow's kernel receive processing (NET_RX softirq "
                         "or cpumap kthread) and its reader's receive calls took."),
+        timeseries(4, "Flow receive drops", [
+            target(f"rate(steer_flow_receive_drops_total{{{sel}}}[{RATE}])", legend, "A")],
+            "pps", 0, 17, w=24, h=7,
+            description="Received packets of each top-K flow the kernel dropped a second (a "
+                        "full socket buffer, a bad checksum, a netfilter rule...): a reader "
+                        "starved of CPU, as on a busy shared core, loses packets here first. "
+                        "steer flows --json names the kernel's reason."),
     ]
     dport = {"name": "dport", "label": "destination port", "type": "query", "datasource": DS,
              "query": {"query": f'label_values(steer_flow_info{{{INST}}}, dport)',

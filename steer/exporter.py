@@ -163,6 +163,9 @@ class SteerCollector(Collector):
                                   labels=["cpu"])
         events = CounterMetricFamily("steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.",
                                      labels=["cpu"])
+        drops = CounterMetricFamily("steer_cpu_receive_drops",
+                                    "Received TCP/UDP packets the kernel dropped, per CPU.",
+                                    labels=["cpu"])
         for c in s.cpus:
             if c.cpu not in self.topo.cpus:
                 continue
@@ -172,7 +175,8 @@ class SteerCollector(Collector):
             unattr.add_metric([cpu], c.net_rx_unattributed_ns / 1e9)
             app.add_metric([cpu], c.app_ns / 1e9)
             events.add_metric([cpu], c.net_rx_events)
-        yield from (kernel, unattr, app, events)
+            drops.add_metric([cpu], c.rx_drops)
+        yield from (kernel, unattr, app, events, drops)
 
     def _flow_metrics(self, snap: Snapshot, totals: dict):
         """The top-K series by the rate of the last interval, then by bytes (a flow idle for an
@@ -193,11 +197,15 @@ class SteerCollector(Collector):
         app = CounterMetricFamily("steer_flow_app_seconds",
                                   "Application receive time of a top-K flow (or service).",
                                   labels=labels)
+        drops = CounterMetricFamily("steer_flow_receive_drops",
+                                    "Received packets of a top-K flow (or service) the kernel dropped.",
+                                    labels=labels)
         for k in top:
             t, values = totals[k], [str(v) for v in k]
             rx.add_metric(values, t.rx_bytes)
             kernel.add_metric(values, t.kernel_ns / 1e9)
             app.add_metric(values, t.app_ns / 1e9)
+            drops.add_metric(values, t.rx_drops)
         info = GaugeMetricFamily(
             "steer_flow_info", "Placement of the flows of a top-K series: 1 per flow (with "
             "service labels, how many of its flows have that placement).",
@@ -214,7 +222,7 @@ class SteerCollector(Collector):
                     f.app_comm or "")] += 1
         for values, n in placed.items():
             info.add_metric(list(values), n)
-        yield from (rx, kernel, app, info)
+        yield from (rx, kernel, app, drops, info)
 
     def _health_metrics(self, s: TraceSample, caps):
         g = GaugeMetricFamily("steer_tracer_flow_entries", "Live (flow, CPU) entries in the flow map.")

@@ -24,8 +24,14 @@ def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:
         return b   # new, or evicted and re-created since the earlier sample
     fields = {n: getattr(b, n) - getattr(a, n) for n in (
         "rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns", "app_bytes", "app_calls",
-        "app_ns", "app_nested_ns", "llc_kernel", "llc_app")}
+        "app_ns", "app_nested_ns", "llc_kernel", "llc_app", "rx_drops")}
     return replace(b, **fields)
+
+
+def _last_drop(parts: list[FlowCpuSample]) -> str | None:
+    """The reason of a flow's latest drop in the interval, of the CPUs that dropped any."""
+    dropped = [p for p in parts if p.rx_drops]
+    return max(dropped, key=lambda p: p.last_seen_ns).last_drop_reason or None if dropped else None
 
 
 def _dominant(weights: dict[int, float]) -> tuple[int | None, float | None]:
@@ -84,6 +90,8 @@ class FlowReport:
     stack_cpu: int | None = None
     stack_cpu_share: float | None = None
     rx_path: RxPath | None = None          # where its packets come in, as the tracer saw it
+    rx_drops: int = 0                      # its received skbs the kernel dropped
+    last_drop_reason: str | None = None    # the reason of the latest of them
     rx_device: dict | None = None          # that device resolved (attach_devices): name, NIC, ...
     nic_local: dict | None = None          # {"kernel", "app"}: each side on the NIC's socket
 
@@ -107,6 +115,7 @@ class FlowReport:
         return {
             "proto": f.proto, "src": f.src, "sport": f.sport, "dst": f.dst, "dport": f.dport,
             "rx_bytes": self.rx_bytes, "rx_packets": self.rx_packets,
+            "rx_drops": self.rx_drops, "last_drop_reason": self.last_drop_reason,
             "rate_bps": round(self.rate_bps, 1),
             "kernel_cpu": self.kernel_cpu, "kernel_cpu_share": _r(self.kernel_cpu_share),
             "kernel_seconds": _r(self.kernel_seconds),
@@ -146,9 +155,10 @@ class CpuReport:
     app_seconds: float
     llc_misses_kernel: int | None
     llc_misses_app: int | None
+    rx_drops: int = 0
 
     def as_json(self) -> dict:
-        return {"cpu": self.cpu, "net_rx_events": self.net_rx_events,
+        return {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
                 "net_rx_seconds": _r(self.net_rx_seconds),
                 "net_rx_unattributed_seconds": _r(self.net_rx_unattributed_seconds),
                 "kthread_seconds": _r(self.kthread_seconds), "app_seconds": _r(self.app_seconds),
@@ -215,7 +225,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
         if a is b:
             continue   # the tracer hands back the same object for an entry that did not change
         d = _delta(a, b)
-        if d.rx_bytes or d.rx_skbs or d.app_calls or d.kernel_ns or d.kthread_ns or d.app_ns:
+        if d.rx_bytes or d.rx_skbs or d.app_calls or d.kernel_ns or d.kthread_ns or d.app_ns or d.rx_drops:
             per_flow[d.flow].append(d)
 
     # an unconnected UDP socket knows no peer: give its reads to the one flow to that port
@@ -265,7 +275,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             placement=classify(kernel_cpu, app_cpu, topo),
             kernel_cpus={c: s for c, s in kcpu.items() if s},
             app_cpus={c: s for c, s in acpu.items() if s},
-            stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=RxPath.of(parts)))
+            stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=RxPath.of(parts),
+            rx_drops=sum(p.rx_drops for p in parts), last_drop_reason=_last_drop(parts)))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
 
     cpus = []
@@ -281,7 +292,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             kthread_seconds=(c.kthread_ns - b.kthread_ns) / NS,
             app_seconds=(c.app_ns - b.app_ns) / NS,
             llc_misses_kernel=c.llc_kernel - b.llc_kernel if llc else None,
-            llc_misses_app=c.llc_app - b.llc_app if llc else None))
+            llc_misses_app=c.llc_app - b.llc_app if llc else None,
+            rx_drops=c.rx_drops - b.rx_drops))
     return Snapshot(duration=duration, flows=reports, cpus=cpus, capabilities=caps,
                     live_entries=after.live_entries, max_entries=after.max_entries,
                     evictions=after.evictions,
@@ -368,16 +380,19 @@ class FlowTotal:
     rx_bytes: int = 0
     kernel_ns: int = 0   # NET_RX softirq and cpumap kthread
     app_ns: int = 0
+    rx_drops: int = 0
 
     def add(self, e: FlowCpuSample) -> None:
         self.rx_bytes += e.rx_bytes
         self.kernel_ns += e.kernel_ns + e.kthread_ns
         self.app_ns += e.app_ns
+        self.rx_drops += e.rx_drops
 
     def absorb(self, other: "FlowTotal") -> None:
         self.rx_bytes += other.rx_bytes
         self.kernel_ns += other.kernel_ns
         self.app_ns += other.app_ns
+        self.rx_drops += other.rx_drops
 
 
 class FlowTotals:

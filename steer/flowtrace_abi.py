@@ -19,10 +19,10 @@ class FlowStats(ctypes.Structure):
     _fields_ = [("rx_bytes", u64), ("rx_packets", u64), ("rx_skbs", u64), ("redirected_skbs", u64),
                 ("kernel_ns", u64),
                 ("kthread_ns", u64), ("app_bytes", u64), ("app_calls", u64), ("app_ns", u64),
-                ("app_nested_ns", u64), ("llc_kernel", u64), ("llc_app", u64),
+                ("app_nested_ns", u64), ("llc_kernel", u64), ("llc_app", u64), ("rx_drops", u64),
                 ("last_seen_ns", u64), ("app_pid", u32), ("rx_ifindex", u32),
                 ("app_comm", ctypes.c_char * FT_COMM_LEN), ("rx_netns", u32), ("rx_napi_id", u32),
-                ("rx_queue", u16), ("pad", u16), ("pad2", u32)]
+                ("rx_queue", u16), ("pad", u16), ("last_drop_reason", u32)]
 
 
 class CpuStats(ctypes.Structure):
@@ -30,7 +30,7 @@ class CpuStats(ctypes.Structure):
         "net_rx_events", "net_rx_ns", "net_rx_unattributed_ns", "kthread_ns",
         "kthread_unattributed_ns", "softirq_ns", "softirq_llc", "app_ns", "app_nested_ns",
         "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs", "samples",
-        "samples_kernel_mode")]
+        "samples_kernel_mode", "rx_drops")]
 
 
 # enum ft_text and enum ft_timing: checked against the header (HEADER_CONSTANTS), and ft_timing

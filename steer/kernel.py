@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import platform
+import re
 import struct
 import tempfile
 import threading
@@ -173,7 +174,7 @@ BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HAS
 _PERCPU_TYPES = {BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH}
 BPF_ANY = 0   # update flags: the only one steer passes
 _NO_BATCH = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)   # kernel < 5.6
-BTF_KIND_TYPEDEF, BTF_KIND_FUNC = 8, 12
+BTF_KIND_ENUM, BTF_KIND_TYPEDEF, BTF_KIND_FUNC = 6, 8, 12
 
 
 class _MapInfo(ctypes.Structure):
@@ -882,6 +883,18 @@ def ensure_tracefs(path: str = TRACEFS) -> str:
         raise KernelError(f"no tracefs at {path} and mounting one failed: {os.strerror(e.errno)}",
                           e.errno) from None
     return path
+
+
+def drop_reason_names() -> dict[int, str]:
+    """enum skb_drop_reason value -> name (SOCKET_RCVBUFF, ...), as the running kernel numbers
+    them: from the skb:kfree_skb event's print format in tracefs; {} where that is unreadable."""
+    try:
+        root = ensure_tracefs()
+        with open(os.path.join(root, "events/skb/kfree_skb/format")) as f:
+            text = f.read()
+    except (KernelError, OSError):
+        return {}
+    return {int(n): name for n, name in re.findall(r'\{ (\d+), "(\w+)" \}', text)}
 
 
 class _CapHeader(ctypes.Structure):

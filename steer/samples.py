@@ -52,6 +52,7 @@ class FlowCpuSample:
     app_nested_ns: int = 0
     llc_kernel: int = 0
     llc_app: int = 0
+    rx_drops: int = 0
     last_seen_ns: int = 0
     app_pid: int = 0
     app_comm: str = ""
@@ -61,6 +62,7 @@ class FlowCpuSample:
     rx_netns: int = 0
     rx_queue: int = 0
     rx_napi_id: int = 0
+    last_drop_reason: str = ""  # why the kernel dropped the flow's latest dropped skb on this CPU
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class CpuSample:
     untimed_skbs: int = 0
     samples: int = 0
     samples_kernel_mode: int = 0
+    rx_drops: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Capabilities:
     llc: str
     timing: str = "available (exact)"
     app_calls: str = "available (a program per receive call)"
+    drops: str = "unavailable: not traced"
 
     @property
     def llc_available(self) -> bool:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from . import flowtrace_abi as abi
 from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
                      PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, bpf_dir,
-                     kernel_text_ranges, netns_of, network_namespaces, possible_cpus,
-                     vmlinux_func_params, vmlinux_has_type)
+                     BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
+                     possible_cpus, vmlinux_func_params, vmlinux_has_type)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
 from .topology import read_int
 from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, address_text, proto_name
@@ -185,6 +185,13 @@ class Tracer:
                   and vmlinux_has_type("btf_trace_xdp_redirect")):
             disable |= {"ft_xdp_cpumap_kthread", "ft_xdp_redirect"}
             cpumap = "unavailable: kernel lacks the xdp:xdp_cpumap_kthread tracepoint"
+        drops = "available (skb:kfree_skb, with the drop reason)"
+        self._drop_reasons = {}
+        if not vmlinux_has_type("skb_drop_reason", BTF_KIND_ENUM):
+            disable.add("ft_kfree_skb")
+            drops = "unavailable: this kernel's skb:kfree_skb gives no drop reason (Linux 5.17+)"
+        else:
+            self._drop_reasons = drop_reason_names()
         text = [(0, 0)] * abi.FT_TEXT_RANGES
         if sampled:
             try:
@@ -297,10 +304,16 @@ class Tracer:
             timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
                       "hooks every syscall of the host)")
         self.capabilities = Capabilities(kernel_side=kernel, app_side=app, cpumap_context=cpumap,
-                                         llc=llc_status, timing=timing, app_calls=calls)
+                                         llc=llc_status, timing=timing, app_calls=calls,
+                                         drops=drops)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
         return self
+
+    def _reason_name(self, reason: int) -> str:
+        if not reason:
+            return ""
+        return self._drop_reasons.get(reason) or f"reason {reason}"
 
     def _attach(self, clocks: list[PerfCounter]) -> None:
         for name in self._obj.programs():
@@ -488,7 +501,8 @@ class Tracer:
                         fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
                         app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
                         rx_netns=v[_COUNTERS + 3], rx_napi_id=v[_COUNTERS + 4],
-                        rx_queue=v[_COUNTERS + 5]), vraw)
+                        rx_queue=v[_COUNTERS + 5],
+                        last_drop_reason=self._reason_name(v[_COUNTERS + 7])), vraw)
                     entries[hit[0]] = hit[1]
                     changed.append(hit[0])
                 last[kraw] = hit

@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -424,3 +425,64 @@ def test_a_command_stopped_before_it_finished_exits_128_plus_the_signal(sig, sta
     assert p.returncode == status, err
     assert "Traceback" not in err
     assert _wait_for(lambda: not _our_programs()), _our_programs()
+
+
+RECEIVER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)   # the kernel's minimum: a few datagrams
+s.bind(("198.18.0.2", 9999))
+print("ready", flush=True)
+sys.stdin.read()                                        # never reads the socket
+"""
+SENDER = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect(("198.18.0.2", 9999))
+for _ in range(5000):
+    s.send(b"x" * 1000)
+print(s.getsockname()[1])
+"""
+
+
+def _udp_rcvbuf_errors(ns: str) -> int:
+    """Udp RcvbufErrors of the namespace NS: the kernel's own count of datagrams it dropped for a
+    full socket buffer."""
+    text = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], capture_output=True,
+                          text=True, check=True).stdout
+    head, values = [l.split() for l in text.splitlines() if l.startswith("Udp:")][:2]
+    return int(values[head.index("RcvbufErrors")])
+
+
+@pytest.mark.parametrize("timing", ["sampled", "exact"])
+def test_receive_drops_per_flow_match_the_kernels_udp_counter(timing):
+    """A UDP reader that never reads behind a minimal buffer: the kernel drops most of 5,000
+    datagrams. steer's drops of that flow equal the namespace's RcvbufErrors, with the kernel's
+    reason; the CPU totals hold them too."""
+    tracer = Tracer(timing=timing).start()
+    try:
+        with Lab([LabFlow(CPU_A, CPU_A)], seconds=1) as lab:
+            recv = subprocess.Popen(["ip", "netns", "exec", lab.rx, sys.executable, "-c", RECEIVER],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert recv.stdout.readline().strip() == "ready"
+                before_errors = _udp_rcvbuf_errors(lab.rx)
+                before = tracer.sample()
+                sport = int(subprocess.run(["ip", "netns", "exec", lab.tx, sys.executable, "-c", SENDER],
+                                           capture_output=True, text=True, check=True).stdout)
+                time.sleep(0.5)
+                after = tracer.sample()
+                dropped = _udp_rcvbuf_errors(lab.rx) - before_errors
+            finally:
+                recv.communicate("", timeout=10)
+    finally:
+        tracer.stop()
+    assert tracer.capabilities.drops.startswith("available"), tracer.capabilities.drops
+    snap = build_snapshot(before, after, read_topology(), tracer.capabilities)
+    (f,) = [f for f in snap.flows if f.flow.proto == "udp" and f.flow.sport == sport
+            and f.flow.dport == 9999]
+    print(f"RcvbufErrors +{dropped}, steer rx_drops {f.rx_drops} ({f.last_drop_reason})")
+    assert dropped > 1000
+    assert f.rx_drops == dropped
+    assert f.last_drop_reason == "SOCKET_RCVBUFF"
+    assert sum(c.rx_drops for c in snap.cpus) >= dropped
