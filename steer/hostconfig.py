@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 
-from .topology import parse_cpulist
+from .topology import nic_place, read_int, read_text
 
 # what the papers set up before measuring, for the report to put beside what this host has
 PAPERS_PRECONDITIONS = {
@@ -75,14 +75,6 @@ def _ethtool(args: list[str]) -> tuple[str | None, str | None]:
     return r.stdout, None
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def device_config(sysfs: str, dev: str) -> dict:
     """DEV's settings, read in its network namespace with its sysfs at SYSFS; JSON-serialisable
     (it crosses a process boundary when the device is in another namespace)."""
@@ -90,31 +82,26 @@ def device_config(sysfs: str, dev: str) -> dict:
     if not os.path.isdir(base):
         raise ValueError(f"no interface {dev!r}")
     cfg: dict = {"name": dev}
-    mtu = _read(os.path.join(base, "mtu"))
-    cfg["mtu"] = int(mtu) if mtu and mtu.isdigit() else None
+    cfg["mtu"] = read_int(os.path.join(base, "mtu"))
 
-    # the NIC's place: a PCI device has a NUMA node (-1: none) and the CPUs local to it; a virtual
-    # device (veth, a bridge) has no device/ at all
-    numa = _read(os.path.join(base, "device/numa_node"))
-    local = _read(os.path.join(base, "device/local_cpulist"))
-    cfg["numa_node"] = int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None
-    cfg["local_cpus"] = parse_cpulist(local) if local else None
-    if not os.path.exists(os.path.join(base, "device")):
-        cfg["locality"] = "none: a virtual device"
+    # the NIC's place: a PCI device has a NUMA node and the CPUs local to it; a virtual device
+    # (veth, a bridge) has neither
+    place = nic_place(sysfs, dev)
+    cfg.update(place or {"numa_node": None, "local_cpus": None, "locality": "none: a virtual device"})
 
     queues = os.path.join(base, "queues")
     try:
         rx = sorted((q for q in os.listdir(queues) if q.startswith("rx-")), key=lambda q: int(q[3:]))
     except OSError:
         rx = []
-    rps = {q: mask_to_cpus(_read(os.path.join(queues, q, "rps_cpus")) or "0") for q in rx}
-    flow_cnt = {q: int(_read(os.path.join(queues, q, "rps_flow_cnt")) or 0) for q in rx}
+    rps = {q: mask_to_cpus(read_text(os.path.join(queues, q, "rps_cpus")) or "0") for q in rx}
+    flow_cnt = {q: read_int(os.path.join(queues, q, "rps_flow_cnt")) or 0 for q in rx}
     cfg["rx_queues"] = len(rx)
     cfg["rps"] = {"state": "on" if any(rps.values()) else "off", "cpus": rps}
     # RFS needs the host-wide socket table too (host_config adds it: only the initial namespace
     # has net.core.rps_sock_flow_entries)
     cfg["rfs"] = {"flow_cnt": flow_cnt}
-    cc = _read("/proc/sys/net/ipv4/tcp_congestion_control")
+    cc = read_text("/proc/sys/net/ipv4/tcp_congestion_control")
     cfg["congestion_control"] = cc
 
     out, why = _ethtool(["--json", "-k", dev])
@@ -138,15 +125,15 @@ def device_config(sysfs: str, dev: str) -> dict:
 
 def _irqbalance(proc: str) -> str:
     for pid in os.listdir(proc):
-        if pid.isdigit() and _read(os.path.join(proc, pid, "comm")) == "irqbalance":
+        if pid.isdigit() and read_text(os.path.join(proc, pid, "comm")) == "irqbalance":
             return f"running (pid {pid})"
     return "not running"
 
 
 def _smt(sysfs: str) -> dict:
     base = os.path.join(sysfs, "devices/system/cpu/smt")
-    return {"control": _read(os.path.join(base, "control")) or "unavailable: no smt/ in sysfs",
-            "active": _read(os.path.join(base, "active")) == "1"}
+    return {"control": read_text(os.path.join(base, "control")) or "unavailable: no smt/ in sysfs",
+            "active": read_text(os.path.join(base, "active")) == "1"}
 
 
 def _governor(sysfs: str) -> str:
@@ -154,7 +141,7 @@ def _governor(sysfs: str) -> str:
     found = set()
     for name in os.listdir(base):
         if re.fullmatch(r"cpu\d+", name):
-            g = _read(os.path.join(base, name, "cpufreq/scaling_governor"))
+            g = read_text(os.path.join(base, name, "cpufreq/scaling_governor"))
             if g:
                 found.add(g)
     if not found:
@@ -175,8 +162,7 @@ def host_config(dev: str | None, netns: str | None, sysfs: str = "/sys", proc: s
             cfg["device"] = {"name": dev, "netns": netns, "error": str(e)}
             return cfg
         d["netns"] = netns
-        entries = _read(os.path.join(proc, "sys/net/core/rps_sock_flow_entries"))
-        entries = int(entries) if entries and entries.isdigit() else None
+        entries = read_int(os.path.join(proc, "sys/net/core/rps_sock_flow_entries"))
         d["rfs"] = {"state": "on" if entries and any(d["rfs"]["flow_cnt"].values()) else "off",
                     "sock_flow_entries": entries, **d["rfs"]}
         cfg["device"] = d

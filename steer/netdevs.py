@@ -11,7 +11,7 @@ import os
 import time
 
 from .kernel import KernelError, call_with_netns_sysfs
-from .topology import parse_cpulist
+from .topology import nic_place, read_text
 
 NETNS_DIR = "/run/netns"
 CACHE_SECONDS = 30.0   # a device renamed or recreated shows within this
@@ -48,23 +48,12 @@ def find_netns(inode: int) -> tuple[str | None, str | None] | None:
     return None
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def _nic_under(sysfs: str, name: str, depth: int = 0) -> dict | None:
     """The physical device at or below NAME (lower_* links), with its NUMA node and local CPUs."""
+    place = nic_place(sysfs, name)
+    if place is not None:
+        return {"nic": name, **place}
     base = os.path.join(sysfs, "class/net", name)
-    if os.path.exists(os.path.join(base, "device")):
-        numa = _read(os.path.join(base, "device/numa_node"))
-        local = _read(os.path.join(base, "device/local_cpulist"))
-        return {"nic": name,
-                "numa_node": int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None,
-                "local_cpus": parse_cpulist(local) if local else None}
     if depth >= 4:
         return None
     try:
@@ -85,7 +74,7 @@ def devices_by_index(sysfs: str, indexes: list[int]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     root = os.path.join(sysfs, "class/net")
     for name in sorted(os.listdir(root)):
-        idx = _read(os.path.join(root, name, "ifindex"))
+        idx = read_text(os.path.join(root, name, "ifindex"))
         if idx and idx.isdigit() and int(idx) in want:
             nic = _nic_under(sysfs, name)
             out[idx] = {"dev": name, **(nic or {"nic": None, "numa_node": None, "local_cpus": None,

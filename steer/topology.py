@@ -87,7 +87,8 @@ class Topology:
                 "cpus": [c.as_dict() for _, c in sorted(self.cpus.items())]}
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A sysfs or procfs file's content, stripped, or None where it cannot be read."""
     try:
         with open(path) as f:
             return f.read().strip()
@@ -97,7 +98,7 @@ def _read(path: str) -> str | None:
 
 def read_int(path: str) -> int | None:
     """The integer a sysfs or procfs file holds, or None where it is missing or not a number."""
-    v = _read(path)
+    v = read_text(path)
     try:
         return int(v) if v is not None else None
     except ValueError:
@@ -115,16 +116,16 @@ def _llc_of(cpu_dir: str) -> tuple[int | None, tuple[int, ...], str | None]:
     for name in names:
         d = os.path.join(cache_dir, name)
         level = read_int(os.path.join(d, "level"))
-        if level is None or _read(os.path.join(d, "type")) == "Instruction":
+        if level is None or read_text(os.path.join(d, "type")) == "Instruction":
             continue
-        shared = _read(os.path.join(d, "shared_cpu_list"))
+        shared = read_text(os.path.join(d, "shared_cpu_list"))
         if shared is None:
             continue
         if best is None or level > best[0]:
             cpus = tuple(parse_cpulist(shared))
             # the cache id is unique per level when present (4.15+); the sharing set identifies
             # the domain everywhere
-            ident = f"L{level}:{_read(os.path.join(d, 'id')) or ''}:{shared}"
+            ident = f"L{level}:{read_text(os.path.join(d, 'id')) or ''}:{shared}"
             best = (level, cpus, ident)
     return best if best else (None, (), None)
 
@@ -138,7 +139,7 @@ def _numa_nodes(root: str) -> dict[int, int]:
         return out
     for name in names:
         if name.startswith("node") and name[4:].isdigit():
-            cpus = _read(os.path.join(node_dir, name, "cpulist"))
+            cpus = read_text(os.path.join(node_dir, name, "cpulist"))
             for c in parse_cpulist(cpus or ""):
                 out[c] = int(name[4:])
     return out
@@ -147,7 +148,7 @@ def _numa_nodes(root: str) -> dict[int, int]:
 def online_cpus(root: str = "/sys") -> list[int]:
     """The CPUs online now: one small sysfs read, for loops that must notice hotplug."""
     cpu_root = os.path.join(root, "devices/system/cpu")
-    text = _read(os.path.join(cpu_root, "online")) or _read(os.path.join(cpu_root, "possible"))
+    text = read_text(os.path.join(cpu_root, "online")) or read_text(os.path.join(cpu_root, "possible"))
     if text is None:
         raise FileNotFoundError(f"no CPU topology under {cpu_root}")
     return parse_cpulist(text)
@@ -156,11 +157,11 @@ def online_cpus(root: str = "/sys") -> list[int]:
 def read_topology(root: str = "/sys") -> Topology:
     """Read the CPU topology under ROOT (normally /sys)."""
     cpu_root = os.path.join(root, "devices/system/cpu")
-    possible = _read(os.path.join(cpu_root, "possible")) or _read(os.path.join(cpu_root, "present"))
+    possible = read_text(os.path.join(cpu_root, "possible")) or read_text(os.path.join(cpu_root, "present"))
     if possible is None:
         raise FileNotFoundError(f"no CPU topology under {cpu_root}")
     all_cpus = parse_cpulist(possible)
-    online = set(parse_cpulist(_read(os.path.join(cpu_root, "online")) or possible))
+    online = set(parse_cpulist(read_text(os.path.join(cpu_root, "online")) or possible))
     numa = _numa_nodes(root)
 
     raw = {}
@@ -169,7 +170,7 @@ def read_topology(root: str = "/sys") -> Topology:
         if not os.path.isdir(d):
             continue   # possible but not present (hot-pluggable slot)
         t = os.path.join(d, "topology")
-        sib = _read(os.path.join(t, "thread_siblings_list")) or _read(os.path.join(t, "core_cpus_list"))
+        sib = read_text(os.path.join(t, "thread_siblings_list")) or read_text(os.path.join(t, "core_cpus_list"))
         level, llc_cpus, llc_ident = _llc_of(d)
         raw[n] = dict(socket=read_int(os.path.join(t, "physical_package_id")),
                       core_id=read_int(os.path.join(t, "core_id")),
@@ -216,6 +217,18 @@ def nic_local(topo: Topology, sockets: tuple[int, ...] | None, cpu: int | None) 
     if sockets is None or cpu is None or cpu not in topo.cpus or topo.cpus[cpu].socket is None:
         return None
     return topo.cpus[cpu].socket in sockets
+
+
+def nic_place(sysfs: str, dev: str) -> dict | None:
+    """Where network device DEV (under SYSFS/class/net) sits: {"numa_node", "local_cpus"} from its
+    device/ (a NUMA node of -1 is none); None for a virtual device, which has no device/."""
+    base = os.path.join(sysfs, "class/net", dev, "device")
+    if not os.path.exists(base):
+        return None
+    numa = read_int(os.path.join(base, "numa_node"))
+    local = read_text(os.path.join(base, "local_cpulist"))
+    return {"numa_node": numa if numa is not None and numa >= 0 else None,
+            "local_cpus": parse_cpulist(local) if local else None}
 
 
 def widen_to_online_cpus() -> str | None:
