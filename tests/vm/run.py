@@ -186,7 +186,11 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     args = ",".join(pytest_args)
     if any(c in args for c in ' "'):
         fail("pytest arguments cannot hold spaces or quotes (they travel on the kernel command line)")
-    cmdline = (f"console=ttyS0 panic=-1 STEER_VM_REPO={ROOT} STEER_VM_MODULES={modules} "
+    # idle=halt: a plain HLT when idle. qemu64 reports an AMD CPU, for which the guest picks
+    # amd_e400_idle (HLT inside the tick-broadcast dance of the E400 erratum); the one soft lockup
+    # seen in ~20 runs of this tier had a vCPU spinning in smp_call_function_many_cond for an IPI
+    # that a vCPU idle there never answered
+    cmdline = (f"console=ttyS0 panic=-1 idle=halt STEER_VM_REPO={ROOT} STEER_VM_MODULES={modules} "
                f"STEER_VM_PYTEST={args}")
     mem = "2G"
     # a plain CPU model: with `-cpu max` the 6.1 guest stalled on every vCPU (soft lockups) in
