@@ -29,7 +29,7 @@ def parser(description: str, pairs: int | None = None, seconds: float | None = N
     if seconds is not None:
         p.add_argument("--seconds", type=float, default=seconds, help="traffic per run")
     if modes:
-        p.add_argument("--modes", type=_modes, default=",".join(TRACER_MODES),
+        p.add_argument("--modes", type=_modes, default=",".join(TRACER_DEFAULT_MODES),
                        help="comma-separated tracer modes to compare with none, of "
                             f"{', '.join(TRACER_MODES)}")
     return p
@@ -96,7 +96,12 @@ def require_root() -> None:
 # mode (`--timing exact`)
 TRACER_MODES = {"sampled": {"timing": "sampled"},
                 "sampled-tracepoint": {"timing": "sampled", "app_hook": "tracepoint"},
-                "exact": {"timing": "exact"}}
+                "exact": {"timing": "exact"},
+                # steer profile (on demand, not always on): the sampled tracer at its default
+                # rate and ten times that, each sample also classifying its kernel stack
+                "profile-1khz": {"timing": "sampled", "profile": True, "sample_hz": 999},
+                "profile-10khz": {"timing": "sampled", "profile": True, "sample_hz": 9999}}
+TRACER_DEFAULT_MODES = ("sampled", "sampled-tracepoint", "exact")   # what --modes compares
 
 
 SETTLE_SECONDS = 0.2   # after attaching, before a window starts
@@ -174,7 +179,7 @@ def compare_modes(run, pairs: int, what: str, modes: list[str] | None = None) ->
     rather than one block of pairs after another: the machine drifts over minutes (here a
     block's baseline moved by 4%), and blocks in turn gave a mode that does strictly less work a
     lower ratio than the full one, with intervals that did not overlap."""
-    modes = modes or list(TRACER_MODES)
+    modes = modes or list(TRACER_DEFAULT_MODES)
     runs: dict[str, list] = {m: [] for m in modes}
     try:
         for mode in modes:

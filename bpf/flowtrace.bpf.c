@@ -1406,19 +1406,28 @@ static __always_inline int in_text(__u64 ip, int which)
 /* the innermost of net_rx_action / threaded NAPI / softirq handling on the interrupted stack.
  * Walking it is the sampler's main cost: ~16 us a sample on this VM, a fixed ~7 us plus ~0.5 us a
  * frame (bench.event_cost), so where_sampled walks only when the cheap signs below cannot tell. */
-static __always_inline int where_on_stack(struct bpf_perf_event_data *ctx)
+/* the interrupted kernel stack, innermost frame first, in this CPU's scratch: its frame count
+ * (0 where it could not be taken) */
+static __always_inline long sampled_frames(struct bpf_perf_event_data *ctx, __u64 **ips)
 {
 	__u32 zero = 0;
-	__u64 *ips = bpf_map_lookup_elem(&stack_scratch, &zero);
 	long n;
+
+	*ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!*ips)
+		return 0;
+	n = bpf_get_stack(ctx, *ips, FT_STACK_DEPTH * sizeof(__u64), 0);
+	return n > 0 ? n / sizeof(__u64) : 0;
+}
+
+static __always_inline int where_on_stack(struct bpf_perf_event_data *ctx)
+{
+	__u64 *ips;
+	long n = sampled_frames(ctx, &ips);
 	int i;
 
-	if (!ips)
+	if (!n)
 		return WHERE_TASK;
-	n = bpf_get_stack(ctx, ips, FT_STACK_DEPTH * sizeof(__u64), 0);
-	if (n <= 0)
-		return WHERE_TASK;
-	n /= sizeof(__u64);
 	for (i = 0; i < FT_STACK_DEPTH; i++) {
 		if (i >= n)
 			break;
@@ -1538,6 +1547,95 @@ static __always_inline int current_recv_flow(struct ft_flow_key *k)
 	return sock_flow(BPF_CORE_READ(sock, sk), k);
 }
 
+/* steer profile: the category ranges of kernel text (sized by userspace: 1 entry when not
+ * profiling) and the samples per (flow, CPU, side, category) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ft_text_category);
+} profile_text SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct ft_profile_key);
+	__type(value, struct ft_profile_value);
+} profile SEC(".maps");
+
+/* 2^FT_SEARCH_STEPS ranges at most: a distribution kernel with its modules has ~100k functions,
+ * merged into far fewer ranges */
+#define FT_SEARCH_STEPS	20
+
+/* the category of the range that IP falls in: a binary search for the last start <= ip */
+static __always_inline __u32 text_category(__u64 ip)
+{
+	__u32 lo = 0, hi = cfg.profile_ranges, mid, j;
+	struct ft_text_category *e;
+
+	for (j = 0; j < FT_SEARCH_STEPS; j++) {
+		if (lo + 1 >= hi)
+			break;
+		mid = lo + (hi - lo) / 2;
+		e = bpf_map_lookup_elem(&profile_text, &mid);
+		if (!e)
+			return FT_CATEGORY_NONE;
+		if (e->start <= ip)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	e = bpf_map_lookup_elem(&profile_text, &lo);
+	return e && e->start <= ip ? e->category : FT_CATEGORY_NONE;
+}
+
+/* the category of the sampled kernel stack: its innermost frame with one (Cai et al. charge a
+ * sample to the function it landed in; a helper without a rule, such as a usercopy check, is
+ * charged to the caller that has one) */
+static __always_inline __u32 stack_category(struct bpf_perf_event_data *ctx)
+{
+	__u64 *ips;
+	long n = sampled_frames(ctx, &ips);
+	__u32 c;
+	int i;
+
+	if (!n)
+		return FT_CATEGORY_OTHER;
+	for (i = 0; i < FT_STACK_DEPTH; i++) {
+		if (i >= n)
+			break;
+		c = text_category(ips[i]);
+		if (c != FT_CATEGORY_NONE)
+			return c;
+	}
+	return FT_CATEGORY_OTHER;
+}
+
+static __always_inline void profile_sample(struct bpf_perf_event_data *ctx,
+					   const struct ft_flow_key *flow, __u32 cpu, __u32 side,
+					   __u64 weight)
+{
+	struct ft_profile_key pk = {};
+	struct ft_profile_value *v, fresh = {};
+
+	if (flow)
+		__builtin_memcpy(&pk.flow, flow, sizeof(pk.flow));
+	pk.cpu = cpu;
+	pk.side = side;
+	pk.category = stack_category(ctx);
+	v = bpf_map_lookup_elem(&profile, &pk);
+	if (!v) {
+		/* a full map drops the sample: userspace compares the total with the CPU's samples */
+		bpf_map_update_elem(&profile, &pk, &fresh, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&profile, &pk);
+		if (!v)
+			return;
+	}
+	/* only this CPU writes an entry with its number in the key, and a sample does not nest */
+	v->samples++;
+	v->ns += weight;
+}
+
 SEC("perf_event")
 int ft_sample(struct bpf_perf_event_data *ctx)
 {
@@ -1599,6 +1697,9 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 			tot->softirq_ns += period;
 		}
 		tot->llc_kernel += dllc;
+		if (cfg.profile_ranges)
+			profile_sample(ctx, st ? &k : 0, cpu, kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL,
+				       period);
 	} else if (where == WHERE_SOFTIRQ) {
 		tot->softirq_ns += period;
 		tot->softirq_llc += dllc;
@@ -1620,6 +1721,8 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		st->llc_app += dllc;
 		tot->app_ns += period;
 		tot->llc_app += dllc;
+		if (cfg.profile_ranges)
+			profile_sample(ctx, &rk, cpu, FT_SIDE_APP, period);
 	} else {
 		st->app_nested_ns += period;
 		tot->app_nested_ns += period;

@@ -99,8 +99,39 @@ struct ft_config {
 				 * PREEMPT_RT): the sampler tells task context by the stack pointer */
 	__u32 app_counters;	/* sampled timing: what a TCP reader got comes from the socket's own
 				 * counters, no program runs per read (--app-hook counters) */
-	__u32 pad;
+	__u32 profile_ranges;	/* steer profile: entries of profile_text (0: not profiling) */
 	__u64 text[FT_TEXT_RANGES][2];
+};
+
+/* steer profile. Kernel text is cut into ranges of one category each (userspace builds them from
+ * /proc/kallsyms and its table of rules, steer/profile.py); a sample's category is that of the
+ * innermost frame of its kernel stack whose range has one. */
+#define FT_CATEGORY_NONE	0	/* no rule for this function: its caller decides */
+#define FT_CATEGORY_OTHER	1	/* no frame on the stack had a rule */
+
+struct ft_text_category {
+	__u64 start;		/* the range runs to the next entry's start; sorted by start */
+	__u32 category;
+	__u32 pad;
+};
+
+/* which side of the flow a profiled sample worked for */
+enum ft_side {
+	FT_SIDE_KERNEL,		/* NET_RX processing */
+	FT_SIDE_KTHREAD,	/* a cpumap kthread's processing (steered flows) */
+	FT_SIDE_APP,		/* the reader, inside its receive syscall */
+};
+
+struct ft_profile_key {
+	struct ft_flow_key flow;	/* all zero: receive work no flow could be charged for */
+	__u32 cpu;
+	__u32 side;			/* enum ft_side, as __u32 */
+	__u32 category;
+};
+
+struct ft_profile_value {
+	__u64 samples;
+	__u64 ns;		/* the samples' weights, as the flow's kernel_ns/app_ns take them */
 };
 
 #endif /* __FLOWTRACE_H */

@@ -136,6 +136,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from .exporter import DEFAULT_FLOW_LABELS, DEFAULT_LISTEN, DEFAULT_TOP_K, FLOW_LABEL_SETS
+    from .profile import DEFAULT_FREQUENCY as DEFAULT_PROFILE_HZ
+    from .tracer import DEFAULT_MAX_FLOWS, MAX_SAMPLE_HZ
     from .logs import LOG_FORMATS
     from .view import DEFAULT_LIMIT, DEFAULT_MIN_RATE, SORTS, rate_text
     fmt = _HelpFormatter
@@ -339,8 +341,42 @@ def build_parser() -> argparse.ArgumentParser:
                     help="parallel flows per cell, each count a matrix of its own (lab only; "
                          "flow i on --port + i): all are steered to the cell's kernel CPU and read "
                          "on its app CPU, as Cai et al. measure 1, 8, 16 and 24 flows per core")
+    sw.add_argument("--profile", action="store_true",
+                    help="also say where each cell's CPU went, by category (steer profile at "
+                         "999 Hz, beside the tracer): cells carry profile.kernel and profile.app "
+                         "shares and the report a table. Profiling costs throughput (about 8%% "
+                         "of a bulk flow here), so compare profiled sweeps with each other")
     # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU
     _tracer_options(sw, timing="exact")
+
+    pr = sub.add_parser("profile", formatter_class=fmt,
+                        help="where each flow's receive CPU goes, by category",
+                        description="Sample every CPU's kernel stack for DURATION seconds (a "
+                        "cpu-clock event: no PMU needed) and charge each sample that receive work "
+                        "took to the flow and side it worked for (the kernel's receive "
+                        "processing, or the reader inside its receive call) and to a category of "
+                        "Cai et al. (SIGCOMM'21) by the kernel function it landed in: data copy, "
+                        "TCP/IP, netdevice, skb management, memory, lock, scheduling, other. The "
+                        "table shows each side's split in percent; --json gives seconds. Needs "
+                        "root (CAP_BPF, CAP_PERFMON, CAP_SYSLOG for the addresses in "
+                        "/proc/kallsyms).")
+    pr.add_argument("--duration", type=_positive(), default=5.0, metavar="SECONDS",
+                    help="length of the window")
+    pr.add_argument("--frequency", type=_bounded_int(1, MAX_SAMPLE_HZ),
+                    default=DEFAULT_PROFILE_HZ, metavar="HZ",
+                    help="samples per second per busy CPU: a side's split is from its samples "
+                         "(a share p out of n samples is good to about sqrt(p(1-p)/n)), and more "
+                         "cost more (README, Performance)")
+    pr.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
+    pr.add_argument("--svg", metavar="FILE",
+                    help="also draw the split as stacked bars, one per flow and side (needs "
+                         "matplotlib)")
+    pr.add_argument("--limit", type=_positive(int, 0), default=20, help="flows in the table")
+    pr.add_argument("--max-flows", type=_positive(int, 0), default=DEFAULT_MAX_FLOWS, metavar="N",
+                    help="bound of the kernel flow map, in (flow, CPU) entries")
+    pr.add_argument("--btf", metavar="FILE",
+                    help="kernel BTF for CO-RE relocations, for kernels without "
+                         "/sys/kernel/btf/vmlinux (default: the running kernel's)")
 
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
@@ -415,6 +451,39 @@ def cmd_flows(args) -> int:
 def _view_state(args):
     from .view import ViewState
     return ViewState(sort=args.sort, min_rate=args.min_rate, show_idle=args.all)
+
+
+def _need_matplotlib(what: str) -> None:
+    try:
+        import matplotlib  # noqa: F401  (an extra: the rest of steer runs without it)
+    except ImportError:
+        raise UserError(f"{what} draws its figures with matplotlib, which is not installed: "
+                        "pip install 'steer[sweep]' (Debian: apt-get install "
+                        "python3-matplotlib)") from None
+
+
+def cmd_profile(args) -> int:
+    from .live import make_console
+    from .profile import render_table, run_profile, write_svg
+    from .tracer import Tracer
+    if args.svg:
+        _need_matplotlib("steer profile --svg")
+    tracer = Tracer(max_flows=args.max_flows, btf=args.btf, timing="sampled",
+                    sample_hz=args.frequency, llc_event="off", profile=True).start()
+    try:
+        prof = run_profile(tracer, lambda: time.sleep(args.duration))
+    finally:
+        tracer.stop()
+    if args.svg:
+        write_svg(prof, args.svg)
+    if args.json:
+        print(json.dumps(prof.as_json(), indent=2))
+    else:
+        console = make_console()
+        console.print(render_table(prof, args.limit))
+        if args.svg:
+            console.print(f"wrote {args.svg}")
+    return 0
 
 
 def cmd_top(args) -> int:
@@ -742,16 +811,12 @@ def cmd_sweep(args) -> int:
         raise UsageError("--flows is for the lab; on a real host the client decides how many flows")
     if args.port + max(args.flows) - 1 > 65535:
         raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
-    try:
-        import matplotlib  # noqa: F401  (an extra: the rest of steer runs without it)
-    except ImportError:
-        raise UserError("steer sweep draws its figures with matplotlib, which is not installed: "
-                        "pip install 'steer[sweep]' (Debian: apt-get install "
-                        "python3-matplotlib)") from None
+    _need_matplotlib("steer sweep")
     cfg = SweepConfig(cpus=cpus, seconds=args.seconds, repeat=args.repeat,
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
-                      server_cmd=args.server_cmd, port=args.port, flows=args.flows)
+                      server_cmd=args.server_cmd, port=args.port, flows=args.flows,
+                      profile=args.profile)
     if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
         raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
                         "another --out")
@@ -760,20 +825,29 @@ def cmd_sweep(args) -> int:
     stop = _GracefulStop(console, "stopping after tearing down the run under way (Ctrl-C again "
                                   "to stop at once)")
     tracer = _start_tracer(args)
+    profiler = None
     interrupted = False
     try:
+        if args.profile:
+            from .profile import DEFAULT_FREQUENCY
+            from .tracer import Tracer
+            profiler = Tracer(max_flows=args.max_flows, btf=args.btf, timing="sampled",
+                              sample_hz=DEFAULT_FREQUENCY, llc_event="off", profile=True).start()
         console.print(f"steer sweep: {describe(cfg)}")
         with stop, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                             console=console) as progress:
             try:
                 results = run_sweep(cfg, args.out, tracer, topo, resume=args.resume,
-                                    progress=progress, should_stop=stop.requested)
+                                    progress=progress, should_stop=stop.requested,
+                                    profiler=profiler)
             except (SweepStopped, KeyboardInterrupt):
                 interrupted = True
     except SweepError as e:
         raise UserError(str(e)) from None
     finally:
+        if profiler:
+            profiler.stop()
         tracer.stop()
     if interrupted:
         if not os.path.exists(os.path.join(args.out, "results.json")):
@@ -842,7 +916,7 @@ def cmd_manpage(args) -> int:
 
 COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
             "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
-            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export, "sweep": cmd_sweep,
+            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export, "sweep": cmd_sweep, "profile": cmd_profile,
             "reset": cmd_reset, "completion": cmd_completion, "manpage": cmd_manpage}
 
 

@@ -37,22 +37,40 @@ class CpuStats(ctypes.Structure):
 # also against the object's BTF, where its typed member in ft_config puts it
 FT_TEXT_NET_RX, FT_TEXT_NAPI_THREAD, FT_TEXT_SOFTIRQ, FT_TEXT_RANGES = range(4)
 FT_TIMING_EXACT, FT_TIMING_SAMPLED = range(2)
+FT_CATEGORY_NONE, FT_CATEGORY_OTHER = range(2)
+FT_SIDE_KERNEL, FT_SIDE_KTHREAD, FT_SIDE_APP = range(3)
 ENUMS = {"ft_timing": {"FT_TIMING_EXACT": FT_TIMING_EXACT, "FT_TIMING_SAMPLED": FT_TIMING_SAMPLED}}
 HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX,
                     "FT_TEXT_NAPI_THREAD": FT_TEXT_NAPI_THREAD, "FT_TEXT_SOFTIRQ": FT_TEXT_SOFTIRQ,
-                    "FT_TEXT_RANGES": FT_TEXT_RANGES, **ENUMS["ft_timing"]}
+                    "FT_TEXT_RANGES": FT_TEXT_RANGES, **ENUMS["ft_timing"],
+                    "FT_CATEGORY_NONE": FT_CATEGORY_NONE, "FT_CATEGORY_OTHER": FT_CATEGORY_OTHER,
+                    "FT_SIDE_KERNEL": FT_SIDE_KERNEL, "FT_SIDE_KTHREAD": FT_SIDE_KTHREAD,
+                    "FT_SIDE_APP": FT_SIDE_APP}
 
 
 class Config(ctypes.Structure):
     _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32),
-                ("softirq_stacks", u32), ("app_counters", u32), ("pad", u32),
+                ("softirq_stacks", u32), ("app_counters", u32), ("profile_ranges", u32),
                 ("text", u64 * 2 * FT_TEXT_RANGES)]
+
+
+class TextCategory(ctypes.Structure):
+    _fields_ = [("start", u64), ("category", u32), ("pad", u32)]
+
+
+class ProfileKey(ctypes.Structure):
+    _fields_ = [("flow", FlowKey), ("cpu", u32), ("side", u32), ("category", u32)]
+
+
+class ProfileValue(ctypes.Structure):
+    _fields_ = [("samples", u64), ("ns", u64)]
 
 
 # C struct name -> mirror, for the BTF check
 MIRRORS = {
     "ft_flow_key": FlowKey, "ft_flow_cpu_key": FlowCpuKey, "ft_flow_stats": FlowStats,
-    "ft_cpu_stats": CpuStats, "ft_config": Config,
+    "ft_cpu_stats": CpuStats, "ft_config": Config, "ft_text_category": TextCategory,
+    "ft_profile_key": ProfileKey, "ft_profile_value": ProfileValue,
 }
 
 

@@ -232,6 +232,27 @@ def report_md(results: dict, topo: Topology) -> str:
                              f"{figure(s['llc_misses_app_per_gb'], '{:,.0f}')} |")
         lines.append("")
 
+    profiled = [c for c in results["cells"] if c.get("profile")]
+    if profiled:
+        from .profile import CATEGORIES
+        lines += ["## Where the CPU went (steer profile)", "",
+                  "Each side's sampled CPU seconds by category (Cai et al., SIGCOMM'21), in "
+                  "percent, over the cell's runs. The profiler ran beside the tracer in these "
+                  "cells and cost some of their throughput.", "",
+                  "| kernel CPU | app CPU | flows | class | side | CPU s | samples | "
+                  + " | ".join(c.replace("_", " ") for c in CATEGORIES) + " |",
+                  "|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES)]
+        for c in sorted(profiled, key=lambda c: (c.get("flows", 1), c["kernel_cpu"], c["app_cpu"])):
+            p = c["profile"]
+            for side in ("kernel", "app"):
+                shares = p.get(side) or {}
+                cols = " | ".join("-" if shares.get(k) is None else f"{100 * shares[k]:.0f}%"
+                                  for k in CATEGORIES)
+                lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c.get('flows', 1)} | "
+                             f"{c['class']} | {side} | {p.get(f'{side}_seconds', 0):.3f} | "
+                             f"{p['samples']} | {cols} |")
+        lines.append("")
+
     lines += ["## The papers' numbers (theirs, not measured here)", ""]
     lines += [f"- {p['name']}: {p['source']}." for p in PAPERS]
     lines += ["", f"Hardware: {PAPERS_HARDWARE}. Approximate Gbit/s, read from the papers.", "",

@@ -59,6 +59,7 @@ class SweepConfig:
     # parallel flows per cell, all steered to the cell's kernel CPU and read on its app CPU (Cai
     # et al. measure 1, 8, 16 and 24 flows per core); flow i uses port + i
     flows: list[int] = field(default_factory=lambda: [1])
+    profile: bool = False   # each cell also profiled by category (steer profile), at a cost
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -101,6 +102,7 @@ def load_results(path: str, cfg: SweepConfig) -> dict:
         raise SweepError(f"--resume: {path} is not valid JSON: {e}") from None
     old_cfg = dict(old.get("config") or {})
     old_cfg.setdefault("flows", [1])   # results of a steer before --flows
+    old_cfg.setdefault("profile", False)   # and before --profile
     if old.get("version") != RESULTS_VERSION or old_cfg != cfg.as_dict():
         raise SweepError(f"--resume: {path} was made with other settings "
                          f"({old.get('config')}); use another --out or the same options")
@@ -134,10 +136,39 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
         cell[key] = _median(r.get(key) for r in runs)
     cell["throughput_per_flow_bps"] = cell["throughput_bps"] / flows \
         if cell["throughput_bps"] is not None else None
+    profiled = [r["profile"] for r in runs if r.get("profile")]
+    if profiled:
+        cell["profile"] = combine_profiles(profiled)
     for key in ("measured_kernel_cpu", "measured_stack_cpu", "measured_app_cpu"):
         seen = [r.get(key) for r in runs if r.get(key) is not None]
         cell[key] = max(set(seen), key=seen.count) if seen else None
     return cell
+
+
+def run_profile_of(prof, match) -> dict:
+    """A run's profile, of the flows MATCH selects: each side's seconds by category, summed."""
+    from .profile import CATEGORIES
+    out = {"kernel": dict.fromkeys(CATEGORIES, 0.0), "app": dict.fromkeys(CATEGORIES, 0.0),
+           "samples": 0}
+    for f in prof.flows:
+        if match(f):
+            for side in ("kernel", "app"):
+                for c, v in getattr(f, side).seconds.items():
+                    out[side][c] += v
+            out["samples"] += f.samples
+    return out
+
+
+def combine_profiles(profiles: list[dict]) -> dict:
+    """A cell's profile from its runs': each side's share of its seconds by category, over all
+    runs (the shares of the sum, not a median of shares: a run with few samples weighs less)."""
+    out = {"samples": sum(p["samples"] for p in profiles)}
+    for side in ("kernel", "app"):
+        total = {c: sum(p[side].get(c, 0.0) for p in profiles) for c in profiles[0][side]}
+        s = sum(total.values())
+        out[side] = {c: (v / s if s else None) for c, v in total.items()}
+        out[f"{side}_seconds"] = s
+    return out
 
 
 def _total(values) -> int | float | None:
@@ -191,8 +222,10 @@ def _sleep(seconds: float, should_stop) -> None:
 class LabRunner:
     """One fresh iperf3 flow per run between lab namespaces."""
 
-    def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop):
+    def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop,
+                 profiler: Tracer | None = None):
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
+        self.profiler = profiler
         self.device_config: dict | None = None   # the receiving veth's, read by the first run
 
     def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1) -> dict:
@@ -213,12 +246,17 @@ class LabRunner:
                     for p in ports:
                         steering.pin(FlowSpec(proto="tcp", dport=p), kernel_cpu)
                 lab.start_servers()
-                before = self.tracer.sample()
-                lab.start_clients()
-                while lab.running():
-                    _sleep(0.1, self.should_stop)
-                results = lab.wait(timeout=30)
-                after = self.tracer.sample()
+                window: dict = {}
+
+                def traffic():
+                    window["before"] = self.tracer.sample()
+                    lab.start_clients()
+                    while lab.running():
+                        _sleep(0.1, self.should_stop)
+                    window["results"] = lab.wait(timeout=30)
+                    window["after"] = self.tracer.sample()
+                prof = _profiled(self.profiler, traffic)
+                before, after, results = window["before"], window["after"], window["results"]
             finally:
                 if steering:
                     steering.close()
@@ -229,6 +267,8 @@ class LabRunner:
         mine = {(r.sender_port, r.flow.port) for r in results}
         run = measure_flow(self.tracer, before, after, self.topo,
                            lambda f: (f.flow.sport, f.flow.dport) in mine)
+        if prof:
+            run["profile"] = run_profile_of(prof, lambda f: (f.flow.sport, f.flow.dport) in mine)
         ends = [r.raw["end"] for r in results]
         run["throughput_bps"] = sum(e["sum_received"]["bits_per_second"] for e in ends)
         run["iperf3_received_bytes"] = sum(r.received_bytes for r in results)
@@ -244,10 +284,12 @@ class LabRunner:
 class HostRunner:
     """A receiver started once, fed from another machine; re-pinned and re-steered per cell."""
 
-    def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop):
+    def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop,
+                 profiler: Tracer | None = None):
         from .kernel import enter_netns
         from .steering import XdpSteering, netns_path
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
+        self.profiler = profiler
         self.device_config = None   # host_info read it: the device is there from the start
         self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
         self.spec = FlowSpec(proto="tcp", dport=cfg.port)
@@ -273,11 +315,18 @@ class HostRunner:
         set_app_affinity(self.server.pid, {app_cpu})
         self.steering.pin(self.spec, kernel_cpu)
         _sleep(SETTLE_SECONDS, self.should_stop)
-        before = self.tracer.sample()
-        _sleep(self.cfg.seconds, self.should_stop)
-        after = self.tracer.sample()
-        run = measure_flow(self.tracer, before, after, self.topo,
+        window: dict = {}
+
+        def traffic():
+            window["before"] = self.tracer.sample()
+            _sleep(self.cfg.seconds, self.should_stop)
+            window["after"] = self.tracer.sample()
+        prof = _profiled(self.profiler, traffic)
+        run = measure_flow(self.tracer, window["before"], window["after"], self.topo,
                            lambda f: f.flow.dport == self.cfg.port and f.app_pid == self.server.pid)
+        if prof and run:
+            # the profile has no reader pid: the port alone picks the flow
+            run["profile"] = run_profile_of(prof, lambda f: f.flow.dport == self.cfg.port)
         if not run:
             raise SweepError(f"no traffic to port {self.cfg.port} read by the server in cell "
                              f"{kernel_cpu}:{app_cpu}: is the client on the other host running?")
@@ -294,11 +343,22 @@ class HostRunner:
                 os.killpg(self.server.pid, signal.SIGKILL)
 
 
+def _profiled(profiler: Tracer | None, traffic):
+    """TRAFFIC() run, and its profile where there is a PROFILER (else None)."""
+    if profiler is None:
+        traffic()
+        return None
+    from .profile import run_profile
+    return run_profile(profiler, traffic)
+
+
 def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
-              resume: bool = False, progress=None, should_stop=lambda: False) -> dict:
+              resume: bool = False, progress=None, should_stop=lambda: False,
+              profiler: Tracer | None = None) -> dict:
     """Run every cell not done yet; returns the results (also in out_dir/results.json). When
     SHOULD_STOP turns true the run under way is abandoned, everything is torn down, and
-    SweepStopped is raised with the finished cells saved."""
+    SweepStopped is raised with the finished cells saved. PROFILER: a tracer started with
+    profile=True, for cfg.profile."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "results.json")
     if resume:
@@ -308,7 +368,8 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
                    "capabilities": tracer.capabilities.as_dict(), "cells": [], "complete": False}
     done = {cell_key(c) for c in results["cells"]}
     todo = [c for c in cells_of(cfg) if c not in done]
-    runner = (LabRunner if cfg.mode == "lab" else HostRunner)(cfg, tracer, topo, should_stop)
+    runner = (LabRunner if cfg.mode == "lab" else HostRunner)(cfg, tracer, topo, should_stop,
+                                                              profiler)
     task = progress.add_task("sweep", total=len(cells_of(cfg)), completed=len(done)) if progress else None
     try:
         for k, a, n in todo:

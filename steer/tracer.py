@@ -19,6 +19,7 @@ from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
 from .topology import read_int
 from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, address_text, proto_name
 
+PROFILE_ENTRIES = 32768   # (flow, CPU, side, category) counts while profiling: ~3 MB
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
 DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
                              # short connection (a scrape, a health check) would otherwise sit in
@@ -135,6 +136,7 @@ class Tracer:
     app_hook: str = "auto"      # one of APP_HOOK_CHOICES
     timing: str = DEFAULT_TIMING   # one of TIMINGS
     sample_hz: int = DEFAULT_SAMPLE_HZ
+    profile: bool = False       # steer profile: each sample's kernel stack by category (sampled)
     capabilities: Capabilities | None = field(default=None, init=False)
 
     def __post_init__(self):
@@ -202,6 +204,19 @@ class Tracer:
                 raise TracerError("sampled timing: /proc/kallsyms has no net_rx_action "
                                   "(use --timing exact)")
 
+        ranges: list[tuple[int, int]] = []
+        if self.profile:
+            if not sampled:
+                raise TracerError("profiling takes the samples of --timing sampled, not exact")
+            from .profile import text_categories
+            try:
+                ranges = text_categories()
+            except (OSError, ValueError) as e:
+                raise TracerError(f"profile: {e}") from None
+        sizes = {"flows": self.max_flows}
+        if ranges:
+            sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
+
         llc_status, counters = self._open_counters()
         clocks: list[PerfCounter] = []
         tried: list[str] = []
@@ -216,7 +231,8 @@ class Tracer:
             cfg = abi.Config(llc_enabled=1 if counters else 0, recv_flags_arg=flags_arg,
                              timing=abi.FT_TIMING_SAMPLED if sampled else abi.FT_TIMING_EXACT,
                              softirq_stacks=0 if preempt_rt() else 1,
-                             app_counters=1 if hook == "counters" else 0)
+                             app_counters=1 if hook == "counters" else 0,
+                             profile_ranges=len(ranges))
             for i, (lo, hi) in enumerate(text):
                 cfg.text[i][0], cfg.text[i][1] = lo, hi
             try:
@@ -237,13 +253,15 @@ class Tracer:
                 # sched_switch stays: it also closes a cpumap kthread's interval when it sleeps
                 off = disable | (set(SYSCALL_PROGRAMS) - {"ft_sched_switch"})
             try:
-                self._obj = BpfObject(str(obj_path), rodata=bytes(cfg),
-                                      max_entries={"flows": self.max_flows}, disable=off,
-                                      btf=self.btf)
+                self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
+                                      disable=off, btf=self.btf)
                 if counters:
                     m = self._obj.map("llc_counters")
                     for c in counters:
                         m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+                if ranges:
+                    from .profile import pack_ranges
+                    self._obj.map("profile_text").update_batch(*pack_ranges(ranges))
                 self.app_hook_used = hook
                 self._attach(clocks)
                 break
@@ -462,6 +480,16 @@ class Tracer:
         return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self.attached_programs}
 
     # -- reading -----------------------------------------------------------------------------
+    flow_id = staticmethod(_flow_id_of)   # a FlowId from an unpacked ft_flow_key
+
+    def profile_counts(self) -> dict[bytes, tuple[int, int]]:
+        """With profile=True: the kernel's (samples, ns) per raw ft_profile_key since start."""
+        from .profile import read_counts
+        with self._lock:
+            if not self._obj:
+                raise TracerError("tracer is not running")
+            return read_counts(self._obj.map("profile"))
+
     def sample(self) -> TraceSample:
         """Read every map once: cumulative counters since start. Also flushes the sockets' reads
         into the flow map first, and deletes kernel entries idle for idle_timeout (their totals

@@ -8,7 +8,7 @@ from helpers import ROOT
 
 PURE = ["steer.samples", "steer.units", "steer.privileges", "steer.topology", "steer.classify",
         "steer.flowspec", "steer.flows", "steer.report", "steer.policies", "steer.auto", "steer.view",
-        "steer.live", "steer.exporter",
+        "steer.live", "steer.exporter", "steer.profile",
         "steer.manual"]
 GATEWAY_AND_LOADERS = ["steer.kernel", "steer.tracer", "steer.steering", "steer.affinity", "steer.lab",
                        "steer.sweep", "steer.netdevs"]

@@ -172,3 +172,27 @@ def test_flows_per_core_section_figure_and_csv(xeon, tmp_path):
     assert svg_cells(tmp_path / "throughput.svg") == 9                 # one flow's cells only
     rows = to_csv(r).splitlines()
     assert rows[0].split(",")[:3] == ["kernel_cpu", "app_cpu", "flows"] and len(rows) == 19
+
+
+def test_profiled_cells_combine_runs_and_reach_the_report(xeon):
+    """a cell's profile is the shares of its runs' summed seconds (a run with more samples weighs
+    more), and the report shows each side's shares"""
+    from steer.profile import CATEGORIES
+    zero = dict.fromkeys(CATEGORIES, 0.0)
+    runs = [{"throughput_bps": GBPS, "profile": {"kernel": {**zero, "tcp_ip": 0.3, "netdev": 0.1},
+                                                 "app": {**zero, "data_copy": 0.6}, "samples": 100}},
+            {"throughput_bps": GBPS, "profile": {"kernel": {**zero, "tcp_ip": 0.1, "netdev": 0.3},
+                                                 "app": {**zero, "data_copy": 0.1, "lock": 0.1},
+                                                 "samples": 60}}]
+    c = summarize(0, 1, runs, xeon)
+    p = c["profile"]
+    assert p["samples"] == 160
+    assert p["kernel"]["tcp_ip"] == pytest.approx(0.5) and p["kernel"]["netdev"] == pytest.approx(0.5)
+    assert p["app"]["data_copy"] == pytest.approx(0.7 / 0.8) and p["app_seconds"] == pytest.approx(0.8)
+    res = synthetic(xeon)
+    res["cells"].append(c)
+    md = report_md(res, xeon)
+    assert "## Where the CPU went (steer profile)" in md
+    assert "| 0 | 1 | 1 | same-socket | app | 0.800 | 160 | 88% |" in md
+    # no profile, no section
+    assert "steer profile" not in report_md(synthetic(xeon), xeon)
