@@ -325,8 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", required=True, metavar="DIR", help="output directory")
     sw.add_argument("--cpus", metavar="LIST",
                     help="CPUs to sweep (default: every online CPU this process may run on)")
-    sw.add_argument("--seconds", type=_positive(), default=5.0, help="traffic per run")
-    sw.add_argument("--repeat", type=_positive(int, 0), default=1, help="runs per cell (median kept)")
+    sw.add_argument("--seconds", type=_positive(), default=None,
+                    help="traffic per run (default: 5, or 30 with --paper)")
+    sw.add_argument("--repeat", type=_positive(int, 0), default=None,
+                    help="runs per cell, the median kept (default: 1, or 3 with --paper)")
+    sw.add_argument("--paper", action="store_true",
+                    help="the papers' method where the lab can follow it: one flow, iperf3 -Z "
+                         "(the sender copies nothing), the first 2 s of each run left out (-O, "
+                         "and by the tracer), 30 s runs, 3 per cell, the sender pinned to a CPU "
+                         "outside the swept pair where there is one; the report names it. On a "
+                         "real host, run length and repeats (the client is yours to start)")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in --out")
     sw.add_argument("--method", choices=["rps", "xdp"], default=None,
                     help="how the kernel side is moved: RPS (lab default: like moving the NIC "
@@ -809,14 +817,23 @@ def cmd_sweep(args) -> int:
         raise UsageError(f"--port {args.port}: not a port number")
     if args.dev and args.flows != [1]:
         raise UsageError("--flows is for the lab; on a real host the client decides how many flows")
+    if args.paper and args.flows != [1]:
+        raise UsageError("--paper measures one flow per cell, as the papers did: drop --flows")
+    from .sweep import PAPER_PRESET, paper_sender_cpu
+    seconds = args.seconds or (PAPER_PRESET["seconds"] if args.paper else 5.0)
+    repeat = args.repeat or (PAPER_PRESET["repeat"] if args.paper else 1)
+    sender = None
+    if args.paper and not args.dev:
+        from .lab import usable_cpus
+        sender = paper_sender_cpu(cpus, usable_cpus())
     if args.port + max(args.flows) - 1 > 65535:
         raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
     _need_matplotlib("steer sweep")
-    cfg = SweepConfig(cpus=cpus, seconds=args.seconds, repeat=args.repeat,
+    cfg = SweepConfig(cpus=cpus, seconds=seconds, repeat=repeat,
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
                       server_cmd=args.server_cmd, port=args.port, flows=args.flows,
-                      profile=args.profile)
+                      profile=args.profile, paper=args.paper, sender_cpu=sender)
     if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
         raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
                         "another --out")

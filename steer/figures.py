@@ -123,6 +123,41 @@ def flows_chart(by_flows: dict[int, dict[str, dict]], path: str) -> list[str]:
     return _save(fig, path)
 
 
+def run_values(cells: list[dict], key: str) -> dict[str, list[float]]:
+    """KEY of every run of CELLS (not the cells' medians: the papers' histograms are of every
+    measurement), by class."""
+    out: dict[str, list[float]] = {}
+    for c in cells:
+        for r in c.get("runs") or []:
+            if r.get(key) is not None:
+                out.setdefault(c["class"], []).append(r[key])
+    return out
+
+
+def histograms(cells: list[dict], path: str) -> list[str]:
+    """Histograms of every run's throughput and, where a PMU counted them, of its application-side
+    LLC misses per GB, stacked by class: NDM'13 found the first bimodal and its L3 hit ratios
+    trimodal across placements (their Figs 6 and 7); the classes say which placements make
+    which mode."""
+    panels = [("throughput_bps", 1e-9, "throughput (Gbit/s)")]
+    if run_values(cells, "llc_misses_app_per_gb"):
+        panels.append(("llc_misses_app_per_gb", 1.0, "LLC misses per GB, application"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.2), squeeze=False)
+    for ax, (key, scale, label) in zip(axes[0], panels):
+        by = run_values(cells, key)
+        classes = [k for k in CLASSES if k in by]
+        values = [[v * scale for v in by[k]] for k in classes]
+        if values:
+            ax.hist(values, bins=min(20, max(5, sum(map(len, values)) // 2)), stacked=True,
+                    color=[CLASS_COLOURS[k] for k in classes], label=classes)
+            ax.legend(fontsize=7)
+        ax.set_xlabel(label)
+        ax.set_ylabel("runs")
+        ax.grid(True, axis="y", linestyle=":", linewidth=0.5)
+    fig.suptitle("Every run, by class (NDM'13 Figs 6-7)", fontsize=10)
+    return _save(fig, path)
+
+
 def _save(fig, path: str) -> list[str]:
     fig.tight_layout()
     out = []
@@ -157,6 +192,7 @@ def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> 
         files += bubble_matrix(cells, "_llc_per_gb", "LLC misses per GB, kernel + application",
                                "misses/GB", 1.0, os.path.join(out_dir, "llc_per_gb"), **where)
     files += by_class_chart(cells, os.path.join(out_dir, "throughput_by_class"))
+    files += histograms(cells, os.path.join(out_dir, "histograms"))
     if len(results["config"].get("flows") or [1]) > 1:
         measured = [c for c in results["cells"] if c.get("throughput_bps") is not None]
         files += flows_chart(flows_per_core(measured), os.path.join(out_dir, "flows_per_core"))

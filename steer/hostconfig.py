@@ -167,3 +167,47 @@ def host_config(dev: str | None, netns: str | None, sysfs: str = "/sys", proc: s
                     "sock_flow_entries": entries, **d["rfs"]}
         cfg["device"] = d
     return cfg
+
+
+# What a receiver's TCP counts of trouble with what arrives (TcpExt, per network namespace): the
+# sender's retransmits as the receiver sees them (a segment that fills a hole left by a loss comes
+# after out-of-order ones; a duplicate is answered with a D-SACK), and what it threw away or
+# squeezed because the reader did not keep up (NDM'13: a starved same-core reader drops).
+RECEIVER_TCP = {
+    "out_of_order": ("TCPOFOQueue",), "duplicates": ("TCPDSACKOldSent", "TCPDSACKOfoSent"),
+    "ofo_drops": ("TCPOFODrop",), "rcvq_drops": ("TCPRcvQDrop",),
+    "backlog_drops": ("TCPBacklogDrop",), "zero_window_drops": ("TCPZeroWindowDrop",),
+    "pruned": ("RcvPruned",), "collapsed": ("TCPRcvCollapsed",),
+}
+
+
+def parse_netstat(text: str) -> dict[str, int]:
+    """TcpExt name -> value from a /proc/net/netstat (pairs of header and value lines)."""
+    out: dict[str, int] = {}
+    lines = text.splitlines()
+    for head, vals in zip(lines[::2], lines[1::2]):
+        names, values = head.split(), vals.split()
+        if names and names[0] == "TcpExt:" and values and values[0] == "TcpExt:":
+            out.update(zip(names[1:], map(int, values[1:])))
+    return out
+
+
+def receiver_tcp(netns: str | None) -> dict[str, int] | None:
+    """RECEIVER_TCP's counters in network namespace NETNS (a name under /run/netns or a path;
+    None: this one), or None where it cannot be read; a name this kernel lacks counts 0."""
+    from .kernel import KernelError, netns_of
+    from .steering import SteerError, netns_path
+    try:
+        with netns_of(netns_path(netns)):
+            # thread-self: /proc/net follows the process's first thread, not this one
+            with open("/proc/thread-self/net/netstat") as f:
+                ext = parse_netstat(f.read())
+    except (OSError, ValueError, KernelError, SteerError):
+        return None
+    return {k: sum(ext.get(n, 0) for n in names) for k, names in RECEIVER_TCP.items()}
+
+
+def counter_delta(before: dict | None, after: dict | None) -> dict | None:
+    if before is None or after is None:
+        return None
+    return {k: after[k] - before.get(k, 0) for k in after}

@@ -158,6 +158,7 @@ def _kill_ns_processes(name: str) -> None:
 class Lab:
     flows: list[LabFlow]
     seconds: float = 10.0
+    client_args: tuple[str, ...] = ()   # more iperf3 client options (the sweep's --paper: -Z, -O)
     tag: str = field(default_factory=lambda: f"{os.getpid()}-{next(_instances)}")
 
     def __post_init__(self):
@@ -253,7 +254,7 @@ class Lab:
         secs = max(1, round(seconds or self.seconds))
         for f in self.flows:
             p = subprocess.Popen(["iperf3", "-c", RECEIVER_ADDR, "-p", str(f.port), "-t", str(secs),
-                                  "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  *self.client_args, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  preexec_fn=_in_netns(self.tx, f.kernel_cpu))
             self._procs.append(p)
             self._clients[f.port] = p

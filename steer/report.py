@@ -157,6 +157,25 @@ def flows_per_core(cells: list[dict]) -> dict[int, dict[str, dict]]:
     return out
 
 
+# The papers' method (NDM'13 and its follow-up; Cai et al. alike): one flow, a sender that copies
+# nothing (iperf3 -Z, sendfile), the slow start left out of the figures (-O), long runs, repeated.
+# Their sender was another host; in the lab it is pinned to a CPU outside the swept pair where
+# there is one.
+PAPER_PRESET = {"seconds": 30.0, "repeat": 3, "omit_seconds": 2, "iperf3": ("-Z",)}
+
+
+def paper_text(cfg: dict) -> str:
+    """What --paper did, in words, for the progress line and the report."""
+    if cfg["mode"] != "lab":
+        return ("--paper: the papers' run length and repeats; iperf3 -Z and -O are for the "
+                "client on the other host to pass")
+    cpu = cfg.get("sender_cpu")
+    sender = (f"the sender pinned to CPU {cpu}" if cpu is not None else
+              "the sender left to the scheduler (every usable CPU is swept)")
+    return (f"--paper: iperf3 -Z (sendfile), the first {PAPER_PRESET['omit_seconds']} s left out "
+            f"(-O, and by the tracer), {sender}")
+
+
 def report_md(results: dict, topo: Topology) -> str:
     cells = matrix_cells(results)
     cfg, host = results["config"], results.get("host", {})
@@ -171,6 +190,8 @@ def report_md(results: dict, topo: Topology) -> str:
               + (f"; {counts[0]} flow(s) per cell here, {', '.join(map(str, counts[1:]))} under "
                  "Flows per core." if len(counts) > 1 else
                  (f"; {counts[0]} flows per cell." if counts[0] > 1 else ".")), ""]
+    if cfg.get("paper"):
+        lines += [f"Method: {paper_text(cfg)}.", ""]
     if not results.get("complete", True):
         lines += ["**Incomplete**: the sweep was interrupted; `steer sweep --resume` continues it.", ""]
     lines += config_md(host.get("config"))

@@ -31,6 +31,8 @@ from .flowspec import FlowSpec
 from .flows import build_snapshot
 from .topology import Topology, format_cpulist, nic_local, nic_sockets
 from .tracer import Tracer
+from .hostconfig import counter_delta, receiver_tcp
+from .report import PAPER_PRESET, paper_text
 from .units import per_gb
 
 RESULTS_VERSION = 1
@@ -60,9 +62,19 @@ class SweepConfig:
     # et al. measure 1, 8, 16 and 24 flows per core); flow i uses port + i
     flows: list[int] = field(default_factory=lambda: [1])
     profile: bool = False   # each cell also profiled by category (steer profile), at a cost
+    # --paper: the papers' method where the lab can follow it (PAPER_PRESET)
+    paper: bool = False
+    sender_cpu: int | None = None   # lab: the iperf3 sender's CPU (None: left to the scheduler)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def paper_sender_cpu(swept: list[int], usable: list[int]) -> int | None:
+    """--paper in the lab: the sender's CPU, the last usable one the sweep does not measure
+    (None: every usable CPU is swept, and the sender is left to the scheduler)."""
+    spare = [c for c in usable if c not in swept]
+    return spare[-1] if spare else None
 
 
 def cells_of(cfg: SweepConfig) -> list[tuple[int, int, int]]:
@@ -103,6 +115,8 @@ def load_results(path: str, cfg: SweepConfig) -> dict:
     old_cfg = dict(old.get("config") or {})
     old_cfg.setdefault("flows", [1])   # results of a steer before --flows
     old_cfg.setdefault("profile", False)   # and before --profile
+    old_cfg.setdefault("paper", False)     # and before --paper
+    old_cfg.setdefault("sender_cpu", None)
     if old.get("version") != RESULTS_VERSION or old_cfg != cfg.as_dict():
         raise SweepError(f"--resume: {path} was made with other settings "
                          f"({old.get('config')}); use another --out or the same options")
@@ -136,6 +150,9 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
         cell[key] = _median(r.get(key) for r in runs)
     cell["throughput_per_flow_bps"] = cell["throughput_bps"] / flows \
         if cell["throughput_bps"] is not None else None
+    tcp = [r["receiver_tcp"] for r in runs if r.get("receiver_tcp")]
+    if tcp:
+        cell["receiver_tcp"] = {k: _median(t.get(k) for t in tcp) for k in tcp[0]}
     profiled = [r["profile"] for r in runs if r.get("profile")]
     if profiled:
         cell["profile"] = combine_profiles(profiled)
@@ -234,7 +251,10 @@ class LabRunner:
         from .hostconfig import host_config
         from .steering import XdpSteering
         ports = [self.cfg.port + i for i in range(flows)]
-        with Lab([LabFlow(None, app_cpu, p) for p in ports], seconds=self.cfg.seconds) as lab:
+        omit = PAPER_PRESET["omit_seconds"] if self.cfg.paper else 0
+        extra = (*PAPER_PRESET["iperf3"], "-O", str(omit)) if self.cfg.paper else ()
+        with Lab([LabFlow(self.cfg.sender_cpu, app_cpu, p) for p in ports],
+                 seconds=self.cfg.seconds + omit, client_args=extra) as lab:
             if self.device_config is None:   # as it is before this sweep changes its RPS
                 self.device_config = host_config(lab.rx_dev, lab.rx_netns)["device"]
             steering = None
@@ -248,15 +268,24 @@ class LabRunner:
                 lab.start_servers()
                 window: dict = {}
 
+                tcp0 = receiver_tcp(lab.rx_netns)
+
                 def traffic():
-                    window["before"] = self.tracer.sample()
-                    lab.start_clients()
+                    if omit:
+                        # iperf3 leaves its first OMIT seconds out of its count: so does the tracer
+                        lab.start_clients()
+                        _sleep(omit, self.should_stop)
+                        window["before"] = self.tracer.sample()
+                    else:
+                        window["before"] = self.tracer.sample()
+                        lab.start_clients()
                     while lab.running():
                         _sleep(0.1, self.should_stop)
                     window["results"] = lab.wait(timeout=30)
                     window["after"] = self.tracer.sample()
                 prof = _profiled(self.profiler, traffic)
                 before, after, results = window["before"], window["after"], window["results"]
+                tcp1 = receiver_tcp(lab.rx_netns)   # while the lab's namespace is still there
             finally:
                 if steering:
                     steering.close()
@@ -273,6 +302,7 @@ class LabRunner:
         run["throughput_bps"] = sum(e["sum_received"]["bits_per_second"] for e in ends)
         run["iperf3_received_bytes"] = sum(r.received_bytes for r in results)
         run["retransmits"] = _total(e["sum_sent"].get("retransmits") for e in ends)
+        run["receiver_tcp"] = counter_delta(tcp0, tcp1)
         if flows > 1:
             run["throughput_per_flow_bps"] = [e["sum_received"]["bits_per_second"] for e in ends]
         return run
@@ -321,7 +351,9 @@ class HostRunner:
             window["before"] = self.tracer.sample()
             _sleep(self.cfg.seconds, self.should_stop)
             window["after"] = self.tracer.sample()
+        tcp0 = receiver_tcp(self.cfg.netns)
         prof = _profiled(self.profiler, traffic)
+        tcp1 = receiver_tcp(self.cfg.netns)
         run = measure_flow(self.tracer, window["before"], window["after"], self.topo,
                            lambda f: f.flow.dport == self.cfg.port and f.app_pid == self.server.pid)
         if prof and run:
@@ -331,6 +363,9 @@ class HostRunner:
             raise SweepError(f"no traffic to port {self.cfg.port} read by the server in cell "
                              f"{kernel_cpu}:{app_cpu}: is the client on the other host running?")
         run["throughput_bps"] = run.pop("tracer_throughput_bps")
+        # the sender is another host: its retransmits are seen here only as the receiver sees
+        # them, namespace-wide (receiver_tcp)
+        run["receiver_tcp"] = counter_delta(tcp0, tcp1)
         return run
 
     def close(self):
@@ -410,4 +445,6 @@ def write_outputs(results: dict, out_dir: str, topo: Topology) -> list[str]:
 def describe(cfg: SweepConfig) -> str:
     n = len(cells_of(cfg))
     return (f"{n} cells (CPUs {format_cpulist(cfg.cpus)}) x {cfg.repeat} run(s) x {cfg.seconds:g} s, "
-            f"kernel side by {cfg.method}, traffic from {'the lab' if cfg.mode == 'lab' else cfg.dev}")
+            f"kernel side by {cfg.method}, traffic from {'the lab' if cfg.mode == 'lab' else cfg.dev}"
+            + (f"; {paper_text(cfg.as_dict())}" if cfg.paper else ""))
+

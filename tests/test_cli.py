@@ -42,6 +42,9 @@ from steer.topology import parse_cpulist
     (["sweep", "--out", "/nonexistent", "--dev", "lo", "--server-cmd", "x", "--flows", "1,8"],
      "--flows is for the lab"),
     (["sweep", "--out", "/nonexistent", "--port", "65530", "--flows", "8"], "ports past 65535"),
+    (["sweep", "--out", "/nonexistent", "--paper", "--flows", "1,8"], "--paper measures one flow"),
+    (["profile", "--frequency", "0"], "--frequency"),
+    (["profile", "--duration", "0"], "--duration"),
 ])
 @pytest.mark.parametrize("privileged", [True, False], ids=["as-is", "no-capabilities"])
 def test_bad_arguments(args, fragment, privileged):

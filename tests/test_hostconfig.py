@@ -166,3 +166,27 @@ def test_flows_carry_their_device_and_nic_locality(tmp_path):
                        "netns": None, "nic": "eth0", "numa_node": 1, "local_cpus": None}
     assert j["nic_local"] == {"kernel": True, "app": False}   # softirq on socket 1, reader on 0
     assert flows[b].as_json()["rx"] is None and flows[b].as_json()["nic_local"] is None
+
+
+def test_receiver_tcp_counters_from_netstat():
+    """TcpExt's header and value lines pair up by position; a name the kernel lacks counts 0"""
+    from steer.hostconfig import RECEIVER_TCP, counter_delta, parse_netstat
+    text = ("TcpExt: PruneCalled RcvPruned TCPOFOQueue TCPDSACKOldSent TCPDSACKOfoSent\n"
+            "TcpExt: 1 2 30 4 5\n"
+            "IpExt: InNoRoutes\nIpExt: 7\n")
+    ext = parse_netstat(text)
+    assert ext == {"PruneCalled": 1, "RcvPruned": 2, "TCPOFOQueue": 30, "TCPDSACKOldSent": 4,
+                   "TCPDSACKOfoSent": 5}
+    counts = {k: sum(ext.get(n, 0) for n in names) for k, names in RECEIVER_TCP.items()}
+    assert counts["out_of_order"] == 30 and counts["duplicates"] == 9 and counts["pruned"] == 2
+    assert counts["rcvq_drops"] == 0
+    assert counter_delta({"a": 1}, {"a": 4}) == {"a": 3}
+    assert counter_delta(None, {"a": 4}) is None
+
+
+def test_receiver_tcp_reads_this_namespace():
+    from steer.hostconfig import RECEIVER_TCP, receiver_tcp
+    counts = receiver_tcp(None)
+    assert counts is not None and set(counts) == set(RECEIVER_TCP)
+    assert all(isinstance(v, int) and v >= 0 for v in counts.values())
+    assert receiver_tcp("no-such-namespace-xyz") is None

@@ -105,12 +105,30 @@ def svg_cells(path):
 def test_figures(xeon, tmp_path):
     files = write_figures(synthetic(xeon), str(tmp_path))
     names = sorted(p.rsplit("/", 1)[1] for p in files)
-    assert names == sorted(f"{n}.{e}" for n in ("throughput", "cpu_per_gb", "throughput_by_class")
+    assert names == sorted(f"{n}.{e}" for n in ("throughput", "cpu_per_gb", "throughput_by_class",
+                                                "histograms")
                            for e in ("png", "svg"))
     w, h = png_size(tmp_path / "throughput.png")
     assert w > 200 and h > 200
     assert svg_cells(tmp_path / "throughput.svg") == 9
     assert svg_cells(tmp_path / "cpu_per_gb.svg") == 9
+
+
+def test_histograms_are_of_every_run_by_class(xeon, tmp_path):
+    """NDM'13's Figs 6-7 count every measurement, not cells' medians; the LLC panel appears only
+    where a PMU counted"""
+    from steer.figures import histograms, run_values
+    cells = [summarize(0, 0, [{"throughput_bps": v * GBPS} for v in (20, 22, 21)], xeon),
+             summarize(0, 1, [{"throughput_bps": v * GBPS} for v in (36, 38)], xeon),
+             summarize(0, 12, [{"throughput_bps": 27 * GBPS, "llc_misses_app_per_gb": None}], xeon)]
+    by = run_values(cells, "throughput_bps")
+    assert {k: len(v) for k, v in by.items()} == {"same-core": 3, "same-socket": 2,
+                                                   "cross-socket": 1}
+    histograms(cells, str(tmp_path / "h"))
+    assert "LLC misses" not in (tmp_path / "h.svg").read_text()
+    cells[2]["runs"][0]["llc_misses_app_per_gb"] = 3e6
+    histograms(cells, str(tmp_path / "h2"))
+    assert "LLC misses" in (tmp_path / "h2.svg").read_text()
 
 
 def test_llc_figure_only_with_llc(xeon, tmp_path):
@@ -196,3 +214,18 @@ def test_profiled_cells_combine_runs_and_reach_the_report(xeon):
     assert "| 0 | 1 | 1 | same-socket | app | 0.800 | 160 | 88% |" in md
     # no profile, no section
     assert "steer profile" not in report_md(synthetic(xeon), xeon)
+
+
+def test_paper_preset_is_named_in_the_report(xeon):
+    from steer.report import paper_text
+    from steer.sweep import paper_sender_cpu
+    assert paper_sender_cpu([0, 1], [0, 1, 2, 3]) == 3
+    assert paper_sender_cpu([0, 1], [0, 1]) is None
+    r = synthetic(xeon)
+    r["config"].update(paper=True, sender_cpu=3, seconds=30, repeat=3)
+    md = report_md(r, xeon)
+    assert "Method: --paper: iperf3 -Z (sendfile), the first 2 s left out" in md
+    assert "the sender pinned to CPU 3" in md
+    assert "left to the scheduler" in paper_text({**r["config"], "sender_cpu": None})
+    assert "client on the other host" in paper_text({**r["config"], "mode": "host"})
+    assert "Method:" not in report_md(synthetic(xeon), xeon)

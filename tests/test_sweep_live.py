@@ -10,6 +10,7 @@ import time
 import pytest
 
 from helpers import CPU_A, CPU_B, ROOT, STEER, assert_one_line_error, live, steer, two_cpus
+from steer.hostconfig import RECEIVER_TCP
 from steer.lab import RECEIVER_DEV, lab_namespaces
 from test_report import png_size, svg_cells
 
@@ -33,6 +34,9 @@ def _check_outputs(out):
         run = c["runs"][0]
         # iperf3's receiver count and the tracer's bytes read agree
         assert abs(run["app_bytes"] - run["iperf3_received_bytes"]) < 0.005 * run["iperf3_received_bytes"]
+        # the receiving namespace's TCP counters moved by this run only (a veth loses nothing:
+        # no segment out of order, none duplicated)
+        assert run["receiver_tcp"]["out_of_order"] == 0 and run["receiver_tcp"]["duplicates"] == 0, run
     # the receiving veth's configuration, read in its namespace before the sweep touched it
     dev = r["host"]["config"]["device"]
     assert dev["name"] == RECEIVER_DEV and dev["netns"] and "error" not in dev, dev
@@ -145,6 +149,9 @@ def test_real_host_mode_with_an_outside_client(tmp_path):
         assert c["measured_stack_cpu"] == c["kernel_cpu"], c
         assert c["measured_app_cpu"] == c["app_cpu"], c
         assert c["throughput_bps"] > 1e8
+        # the other host's retransmits, as this namespace's TCP saw them (none on a veth)
+        assert set(c["receiver_tcp"]) == set(RECEIVER_TCP), c
+        assert all(v >= 0 for v in c["receiver_tcp"].values()), c
     assert svg_cells(f"{out}/throughput.svg") == 4
 
 
@@ -196,3 +203,27 @@ def test_profiled_sweep(tmp_path):
     md = open(f"{out}/report.md").read()
     assert "## Where the CPU went (steer profile)" in md
     assert md.count("| kernel |") >= 4 and md.count("| app |") >= 4
+
+
+def test_paper_preset(tmp_path):
+    """--paper in the lab: iperf3 -Z with its first 2 s left out, by iperf3 and by the tracer
+    alike (what the reader got after them is what the tracer counted), the sender where the
+    preset puts it, and the report naming the method (short runs here: --seconds overrides)."""
+    out = str(tmp_path / "sweep")
+    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "3",
+                        "--repeat", "1", "--paper"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(f"{out}/results.json"))
+    from steer.lab import usable_cpus
+    from steer.sweep import paper_sender_cpu
+    assert res["config"]["paper"] is True
+    assert res["config"]["sender_cpu"] == paper_sender_cpu([A, B], usable_cpus())
+    for c in res["cells"]:
+        run = c["runs"][0]
+        assert c["class"] == EXPECTED[(c["kernel_cpu"], c["app_cpu"])]
+        # the two windows start within the iperf3 client's connect of each other
+        assert abs(run["app_bytes"] - run["iperf3_received_bytes"]) < 0.05 * run["iperf3_received_bytes"], run
+    md = open(f"{out}/report.md").read()
+    assert "Method: --paper: iperf3 -Z (sendfile), the first 2 s left out" in md
+    assert os.path.exists(f"{out}/histograms.svg")
