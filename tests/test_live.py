@@ -255,7 +255,11 @@ def test_live_view_in_a_terminal(width, height):
     assert _wait_for(lambda: not _our_programs()), "programs of an earlier test still loaded"
     session = f"steertest{os.getpid()}"
     # a terminal sized by tmux alone: COLUMNS/LINES inherited from the test runner would lie
-    cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1; "
+    # --sample-hz 999: this tests the view, and at the default 99 Hz a 1 s view of a flow taking
+    # 8% of a CPU rests on ~8 samples; one run in nine put half of the other-core flow's on the
+    # reader's CPU, so it read same-core and the class sort had two same-core rows
+    cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1 "
+           "--sample-hz 999; "
            "echo STEER_EXIT=$?; sleep 60")
     with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)], seconds=30) as lab:
         lab.start_servers()
