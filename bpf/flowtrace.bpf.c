@@ -1403,9 +1403,6 @@ static __always_inline int in_text(__u64 ip, int which)
 	return ip >= cfg.text[which][0] && ip < cfg.text[which][1];
 }
 
-/* the innermost of net_rx_action / threaded NAPI / softirq handling on the interrupted stack.
- * Walking it is the sampler's main cost: ~16 us a sample on this VM, a fixed ~7 us plus ~0.5 us a
- * frame (bench.event_cost), so where_sampled walks only when the cheap signs below cannot tell. */
 /* the interrupted kernel stack, innermost frame first, in this CPU's scratch: its frame count
  * (0 where it could not be taken) */
 static __always_inline long sampled_frames(struct bpf_perf_event_data *ctx, __u64 **ips)
@@ -1420,6 +1417,9 @@ static __always_inline long sampled_frames(struct bpf_perf_event_data *ctx, __u6
 	return n > 0 ? n / sizeof(__u64) : 0;
 }
 
+/* the innermost of net_rx_action / threaded NAPI / softirq handling on the interrupted stack.
+ * Walking it is the sampler's main cost: ~16 us a sample on this VM, a fixed ~7 us plus ~0.5 us a
+ * frame (bench.event_cost), so where_sampled walks only when the cheap signs below cannot tell. */
 static __always_inline int where_on_stack(struct bpf_perf_event_data *ctx)
 {
 	__u64 *ips;
@@ -1625,7 +1625,8 @@ static __always_inline void profile_sample(struct bpf_perf_event_data *ctx,
 	pk.category = stack_category(ctx);
 	v = bpf_map_lookup_elem(&profile, &pk);
 	if (!v) {
-		/* a full map drops the sample: userspace compares the total with the CPU's samples */
+		/* a full map (PROFILE_ENTRIES in tracer.py: 32768 counts of (flow, CPU, side,
+		 * category)) drops the sample, and nothing counts the drop yet */
 		bpf_map_update_elem(&profile, &pk, &fresh, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&profile, &pk);
 		if (!v)

@@ -470,14 +470,20 @@ def _need_matplotlib(what: str) -> None:
                         "python3-matplotlib)") from None
 
 
+def _start_profiler(args, hz: int):
+    """The sampled tracer with profiling on, at HZ per CPU: steer profile's, and the one a
+    profiled sweep runs beside its tracer."""
+    from .tracer import Tracer
+    return Tracer(max_flows=args.max_flows, btf=args.btf, timing="sampled", sample_hz=hz,
+                  llc_event="off", profile=True).start()
+
+
 def cmd_profile(args) -> int:
     from .live import make_console
     from .profile import render_table, run_profile, write_svg
-    from .tracer import Tracer
     if args.svg:
         _need_matplotlib("steer profile --svg")
-    tracer = Tracer(max_flows=args.max_flows, btf=args.btf, timing="sampled",
-                    sample_hz=args.frequency, llc_event="off", profile=True).start()
+    tracer = _start_profiler(args, args.frequency)
     try:
         prof = run_profile(tracer, lambda: time.sleep(args.duration))
     finally:
@@ -819,7 +825,8 @@ def cmd_sweep(args) -> int:
         raise UsageError("--flows is for the lab; on a real host the client decides how many flows")
     if args.paper and args.flows != [1]:
         raise UsageError("--paper measures one flow per cell, as the papers did: drop --flows")
-    from .sweep import PAPER_PRESET, paper_sender_cpu
+    from .report import PAPER_PRESET
+    from .sweep import paper_sender_cpu
     seconds = args.seconds or (PAPER_PRESET["seconds"] if args.paper else 5.0)
     repeat = args.repeat or (PAPER_PRESET["repeat"] if args.paper else 1)
     sender = None
@@ -847,9 +854,7 @@ def cmd_sweep(args) -> int:
     try:
         if args.profile:
             from .profile import DEFAULT_FREQUENCY
-            from .tracer import Tracer
-            profiler = Tracer(max_flows=args.max_flows, btf=args.btf, timing="sampled",
-                              sample_hz=DEFAULT_FREQUENCY, llc_event="off", profile=True).start()
+            profiler = _start_profiler(args, DEFAULT_FREQUENCY)
         console.print(f"steer sweep: {describe(cfg)}")
         with stop, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -933,8 +938,8 @@ def cmd_manpage(args) -> int:
 
 COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
             "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
-            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export, "sweep": cmd_sweep, "profile": cmd_profile,
-            "reset": cmd_reset, "completion": cmd_completion, "manpage": cmd_manpage}
+            "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export, "sweep": cmd_sweep,
+            "profile": cmd_profile, "reset": cmd_reset, "completion": cmd_completion, "manpage": cmd_manpage}
 
 
 _STOP_SIGNAL = [signal.SIGINT]   # the signal that last asked this process to stop

@@ -29,12 +29,12 @@ def _guest_run():
                           cwd=ROOT, capture_output=True, text=True, timeout=GUEST_TIMEOUT + 60)
 
 
-# above two runs of GUEST_TIMEOUT, so that run.py's own timeout fails first, with the guest's
-# console; CI's machine took more than the suite's default 300 s
 class GuestLockedUp(UserWarning):
     pass
 
 
+# above two runs of GUEST_TIMEOUT, so that run.py's own timeout fails first, with the guest's
+# console; CI's machine took more than the suite's default 300 s
 @pytest.mark.timeout(2 * GUEST_TIMEOUT + 180)
 def test_guest_tier_passes_in_a_two_socket_61_guest():
     if os.environ.get("STEER_IN_TEST_GUEST"):
