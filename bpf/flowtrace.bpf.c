@@ -70,6 +70,25 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } llc_counters SEC(".maps");
 
+/* the other events (enum ft_event), per CPU likewise; read by the sampler only */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} ref_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} instruction_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} cycle_counters SEC(".maps");
+
 /* what the current receive context on this CPU is charging to */
 struct cpu_state {
 	__u64 softirq_start;	/* start of the running softirq (any vector) */
@@ -85,6 +104,7 @@ struct cpu_state {
 	__u16 hint_proto;	/* Ethernet protocol, network order */
 	__u8 hint_pad[6];
 	__u64 sample_llc;	/* sampled timing: the LLC counter at the previous sample */
+	__u64 sample_events[FT_EVENTS];	/* and the other events' */
 	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock
 				 * good to one period for last_seen_ns (tracing programs may not
 				 * call bpf_ktime_get_coarse_ns) */
@@ -152,6 +172,33 @@ static __always_inline __u64 llc_now(void)
 	if (bpf_perf_event_read_value(&llc_counters, BPF_F_CURRENT_CPU, &v, sizeof(v)))
 		return 0;
 	return v.counter;
+}
+
+/* EVENT's counter on this CPU (0 if userspace did not open it) */
+static __always_inline __u64 event_now(void *counters, enum ft_event event)
+{
+	struct bpf_perf_event_value v = {};
+
+	if (!(cfg.events & (1u << event)))
+		return 0;
+	if (bpf_perf_event_read_value(counters, BPF_F_CURRENT_CPU, &v, sizeof(v)))
+		return 0;
+	return v.counter;
+}
+
+/* the other events since the previous sample on this CPU, into D (0 at the first) */
+static __always_inline void events_since_sample(struct cpu_state *s, __u64 d[FT_EVENTS])
+{
+	__u64 now[FT_EVENTS];
+	int i;
+
+	now[FT_EVENT_REFERENCES] = event_now(&ref_counters, FT_EVENT_REFERENCES);
+	now[FT_EVENT_INSTRUCTIONS] = event_now(&instruction_counters, FT_EVENT_INSTRUCTIONS);
+	now[FT_EVENT_CYCLES] = event_now(&cycle_counters, FT_EVENT_CYCLES);
+	for (i = 0; i < FT_EVENTS; i++) {
+		d[i] = s->sample_events[i] ? now[i] - s->sample_events[i] : 0;
+		s->sample_events[i] = now[i];
+	}
 }
 
 /* the (flow, this CPU) entry, created on first use */
@@ -1644,7 +1691,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	struct ft_cpu_stats *tot = totals();
 	struct ft_flow_key k = {}, rk = {};
 	struct ft_flow_stats *st;
-	__u64 period = ctx->sample_period, llc, dllc, now;
+	__u64 period = ctx->sample_period, llc, dllc, now, dev[FT_EVENTS];
 	__u32 cpu = bpf_get_smp_processor_id(), pid;
 	int where, kthread;
 	char comm[8];
@@ -1655,6 +1702,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	llc = llc_now();
 	dllc = s->sample_llc ? llc - s->sample_llc : 0;
 	s->sample_llc = llc;
+	events_since_sample(s, dev);
 	tot->samples++;
 	now = bpf_ktime_get_ns();
 	/* the first sample on this CPU: as if the previous one were a period ago */
@@ -1685,6 +1733,9 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 			else
 				st->kernel_ns += period;
 			st->llc_kernel += dllc;
+			st->refs_kernel += dev[FT_EVENT_REFERENCES];
+			st->instructions_kernel += dev[FT_EVENT_INSTRUCTIONS];
+			st->cycles_kernel += dev[FT_EVENT_CYCLES];
 			st->last_seen_ns = s->clock_ns;
 		} else if (kthread) {
 			tot->kthread_unattributed_ns += period;
@@ -1698,6 +1749,9 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 			tot->softirq_ns += period;
 		}
 		tot->llc_kernel += dllc;
+		tot->refs_kernel += dev[FT_EVENT_REFERENCES];
+		tot->instructions_kernel += dev[FT_EVENT_INSTRUCTIONS];
+		tot->cycles_kernel += dev[FT_EVENT_CYCLES];
 		if (cfg.profile_ranges)
 			profile_sample(ctx, st ? &k : 0, cpu, kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL,
 				       period);
@@ -1720,8 +1774,14 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	if (where == WHERE_TASK) {
 		st->app_ns += period;
 		st->llc_app += dllc;
+		st->refs_app += dev[FT_EVENT_REFERENCES];
+		st->instructions_app += dev[FT_EVENT_INSTRUCTIONS];
+		st->cycles_app += dev[FT_EVENT_CYCLES];
 		tot->app_ns += period;
 		tot->llc_app += dllc;
+		tot->refs_app += dev[FT_EVENT_REFERENCES];
+		tot->instructions_app += dev[FT_EVENT_INSTRUCTIONS];
+		tot->cycles_app += dev[FT_EVENT_CYCLES];
 		if (cfg.profile_ranges)
 			profile_sample(ctx, &rk, cpu, FT_SIDE_APP, period);
 	} else {

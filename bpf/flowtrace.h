@@ -40,6 +40,14 @@ struct ft_flow_stats {
 	__u64 llc_kernel;	/* LLC misses on the kernel side (0 without a PMU) */
 	__u64 llc_app;		/* LLC misses on the application side */
 	__u64 rx_drops;		/* received skbs of the flow the kernel dropped (skb:kfree_skb) */
+	/* the other PMU events, per side, with sampled timing (0 without them): LLC references
+	 * (misses / references gives the hit ratio), instructions retired, core cycles */
+	__u64 refs_kernel;
+	__u64 refs_app;
+	__u64 instructions_kernel;
+	__u64 instructions_app;
+	__u64 cycles_kernel;
+	__u64 cycles_app;
 	__u64 last_seen_ns;	/* bpf_ktime_get_ns() of the last update */
 	__u32 app_pid;		/* tgid of the last reader */
 	/* where the flow's packets come in, for its NIC's locality and queue (0: not known):
@@ -74,6 +82,21 @@ struct ft_cpu_stats {
 	__u64 samples;			/* sampled timing: clock samples taken on this CPU */
 	__u64 samples_kernel_mode;	/* of them, in the kernel (the stack was walked) */
 	__u64 rx_drops;			/* received TCP/UDP skbs dropped on this CPU */
+	__u64 refs_kernel;		/* as in ft_flow_stats, every flow's and unattributed */
+	__u64 refs_app;
+	__u64 instructions_kernel;
+	__u64 instructions_app;
+	__u64 cycles_kernel;
+	__u64 cycles_app;
+};
+
+/* the PMU events besides LLC misses (llc_counters), each in a perf event array of its own;
+ * ft_config.events has bit 1 << FT_EVENT_* set for those userspace opened */
+enum ft_event {
+	FT_EVENT_REFERENCES,	/* cache-references: LLC references (Intel LONGEST_LAT_CACHE.REFERENCE) */
+	FT_EVENT_INSTRUCTIONS,
+	FT_EVENT_CYCLES,
+	FT_EVENTS,
 };
 
 /* kernel text the sampler tells receive contexts apart by: [start, end) from /proc/kallsyms */
@@ -100,6 +123,8 @@ struct ft_config {
 	__u32 app_counters;	/* sampled timing: what a TCP reader got comes from the socket's own
 				 * counters, no program runs per read (--app-hook counters) */
 	__u32 profile_ranges;	/* steer profile: entries of profile_text (0: not profiling) */
+	__u32 events;		/* 1 << FT_EVENT_* for each event array userspace filled */
+	__u32 pad;
 	__u64 text[FT_TEXT_RANGES][2];
 };
 

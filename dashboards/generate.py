@@ -105,6 +105,20 @@ def overview():
             "ops", 20, 16, w=4,
             description="Entries evicted a second because the map was full: raise --max-flows "
                         "when this stays above 0 (alert SteerFlowMapEvicting)."),
+        timeseries(10, "LLC hit ratio per CPU (whole CPU)", [
+            target(f"1 - sum by (instance, cpu) (rate(steer_cpu_events_total{{{INST}, "
+                   f"event=\"llc_misses\"}}[{RATE}])) / sum by (instance, cpu) "
+                   f"(rate(steer_cpu_events_total{{{INST}, event=\"llc_references\"}}[{RATE}]))",
+                   "{{instance}} cpu{{cpu}}", "A")], "percentunit", 0, 24,
+            description="1 - LLC misses / LLC references of everything each CPU ran, as Intel PCM "
+                        "reads a core (NDM'13, Fig. 5). Needs a PMU: no data on most VMs."),
+        timeseries(11, "Instructions per byte received, by class and side", [
+            target(f"sum by (class, side) (rate(steer_class_instructions_total{{{INST}}}[{RATE}])) "
+                   f"/ on (class) group_left {by_class_bytes}", "{{side}} {{class}}", "A")],
+            "short", 12, 24,
+            description="Instructions retired in each side's receive work per byte of payload "
+                        "(the follow-up's instructions per Gbps). Needs a PMU and --timing "
+                        "sampled."),
     ]
     return dashboard("steer-overview", "steer: receive placement overview",
                      "Per-class receive throughput and cost, per-CPU time, steering actions.",

@@ -80,6 +80,7 @@ def _bounded_int(lo: int, hi: int):
 
 def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
     """TIMING: this command's default timing mode, where it is not the always-on one."""
+    from .counters import MODES as COUNTER_MODES
     from .tracer import (APP_HOOK_CHOICES, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS,
                          DEFAULT_SAMPLE_HZ, DEFAULT_TIMING, MAX_SAMPLE_HZ, TIMINGS)
     g = p.add_argument_group("tracer")
@@ -98,12 +99,13 @@ def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> No
     g.add_argument("--max-flows", type=_positive(int, 0), default=DEFAULT_MAX_FLOWS, metavar="N",
                    help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "
                         "used are evicted beyond it, and counted (default: %(default)s)")
-    g.add_argument("--llc-event", choices=["auto", "cache-misses", "cpu-clock", "off"],
-                   default="auto",
-                   help="counter for LLC misses: auto uses the hardware cache-misses event when "
-                        "the host has a PMU and reports 'unavailable' otherwise; cpu-clock is a "
-                        "software stand-in that checks the counter path on hosts without a PMU "
-                        "(default: %(default)s)")
+    g.add_argument("--counters", choices=COUNTER_MODES, default="auto",
+                   help="PMU events per CPU: LLC misses and references (the hit ratio), "
+                        "instructions, cycles; charged to each flow's kernel and application "
+                        "side (with --timing exact, LLC misses alone). auto: those the host's "
+                        "PMU has, 'unavailable' and why otherwise (most VMs); hardware: all of "
+                        "them or an error; software: cpu-clock in each event's place, to check "
+                        "the path where there is no PMU (default: %(default)s)")
     g.add_argument("--idle-timeout", type=_positive(), default=DEFAULT_IDLE_TIMEOUT,
                    metavar="SECONDS",
                    help="drop a flow's entries after this long without packets or reads (they are "
@@ -428,7 +430,7 @@ def _check_tracer_options(args) -> None:
 
 def _start_tracer(args):
     from .tracer import Tracer
-    return Tracer(max_flows=args.max_flows, llc_event=args.llc_event, btf=args.btf,
+    return Tracer(max_flows=args.max_flows, counters=args.counters, btf=args.btf,
                   idle_timeout=args.idle_timeout, app_hook=args.app_hook, timing=args.timing,
                   sample_hz=args.sample_hz).start()
 
@@ -475,7 +477,7 @@ def _start_profiler(args, hz: int):
     profiled sweep runs beside its tracer."""
     from .tracer import Tracer
     return Tracer(max_flows=args.max_flows, btf=args.btf, timing="sampled", sample_hz=hz,
-                  llc_event="off", profile=True).start()
+                  counters="off", profile=True).start()
 
 
 def cmd_profile(args) -> int:

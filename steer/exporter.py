@@ -84,6 +84,8 @@ class SteerCollector(Collector):
                 t["app_seconds"] += f.app_seconds
                 t["llc_kernel"] += f.llc_misses_kernel or 0
                 t["llc_app"] += f.llc_misses_app or 0
+                for key in _SIDE_EVENTS:
+                    t[key] += getattr(f, key) or 0
             self._last = now
             t = now.monotonic_ns / 1e9
             for f in snap.flows:
@@ -104,8 +106,8 @@ class SteerCollector(Collector):
         sample, snap, totals = self._advance()
         took = time.monotonic() - start
         caps = self.tracer.capabilities
-        yield from self._class_metrics(snap, caps.llc_available)
-        yield from self._cpu_metrics(sample)
+        yield from self._class_metrics(snap, caps.llc_available, caps.counters_per_flow_available)
+        yield from self._cpu_metrics(sample, caps)
         yield from self._flow_metrics(snap, totals)
         yield from self._health_metrics(sample, caps)
         g = GaugeMetricFamily("steer_scrape_duration_seconds",
@@ -125,7 +127,7 @@ class SteerCollector(Collector):
                 moves.add_metric([policy], n)
             yield moves
 
-    def _class_metrics(self, snap: Snapshot, llc: bool):
+    def _class_metrics(self, snap: Snapshot, llc: bool, events: bool):
         spec = [("rx_bytes", "steer_class_rx_bytes", "Transport payload received, by affinity class."),
                 ("kernel_seconds", "steer_class_kernel_seconds",
                  "Kernel receive processing time (NET_RX softirq and cpumap kthread), by class."),
@@ -143,6 +145,14 @@ class SteerCollector(Collector):
                 m.add_metric([cls, "kernel"], self._class_totals[cls]["llc_kernel"])
                 m.add_metric([cls, "app"], self._class_totals[cls]["llc_app"])
             yield m
+        if events:
+            for event, doc in _EVENT_DOCS.items():
+                m = CounterMetricFamily(f"steer_class_{event}", f"{doc} by class and side.",
+                                        labels=["class", "side"])
+                for cls in CLASSES:
+                    for side in ("kernel", "app"):
+                        m.add_metric([cls, side], self._class_totals[cls][f"{event}_{side}"])
+                yield m
         flows = GaugeMetricFamily("steer_class_flows",
                                   f"Flows with traffic in the last {ACTIVE_WINDOW:g} s, by class.",
                                   labels=["class"])
@@ -153,7 +163,7 @@ class SteerCollector(Collector):
             flows.add_metric([cls], count[cls])
         yield flows
 
-    def _cpu_metrics(self, s: TraceSample):
+    def _cpu_metrics(self, s: TraceSample, caps):
         kernel = CounterMetricFamily("steer_cpu_kernel_seconds",
                                      "Kernel receive processing time per CPU and context.",
                                      labels=["cpu", "context"])
@@ -177,6 +187,32 @@ class SteerCollector(Collector):
             events.add_metric([cpu], c.net_rx_events)
             drops.add_metric([cpu], c.rx_drops)
         yield from (kernel, unattr, app, events, drops)
+        if s.cpu_events:
+            whole = CounterMetricFamily(
+                "steer_cpu_events", "PMU events of everything a CPU ran (every task, user and "
+                "kernel), as PCM counts a core; software stand-ins with --counters software.",
+                labels=["cpu", "event"])
+            for cpu, counts in sorted(s.cpu_events.items()):
+                if cpu in self.topo.cpus:
+                    for event, n in counts.items():
+                        whole.add_metric([str(cpu), event], n)
+            yield whole
+        if caps.llc_available or caps.counters_per_flow_available:
+            recv = CounterMetricFamily(
+                "steer_cpu_receive_events", "PMU events charged to receive work per CPU and side "
+                "(kernel: NET_RX and cpumap kthreads; app: receive syscalls).",
+                labels=["cpu", "side", "event"])
+            for c in s.cpus:
+                if c.cpu not in self.topo.cpus:
+                    continue
+                for side in ("kernel", "app"):
+                    if caps.llc_available:
+                        recv.add_metric([str(c.cpu), side, "llc_misses"], getattr(c, f"llc_{side}"))
+                    if caps.counters_per_flow_available:
+                        for event, field in (("llc_references", "refs"),
+                                             ("instructions", "instructions"), ("cycles", "cycles")):
+                            recv.add_metric([str(c.cpu), side, event], getattr(c, f"{field}_{side}"))
+            yield recv
 
     def _flow_metrics(self, snap: Snapshot, totals: dict):
         """The top-K series by the rate of the last interval, then by bytes (a flow idle for an
@@ -279,6 +315,12 @@ class SteerCollector(Collector):
             for result, n in d.counters.items():
                 xdp.add_metric([dev, ns, result], n)
         yield from (pk, by, xdp, mode, gone)
+
+
+# the other PMU events of a flow, by side (FlowReport fields), and their metrics' text
+_EVENT_DOCS = {"llc_references": "LLC references", "instructions": "Instructions retired",
+               "cycles": "Core cycles"}
+_SIDE_EVENTS = [f"{e}_{side}" for e in _EVENT_DOCS for side in ("kernel", "app")]
 
 
 def _capability_state(text: str) -> tuple[str, str]:

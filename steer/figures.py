@@ -191,6 +191,14 @@ def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> 
             c["_llc_per_gb"] = None if k is None or a is None else k + a
         files += bubble_matrix(cells, "_llc_per_gb", "LLC misses per GB, kernel + application",
                                "misses/GB", 1.0, os.path.join(out_dir, "llc_per_gb"), **where)
+    for key, title, unit, name in (
+            ("app_core_llc_hit_ratio", "LLC hit ratio of the reader's core (whole core)", "hit %",
+             "app_core_llc_hit"),
+            ("app_core_instructions_per_gb", "Instructions per GB, reader's core (whole core)",
+             "Ginstr/GB", "app_core_instructions_per_gb")):
+        if any(c.get(key) is not None for c in cells):
+            files += bubble_matrix(cells, key, title, unit, 100.0 if "ratio" in key else 1e-9,
+                                   os.path.join(out_dir, name), **where)
     files += by_class_chart(cells, os.path.join(out_dir, "throughput_by_class"))
     files += histograms(cells, os.path.join(out_dir, "histograms"))
     if len(results["config"].get("flows") or [1]) > 1:

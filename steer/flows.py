@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from .classify import Placement, classify
 from .topology import Topology, nic_local, nic_sockets
 from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, TraceSource
-from .units import per_gb
+from .units import hit_ratio, per_gb
 
 NS = 1e9
 
@@ -94,6 +94,13 @@ class FlowReport:
     last_drop_reason: str | None = None    # the reason of the latest of them
     rx_device: dict | None = None          # that device resolved (attach_devices): name, NIC, ...
     nic_local: dict | None = None          # {"kernel", "app"}: each side on the NIC's socket
+    # the other PMU events per side (None: not counted per flow, Capabilities.counters_per_flow)
+    llc_references_kernel: int | None = None
+    llc_references_app: int | None = None
+    instructions_kernel: int | None = None
+    instructions_app: int | None = None
+    cycles_kernel: int | None = None
+    cycles_app: int | None = None
 
     @property
     def rate_bps(self) -> float:
@@ -109,6 +116,14 @@ class FlowReport:
     @property
     def app_seconds_per_gb(self) -> float | None:
         return self._per_gb(self.app_seconds)
+
+    @property
+    def llc_hit_ratio_kernel(self) -> float | None:
+        return hit_ratio(self.llc_misses_kernel, self.llc_references_kernel)
+
+    @property
+    def llc_hit_ratio_app(self) -> float | None:
+        return hit_ratio(self.llc_misses_app, self.llc_references_app)
 
     def as_json(self) -> dict:
         f = self.flow
@@ -130,6 +145,10 @@ class FlowReport:
             "kernel_seconds_per_gb": _r(self.kernel_seconds_per_gb),
             "app_seconds_per_gb": _r(self.app_seconds_per_gb),
             "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
+            **{f"{name}_{side}": getattr(self, f"{name}_{side}")
+               for name in ("llc_references", "instructions", "cycles") for side in SIDES},
+            "llc_hit_ratio_kernel": _r(self.llc_hit_ratio_kernel, 4),
+            "llc_hit_ratio_app": _r(self.llc_hit_ratio_app, 4),
             "stack_cpu": self.stack_cpu, "stack_cpu_share": _r(self.stack_cpu_share),
             "kernel_cpus": {str(c): _r(s) for c, s in sorted(self.kernel_cpus.items())},
             "app_cpus": {str(c): _r(s) for c, s in sorted(self.app_cpus.items())},
@@ -156,13 +175,19 @@ class CpuReport:
     llc_misses_kernel: int | None
     llc_misses_app: int | None
     rx_drops: int = 0
+    # side -> event -> count charged to receive work ("kernel", "app"; None: not per flow)
+    events: dict | None = None
+    # event -> count of all the CPU ran (every task, user and kernel, idle), as PCM counts a
+    # core; with llc_hit_ratio where both LLC events are counted (None: no PMU events)
+    whole_cpu: dict | None = None
 
     def as_json(self) -> dict:
         return {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
                 "net_rx_seconds": _r(self.net_rx_seconds),
                 "net_rx_unattributed_seconds": _r(self.net_rx_unattributed_seconds),
                 "kthread_seconds": _r(self.kthread_seconds), "app_seconds": _r(self.app_seconds),
-                "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app}
+                "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
+                "events": self.events, "whole_cpu": self.whole_cpu}
 
 
 @dataclass(frozen=True)
@@ -206,6 +231,32 @@ def attach_devices(snap: Snapshot, topo: Topology, lookup) -> Snapshot:
     return replace(snap, flows=flows)
 
 
+SIDES = ("kernel", "app")
+_EVENT_NAMES = {"llc_references": "refs", "instructions": "instructions", "cycles": "cycles"}
+
+
+def _side_events(parts, minus=()) -> dict[str, int]:
+    """FlowReport's llc_references_kernel ... cycles_app: the sums over PARTS (less MINUS)."""
+    return {f"{name}_{side}": sum(getattr(p, f"{field}_{side}") for p in parts)
+            - sum(getattr(p, f"{field}_{side}") for p in minus)
+            for name, field in _EVENT_NAMES.items() for side in SIDES}
+
+
+def _by_side(events: dict[str, int]) -> dict[str, dict[str, int]]:
+    """{"llc_references_kernel": n, ...} as {"kernel": {"llc_references": n, ...}, "app": ...}."""
+    return {side: {name: events[f"{name}_{side}"] for name in _EVENT_NAMES} for side in SIDES}
+
+
+def _whole_cpu(before: dict, after: dict | None) -> dict | None:
+    """A CPU's whole counts between two reads of its events, with the LLC hit ratio."""
+    if not after:
+        return None
+    d = {e: v - before.get(e, 0) for e, v in after.items()}
+    if "llc_misses" in d and "llc_references" in d:
+        d["llc_hit_ratio"] = _r(hit_ratio(d["llc_misses"], d["llc_references"]), 4)
+    return d
+
+
 def _is_wildcard(f: FlowId) -> bool:
     return f.sport == 0 and f.src in ("0.0.0.0", "::")
 
@@ -238,6 +289,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
                                       for s in per_flow.pop(fid))
 
     llc = caps.llc_available
+    per_flow_events = caps.counters_per_flow_available
     reports = []
     for fid, parts in per_flow.items():
         kcpu: dict[int, float] = defaultdict(float)
@@ -276,7 +328,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             kernel_cpus={c: s for c, s in kcpu.items() if s},
             app_cpus={c: s for c, s in acpu.items() if s},
             stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=RxPath.of(parts),
-            rx_drops=sum(p.rx_drops for p in parts), last_drop_reason=_last_drop(parts)))
+            rx_drops=sum(p.rx_drops for p in parts), last_drop_reason=_last_drop(parts),
+            **(_side_events(parts) if per_flow_events else {})))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
 
     cpus = []
@@ -293,7 +346,10 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             app_seconds=(c.app_ns - b.app_ns) / NS,
             llc_misses_kernel=c.llc_kernel - b.llc_kernel if llc else None,
             llc_misses_app=c.llc_app - b.llc_app if llc else None,
-            rx_drops=c.rx_drops - b.rx_drops))
+            rx_drops=c.rx_drops - b.rx_drops,
+            events=_by_side(_side_events([c], [b])) if per_flow_events else None,
+            whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},
+                                 after.cpu_events.get(c.cpu))))
     return Snapshot(duration=duration, flows=reports, cpus=cpus, capabilities=caps,
                     live_entries=after.live_entries, max_entries=after.max_entries,
                     evictions=after.evictions,

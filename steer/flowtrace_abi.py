@@ -15,12 +15,17 @@ class FlowCpuKey(ctypes.Structure):
     _fields_ = [("flow", FlowKey), ("cpu", u32)]
 
 
+# the other PMU events' per-side counters, in ft_flow_stats and ft_cpu_stats alike
+EVENT_FIELDS = ("refs_kernel", "refs_app", "instructions_kernel", "instructions_app",
+                "cycles_kernel", "cycles_app")
+
+
 class FlowStats(ctypes.Structure):
     _fields_ = [("rx_bytes", u64), ("rx_packets", u64), ("rx_skbs", u64), ("redirected_skbs", u64),
                 ("kernel_ns", u64),
                 ("kthread_ns", u64), ("app_bytes", u64), ("app_calls", u64), ("app_ns", u64),
                 ("app_nested_ns", u64), ("llc_kernel", u64), ("llc_app", u64), ("rx_drops", u64),
-                ("last_seen_ns", u64), ("app_pid", u32), ("rx_ifindex", u32),
+                *((name, u64) for name in EVENT_FIELDS), ("last_seen_ns", u64), ("app_pid", u32), ("rx_ifindex", u32),
                 ("app_comm", ctypes.c_char * FT_COMM_LEN), ("rx_netns", u32), ("rx_napi_id", u32),
                 ("rx_queue", u16), ("pad", u16), ("last_drop_reason", u32)]
 
@@ -30,7 +35,7 @@ class CpuStats(ctypes.Structure):
         "net_rx_events", "net_rx_ns", "net_rx_unattributed_ns", "kthread_ns",
         "kthread_unattributed_ns", "softirq_ns", "softirq_llc", "app_ns", "app_nested_ns",
         "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs", "samples",
-        "samples_kernel_mode", "rx_drops")]
+        "samples_kernel_mode", "rx_drops", *EVENT_FIELDS)]
 
 
 # enum ft_text and enum ft_timing: checked against the header (HEADER_CONSTANTS), and ft_timing
@@ -39,19 +44,22 @@ FT_TEXT_NET_RX, FT_TEXT_NAPI_THREAD, FT_TEXT_SOFTIRQ, FT_TEXT_RANGES = range(4)
 FT_TIMING_EXACT, FT_TIMING_SAMPLED = range(2)
 FT_CATEGORY_NONE, FT_CATEGORY_OTHER = range(2)
 FT_SIDE_KERNEL, FT_SIDE_KTHREAD, FT_SIDE_APP = range(3)
+FT_EVENT_REFERENCES, FT_EVENT_INSTRUCTIONS, FT_EVENT_CYCLES, FT_EVENTS = range(4)
 ENUMS = {"ft_timing": {"FT_TIMING_EXACT": FT_TIMING_EXACT, "FT_TIMING_SAMPLED": FT_TIMING_SAMPLED}}
 HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX,
                     "FT_TEXT_NAPI_THREAD": FT_TEXT_NAPI_THREAD, "FT_TEXT_SOFTIRQ": FT_TEXT_SOFTIRQ,
                     "FT_TEXT_RANGES": FT_TEXT_RANGES, **ENUMS["ft_timing"],
                     "FT_CATEGORY_NONE": FT_CATEGORY_NONE, "FT_CATEGORY_OTHER": FT_CATEGORY_OTHER,
                     "FT_SIDE_KERNEL": FT_SIDE_KERNEL, "FT_SIDE_KTHREAD": FT_SIDE_KTHREAD,
-                    "FT_SIDE_APP": FT_SIDE_APP}
+                    "FT_SIDE_APP": FT_SIDE_APP, "FT_EVENT_REFERENCES": FT_EVENT_REFERENCES,
+                    "FT_EVENT_INSTRUCTIONS": FT_EVENT_INSTRUCTIONS,
+                    "FT_EVENT_CYCLES": FT_EVENT_CYCLES, "FT_EVENTS": FT_EVENTS}
 
 
 class Config(ctypes.Structure):
     _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32),
                 ("softirq_stacks", u32), ("app_counters", u32), ("profile_ranges", u32),
-                ("text", u64 * 2 * FT_TEXT_RANGES)]
+                ("events", u32), ("pad", u32), ("text", u64 * 2 * FT_TEXT_RANGES)]
 
 
 class TextCategory(ctypes.Structure):

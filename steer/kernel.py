@@ -557,7 +557,11 @@ class _PerfEventAttr(ctypes.Structure):
 
 
 PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE = 0, 1
+PERF_COUNT_HW_CPU_CYCLES = 0
+PERF_COUNT_HW_INSTRUCTIONS = 1
+PERF_COUNT_HW_CACHE_REFERENCES = 2  # the generic "LLC reference" (LONGEST_LAT_CACHE.REFERENCE on Intel)
 PERF_COUNT_HW_CACHE_MISSES = 3     # the generic "LLC miss" event (LONGEST_LAT_CACHE.MISS on Intel)
+_PERF_FORMAT_TOTAL_TIMES = 1 | 2   # TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING
 PERF_COUNT_SW_CPU_CLOCK = 0
 _PERF_FLAG_FD_CLOEXEC = 1 << 3
 _SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
@@ -575,7 +579,8 @@ class PerfCounter:
         """A counter on CPU; with SAMPLE_PERIOD, one that overflows every that many events (for
         cpu-clock: nanoseconds), to run a BPF program attached to it."""
         attr = _PerfEventAttr(type=ptype, size=ctypes.sizeof(_PerfEventAttr), config=config,
-                              sample_period=sample_period)
+                              sample_period=sample_period,
+                              read_format=0 if sample_period else _PERF_FORMAT_TOTAL_TIMES)
         nr = _SYS_PERF_EVENT_OPEN.get(platform.machine())
         if nr is None:
             raise KernelError(f"perf_event_open: unknown syscall number on {platform.machine()}")
@@ -585,6 +590,12 @@ class PerfCounter:
             err = ctypes.get_errno()
             raise KernelError(f"perf_event_open on CPU {cpu}: {os.strerror(err)}", err)
         return PerfCounter(cpu, fd)
+
+    def read(self) -> int:
+        """A counting event's count since it was opened, scaled up for the time it was not on
+        the PMU (the kernel multiplexes more events than the PMU has counters)."""
+        value, enabled, running = struct.unpack("QQQ", os.read(self.fd, 24))
+        return value if running in (0, enabled) else int(value * enabled / running)
 
     def close(self) -> None:
         if self.fd >= 0:

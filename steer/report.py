@@ -30,11 +30,47 @@ PAPERS = (
 )
 PAPERS_HARDWARE = "40 GbE, one TCP flow, dual-socket 6-core Intel Sandy Bridge receiver"
 
+# a run's and a cell's PMU figures (None where not counted): each side's LLC hit ratio and
+# instructions and cycles per GB, of the flows' own receive work; then the same of everything the
+# reader's core ran in the window (its SMT siblings too), as NDM'13 read the core with PCM
+COUNTER_KEYS = ("llc_hit_ratio_kernel", "llc_hit_ratio_app", "instructions_kernel_per_gb",
+                "instructions_app_per_gb", "cycles_kernel_per_gb", "cycles_app_per_gb",
+                "app_core_llc_hit_ratio", "app_core_instructions_per_gb", "app_core_cycles_per_gb")
+
 CSV_FIELDS = ["kernel_cpu", "app_cpu", "flows", "class", "shared_llc", "smt_sibling",
               "nic_local_kernel", "nic_local_app", "throughput_bps", "throughput_per_flow_bps",
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
               "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
-              "measured_app_cpu", "runs"]
+              "measured_app_cpu", *COUNTER_KEYS, "runs"]
+
+
+def counters_md(cells: list[dict], caps: dict) -> list[str]:
+    """The PMU table: LLC hit ratios and instructions and cycles per GB, per cell (none without
+    a PMU event in any cell)."""
+    if not any(c.get(k) is not None for c in cells for k in COUNTER_KEYS):
+        return []
+    stand_in = "software" in (caps.get("counters") or "")
+    out = ["## PMU counters", "",
+           "Each side's figures are of the flow's own receive work (LLC hit ratio = 1 - misses / "
+           "references); the app core's are of everything the reader's core ran in the window, "
+           "as NDM'13 read it with Intel PCM (their Fig. 5) and the follow-up counted "
+           "instructions per Gbps.", ""]
+    if stand_in:
+        out += ["**Software stand-ins** (`--counters software`): every event is cpu-clock "
+                "nanoseconds, so hit ratios read 0 and instructions and cycles are ns: a check "
+                "of the path, not a measurement.", ""]
+    out += ["| kernel CPU | app CPU | class | LLC hit kernel | LLC hit app | LLC hit app core | "
+            "instr/GB kernel | instr/GB app | instr/GB app core | cycles/GB app core |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in sorted(cells, key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
+        ratio = [figure(c.get(k), "{:.1%}") for k in
+                 ("llc_hit_ratio_kernel", "llc_hit_ratio_app", "app_core_llc_hit_ratio")]
+        per = [figure(c.get(k), "{:.3g}") for k in
+               ("instructions_kernel_per_gb", "instructions_app_per_gb",
+                "app_core_instructions_per_gb", "app_core_cycles_per_gb")]
+        out.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c['class']} | {' | '.join(ratio)} | "
+                   f"{' | '.join(per)} |")
+    return out + [""]
 
 
 def to_csv(results: dict) -> str:
@@ -213,6 +249,8 @@ def report_md(results: dict, topo: Topology) -> str:
                      f"{figure(c.get('llc_misses_kernel_per_gb'), '{:,.0f}')} | "
                      f"{figure(c.get('llc_misses_app_per_gb'), '{:,.0f}')} |")
     lines.append("")
+
+    lines += counters_md(cells, results.get("capabilities") or {})
 
     if cells:
         best = max(cells, key=lambda c: c["throughput_bps"])

@@ -4,7 +4,7 @@ exporter's collector) import this, not the loader."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 PROTO_NUMBERS = {"tcp": 6, "udp": 17}   # the transports steer traces and steers
@@ -53,6 +53,13 @@ class FlowCpuSample:
     llc_kernel: int = 0
     llc_app: int = 0
     rx_drops: int = 0
+    # the other PMU events per side (sampled timing): LLC references, instructions, cycles
+    refs_kernel: int = 0
+    refs_app: int = 0
+    instructions_kernel: int = 0
+    instructions_app: int = 0
+    cycles_kernel: int = 0
+    cycles_app: int = 0
     last_seen_ns: int = 0
     app_pid: int = 0
     app_comm: str = ""
@@ -85,6 +92,12 @@ class CpuSample:
     samples: int = 0
     samples_kernel_mode: int = 0
     rx_drops: int = 0
+    refs_kernel: int = 0
+    refs_app: int = 0
+    instructions_kernel: int = 0
+    instructions_app: int = 0
+    cycles_kernel: int = 0
+    cycles_app: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,10 +110,16 @@ class Capabilities:
     timing: str = "available (exact)"
     app_calls: str = "available (a program per receive call)"
     drops: str = "unavailable: not traced"
+    counters: str = "unavailable: not opened"   # the PMU events counted per CPU (steer.counters)
+    counters_per_flow: str = "unavailable: not opened"   # references, instructions, cycles
 
     @property
     def llc_available(self) -> bool:
         return self.llc.startswith("available")
+
+    @property
+    def counters_per_flow_available(self) -> bool:
+        return self.counters_per_flow.startswith("available")
 
     @property
     def app_calls_counted(self) -> bool:
@@ -121,6 +140,9 @@ class TraceSample:
     expired: int = 0   # entries steer removed for being idle, since the tracer started
     seq: int = 0       # this tracer's read number
     changed: tuple = ()   # keys new or updated since read seq - 1; the others are the same objects
+    # CPU -> PMU event -> count since start of all the CPU ran (steer.counters.EVENTS; only
+    # those counted)
+    cpu_events: dict = field(default_factory=dict)
 
     @property
     def evictions(self) -> int:

@@ -32,8 +32,8 @@ from .flows import build_snapshot
 from .topology import Topology, format_cpulist, nic_local, nic_sockets
 from .tracer import Tracer
 from .hostconfig import counter_delta, receiver_tcp
-from .report import PAPER_PRESET, paper_text
-from .units import per_gb
+from .report import COUNTER_KEYS, PAPER_PRESET, paper_text
+from .units import hit_ratio, per_gb
 
 RESULTS_VERSION = 1
 SETTLE_SECONDS = 0.5    # after a move, before measuring: the old placement's queues drain
@@ -146,7 +146,7 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
                           "app": nic_local(topo, nic, app_cpu)},
             "runs": runs}
     for key in ("throughput_bps", "kernel_seconds_per_gb", "app_seconds_per_gb",
-                "llc_misses_kernel_per_gb", "llc_misses_app_per_gb"):
+                "llc_misses_kernel_per_gb", "llc_misses_app_per_gb", *COUNTER_KEYS):
         cell[key] = _median(r.get(key) for r in runs)
     cell["throughput_per_flow_bps"] = cell["throughput_bps"] / flows \
         if cell["throughput_bps"] is not None else None
@@ -206,10 +206,39 @@ def _dominant_of(flows, cpu, share) -> tuple[int | None, float | None]:
     return top, (sum(shares) / len(shares) if shares else None)
 
 
-def measure_flow(tracer: Tracer, before, after, topo, match) -> dict:
+def core_events(before, after, cpus) -> dict[str, int]:
+    """The PMU counts of CPUS (one core's) between two tracer samples, summed per event."""
+    out: dict[str, int] = {}
+    for cpu in cpus:
+        b = before.cpu_events.get(cpu, {})
+        for event, n in after.cpu_events.get(cpu, {}).items():
+            out[event] = out.get(event, 0) + n - b.get(event, 0)
+    return out
+
+
+def counter_figures(flows, before, after, topo: Topology, app_cpu: int | None,
+                    nbytes: int) -> dict:
+    """COUNTER_KEYS of FLOWS (FlowReports) and of APP_CPU's core, per GB of NBYTES."""
+    out: dict = {}
+    for side in ("kernel", "app"):
+        refs = _total(getattr(f, f"llc_references_{side}") for f in flows)
+        out[f"llc_hit_ratio_{side}"] = hit_ratio(_total(getattr(f, f"llc_misses_{side}")
+                                                        for f in flows), refs)
+        for event in ("instructions", "cycles"):
+            out[f"{event}_{side}_per_gb"] = per_gb(
+                _total(getattr(f, f"{event}_{side}") for f in flows), nbytes)
+    core = core_events(before, after, topo.cpu(app_cpu).siblings) \
+        if app_cpu is not None and app_cpu in topo.cpus else {}
+    out["app_core_llc_hit_ratio"] = hit_ratio(core.get("llc_misses"), core.get("llc_references"))
+    out["app_core_instructions_per_gb"] = per_gb(core.get("instructions"), nbytes)
+    out["app_core_cycles_per_gb"] = per_gb(core.get("cycles"), nbytes)
+    return out
+
+
+def measure_flow(tracer: Tracer, before, after, topo, match, app_cpu: int | None = None) -> dict:
     """The figures of the flows MATCH selects between two tracer samples, added up (bytes, CPU
     time, misses; the costs per GB are of the sum); each side's CPU is the one that most of the
-    bytes had."""
+    bytes had. APP_CPU: the reader's CPU, whose whole core's PMU counts the run gets."""
     snap = build_snapshot(before, after, topo, tracer.capabilities)
     flows = [f for f in snap.flows if match(f)]
     if not flows:
@@ -221,7 +250,8 @@ def measure_flow(tracer: Tracer, before, after, topo, match) -> dict:
            "kernel_seconds_per_gb": per_gb(sum(f.kernel_seconds for f in flows), nbytes),
            "app_seconds_per_gb": per_gb(sum(f.app_seconds for f in flows), nbytes),
            "llc_misses_kernel_per_gb": per_gb(_total(f.llc_misses_kernel for f in flows), nbytes),
-           "llc_misses_app_per_gb": per_gb(_total(f.llc_misses_app for f in flows), nbytes)}
+           "llc_misses_app_per_gb": per_gb(_total(f.llc_misses_app for f in flows), nbytes),
+           **counter_figures(flows, before, after, topo, app_cpu, nbytes)}
     for side in ("kernel", "stack", "app"):
         out[f"measured_{side}_cpu"], out[f"measured_{side}_share"] = _dominant_of(
             flows, f"{side}_cpu", f"{side}_cpu_share")
@@ -295,7 +325,7 @@ class LabRunner:
                              f"{f' ({flows} flows)' if flows > 1 else ''}: {failed[0].error}")
         mine = {(r.sender_port, r.flow.port) for r in results}
         run = measure_flow(self.tracer, before, after, self.topo,
-                           lambda f: (f.flow.sport, f.flow.dport) in mine)
+                           lambda f: (f.flow.sport, f.flow.dport) in mine, app_cpu)
         if prof:
             run["profile"] = run_profile_of(prof, lambda f: (f.flow.sport, f.flow.dport) in mine)
         ends = [r.raw["end"] for r in results]
@@ -355,7 +385,8 @@ class HostRunner:
         prof = _profiled(self.profiler, traffic)
         tcp1 = receiver_tcp(self.cfg.netns)
         run = measure_flow(self.tracer, window["before"], window["after"], self.topo,
-                           lambda f: f.flow.dport == self.cfg.port and f.app_pid == self.server.pid)
+                           lambda f: f.flow.dport == self.cfg.port and f.app_pid == self.server.pid,
+                           app_cpu)
         if prof and run:
             # the profile has no reader pid: the port alone picks the flow
             run["profile"] = run_profile_of(prof, lambda f: f.flow.dport == self.cfg.port)

@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass, field
 
 from . import flowtrace_abi as abi
-from .kernel import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE,
-                     PERF_TYPE_SOFTWARE, BpfObject, KernelError, PerfCounter, bpf_dir,
+from .counters import EVENTS, CounterError, CounterSet
+from .kernel import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, KernelError,
+                     PerfCounter, bpf_dir,
                      BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
                      possible_cpus, vmlinux_func_params, vmlinux_has_type)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
@@ -26,12 +27,9 @@ DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entr
                              # the map until the LRU pushes it out, and cost every later read
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
-# LLC event choices: cache-misses is the real thing; cpu-clock is a software stand-in that exercises
-# the same counter path on hosts without a PMU (its "misses" are nanoseconds of CPU clock)
-LLC_EVENTS = {
-    "cache-misses": (PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES),
-    "cpu-clock": (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK),
-}
+# the events besides LLC misses that the sampler charges to flows: their ft_config.events bits
+_EVENT_BITS = {"llc_references": abi.FT_EVENT_REFERENCES, "instructions": abi.FT_EVENT_INSTRUCTIONS,
+               "cycles": abi.FT_EVENT_CYCLES}
 
 
 # How the application side learns which socket a read was from and how many bytes it got:
@@ -130,7 +128,7 @@ _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuS
 @dataclass
 class Tracer:
     max_flows: int = DEFAULT_MAX_FLOWS
-    llc_event: str = "auto"     # auto | cache-misses | cpu-clock | off
+    counters: str = "auto"      # PMU events: one of counters.MODES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     btf: str | None = None
     app_hook: str = "auto"      # one of APP_HOOK_CHOICES
@@ -141,7 +139,7 @@ class Tracer:
 
     def __post_init__(self):
         self._obj: BpfObject | None = None
-        self._counters: list[PerfCounter] = []
+        self._counters = CounterSet("off")
         self._clocks: list[PerfCounter] = []     # sampled timing: the cpu-clock events
         self._softirqs0: dict[int, int] | None = None   # sampled: /proc/softirqs NET_RX at start
         self._expired = 0
@@ -217,7 +215,12 @@ class Tracer:
         if ranges:
             sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
 
-        llc_status, counters = self._open_counters()
+        try:
+            counters = CounterSet.open(self.counters, _online_cpus())
+        except CounterError as e:
+            raise TracerError(str(e)) from None
+        events = sum(1 << bit for e, bit in _EVENT_BITS.items() if e in counters.counters) \
+            if sampled else 0
         clocks: list[PerfCounter] = []
         tried: list[str] = []
         udp_why = None   # counters: why UDP reads are not counted
@@ -228,7 +231,8 @@ class Tracer:
                 else:
                     tried.append(f"{hook}: {why_not}")
                 continue
-            cfg = abi.Config(llc_enabled=1 if counters else 0, recv_flags_arg=flags_arg,
+            cfg = abi.Config(llc_enabled=1 if "llc_misses" in counters.counters else 0,
+                             events=events, recv_flags_arg=flags_arg,
                              timing=abi.FT_TIMING_SAMPLED if sampled else abi.FT_TIMING_EXACT,
                              softirq_stacks=0 if preempt_rt() else 1,
                              app_counters=1 if hook == "counters" else 0,
@@ -240,8 +244,7 @@ class Tracer:
                 # failed attempt destroys
                 clocks = self._open_clocks() if sampled else []
             except TracerError:
-                for c in counters:
-                    c.close()
+                counters.close()
                 raise
             if hook != "off":
                 off = disable - set(programs)
@@ -255,10 +258,11 @@ class Tracer:
             try:
                 self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
                                       disable=off, btf=self.btf)
-                if counters:
-                    m = self._obj.map("llc_counters")
-                    for c in counters:
-                        m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+                for event, per_cpu in counters.counters.items():
+                    if event == "llc_misses" or sampled:   # exact timing reads misses alone
+                        m = self._obj.map(EVENTS[event][1])
+                        for c in per_cpu:
+                            m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
                 if ranges:
                     from .profile import pack_ranges
                     self._obj.map("profile_text").update_batch(*pack_ranges(ranges))
@@ -277,7 +281,8 @@ class Tracer:
                 if hook != "off" and self.app_hook == "auto":
                     tried.append(f"{hook}: {_short(e)}")
                     continue
-                for c in counters + clocks:
+                counters.close()
+                for c in clocks:
                     c.close()
                 if hook != "off":
                     raise TracerError(f"--app-hook {hook}: this kernel refused the "
@@ -286,7 +291,8 @@ class Tracer:
                     raise TracerError(f"{e} (is a security policy denying BPF?)") from None
                 raise TracerError(str(e)) from None
         else:
-            for c in counters + clocks:
+            counters.close()
+            for c in clocks:
                 c.close()
             raise TracerError(f"--app-hook {self.app_hook}: " + "; ".join(tried))
         calls = "available (a program per receive call)"
@@ -321,9 +327,18 @@ class Tracer:
             kernel = "available (irq:softirq_entry/exit + net:netif_receive_skb)"
             timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
                       "hooks every syscall of the host)")
+        if events:
+            per_flow = (f"available ({', '.join(e for e in _EVENT_BITS if e in counters.counters)}"
+                        " per flow and side, charged at each sample)")
+        elif counters.counters and not sampled:
+            per_flow = ("unavailable: exact timing charges LLC misses alone to flows; the other "
+                        "events come with --timing sampled")
+        else:
+            per_flow = counters.status("llc_references")
         self.capabilities = Capabilities(kernel_side=kernel, app_side=app, cpumap_context=cpumap,
-                                         llc=llc_status, timing=timing, app_calls=calls,
-                                         drops=drops)
+                                         llc=counters.status("llc_misses"), timing=timing,
+                                         app_calls=calls, drops=drops, counters=counters.summary(),
+                                         counters_per_flow=per_flow)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
         return self
@@ -426,38 +441,15 @@ class Tracer:
         if self.app_hook in ("auto", "off"):
             yield "off", (), 0, None
 
-    def _open_counters(self) -> tuple[str, list[PerfCounter]]:
-        if self.llc_event == "off":
-            return "unavailable: turned off (--llc-event off)", []
-        names = ["cache-misses"] if self.llc_event == "auto" else [self.llc_event]
-        if names[0] not in LLC_EVENTS:
-            raise TracerError(f"unknown --llc-event {self.llc_event!r}: choose from auto, "
-                              f"{', '.join(LLC_EVENTS)}, off")
-        ptype, config = LLC_EVENTS[names[0]]
-        counters: list[PerfCounter] = []
-        online = _online_cpus()
-        try:
-            for cpu in online:
-                counters.append(PerfCounter.open(ptype, config, cpu))
-        except KernelError as e:
-            for c in counters:
-                c.close()
-            why = e.errno == errno.ENOENT and "no hardware PMU (perf_event_open: ENOENT)" or str(e)
-            if self.llc_event == "auto":
-                return f"unavailable: {why}", []
-            raise TracerError(f"--llc-event {names[0]}: {why}") from None
-        label = "hardware cache-misses" if names[0] == "cache-misses" else \
-            "software cpu-clock stand-in, not LLC misses"
-        return f"available ({label})", counters
-
     def stop(self) -> None:
         with self._lock:   # not under a sample() of another thread
             if self._obj:
                 self._obj.close()
                 self._obj = None
-            for c in self._counters + self._clocks:
+            self._counters.close()
+            for c in self._clocks:
                 c.close()
-            self._counters, self._clocks = [], []
+            self._clocks = []
 
     def __enter__(self):
         return self.start()
@@ -563,7 +555,8 @@ class Tracer:
                     fields[cpu]["net_rx_events"] = n - self._softirqs0.get(cpu, 0)
         cpus = tuple(CpuSample(i, **f) for i, f in enumerate(fields))
         return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
-                           self._expired, self._seq, tuple(changed))
+                           self._expired, self._seq, tuple(changed),
+                           cpu_events=self._counters.whole_cpu())
 
 
 def net_rx_softirqs(path: str = "/proc/softirqs") -> dict[int, int]:

@@ -12,6 +12,14 @@ def per_gb(value: float | None, nbytes: int) -> float | None:
     return None if value is None or not nbytes else value / (nbytes / GB)
 
 
+def hit_ratio(misses: float | None, references: float | None) -> float | None:
+    """1 - MISSES / REFERENCES: the share of LLC references that hit, as PCM reports it (None:
+    not both counted, or no references)."""
+    if misses is None or not references:
+        return None
+    return max(0.0, 1.0 - misses / references)
+
+
 def figure(value: float | None, fmt: str = "{:.3f}") -> str:
     """VALUE as FMT, or "-" for a figure that was not measured."""
     return "-" if value is None else fmt.format(value)

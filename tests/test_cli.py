@@ -17,7 +17,7 @@ from steer.topology import parse_cpulist
     (["flows", "--duration", "0"], "--duration: must be greater than 0"),
     (["flows", "--duration", "abc"], "not a number"),
     (["flows", "--max-flows", "-3"], "--max-flows"),
-    (["flows", "--llc-event", "l3"], "invalid choice"),
+    (["flows", "--counters", "l3"], "invalid choice"),
     (["flows", "--app-hook", "counters", "--timing", "exact"], "--app-hook counters needs --timing sampled"),
     (["top", "--interval", "0"], "--interval"),
     (["nonsense"], "invalid choice"),
@@ -179,13 +179,14 @@ def test_no_btf():
 
 
 @live
-def test_llc_event_without_pmu_is_refused_or_works():
-    """Asking for the hardware event explicitly: works on a PMU host, one line elsewhere."""
-    r = steer("flows", "--duration", "0.2", "--json", "--llc-event", "cache-misses")
+def test_hardware_counters_without_pmu_are_refused_or_work():
+    """Asking for the hardware events explicitly: works on a PMU host, one line elsewhere."""
+    r = steer("flows", "--duration", "0.2", "--json", "--counters", "hardware")
     if r.returncode == 0:
-        assert json.loads(r.stdout)["capabilities"]["llc"].startswith("available")
+        caps = json.loads(r.stdout)["capabilities"]
+        assert caps["llc"].startswith("available") and caps["counters"].startswith("available")
     else:
-        assert_one_line_error(r, "--llc-event cache-misses")
+        assert_one_line_error(r, "--counters hardware: cache-misses")
 
 
 @live

@@ -201,3 +201,37 @@ def test_service_labels_sum_the_replies_a_client_receives_on_ephemeral_ports():
     m = _scrape(c)
     series = {dict(k[1])["dport"]: v for k, v in m.items() if k[0] == "steer_flow_receive_bytes_total"}
     assert series == {"ephemeral": 40, "46000": 10}
+
+
+def test_pmu_events_per_cpu_whole_and_by_side_and_per_class():
+    """The per-CPU events reach the exporter twice: whole (all a CPU ran, as PCM counts it) and
+    charged to receive work by side; the classes get each side's events of their flows. No
+    series at all without them (the default CAPS: no PMU)."""
+    from dataclasses import replace
+    caps = replace(CAPS, llc="available (hardware cache-misses)", counters="available (hardware)",
+                   counters_per_flow="available (llc_references, instructions, cycles ...)")
+    flows = [replace(s, instructions_kernel=500, refs_app=40) if s.cpu == 0 else s
+             for s in _flow(FAST, 2, 10**9, 0, 1)]
+    after = TraceSample(2 * S, {(s.flow, s.cpu): s for s in flows},
+                        (CpuSample(0, llc_kernel=7, refs_kernel=70, instructions_kernel=500),
+                         CpuSample(1, cycles_app=11)), 2, 1024,
+                        cpu_events={0: {"llc_misses": 5, "instructions": 9}, 1: {"cycles": 3}})
+    tracer = FakeTracer([_sample(0, []), after])
+    tracer.capabilities = caps
+    c = SteerCollector(tracer, read_topology(VM))
+    list(c.collect())
+    m = _scrape(c)
+    assert _get(m, "steer_cpu_events_total", cpu=0, event="instructions") == 9
+    assert _get(m, "steer_cpu_events_total", cpu=1, event="cycles") == 3
+    assert _get(m, "steer_cpu_receive_events_total", cpu=0, side="kernel", event="llc_misses") == 7
+    assert _get(m, "steer_cpu_receive_events_total", cpu=0, side="kernel",
+                event="llc_references") == 70
+    assert _get(m, "steer_cpu_receive_events_total", cpu=1, side="app", event="cycles") == 11
+    assert _get(m, "steer_class_instructions_total", side="kernel", **{"class": "same-socket"}) == 500
+    assert _get(m, "steer_class_llc_references_total", side="app", **{"class": "same-socket"}) == 40
+
+    bare = SteerCollector(FakeTracer([_sample(0, []), _sample(2, _flow(FAST, 2, 10**9, 0, 1))]),
+                          read_topology(VM))
+    list(bare.collect())
+    names = {name for name, _ in _scrape(bare)}
+    assert not [n for n in names if "events" in n or "instructions" in n or "references" in n]

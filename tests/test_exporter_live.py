@@ -72,7 +72,9 @@ def stack(tmp_path_factory):
         r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "veth-rx", "--netns", lab.rx)
         assert r.returncode == 0, r.stderr
         try:
-            exporter = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{p_export}"],
+            # software stand-ins: the PMU panels and series get data on this VM too
+            exporter = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{p_export}",
+                                         "--counters", "software"],
                                         env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
             procs.append(exporter)
@@ -125,7 +127,8 @@ def test_exposition_passes_promtool(stack):
     print(b" ".join(sorted(names)).decode())
     for want in (b"steer_class_rx_bytes", b"steer_cpu_kernel_seconds", b"steer_flow_info",
                  b"steer_rule_packets", b"steer_xdp_packets", b"steer_tracer_evictions",
-                 b"steer_capability_info"):
+                 b"steer_capability_info", b"steer_cpu_events", b"steer_cpu_receive_events",
+                 b"steer_class_llc_references", b"steer_class_instructions", b"steer_class_cycles"):
         assert want in names or want + b"_total" in names, want
 
 

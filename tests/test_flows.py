@@ -162,3 +162,32 @@ def test_smoothed_intervals_classify_by_the_recent_past_and_total_by_the_whole()
     assert plain().flows[0].placement.cls == "same-core"    # the noisy second alone
     assert smooth().flows[0].placement.cls == "same-socket"
     assert smooth.total().flows[0].kernel_cpu == 1
+
+
+def test_pmu_events_per_side_only_when_counted_and_whole_cpu_deltas():
+    """The references, instructions and cycles a flow's sides took reach it only where the tracer
+    charges them per flow (else None, not 0); each CPU's whole counts are the delta between the
+    two reads, with the LLC hit ratio."""
+    counted = replace(CAPS, llc="available (hardware cache-misses)",
+                      counters_per_flow="available (llc_references, instructions, cycles ...)")
+    entry = dict(rx_bytes=10**6, rx_skbs=1, kernel_ns=5, llc_kernel=40, refs_kernel=100,
+                 instructions_kernel=7000, cycles_kernel=9000, llc_app=1, refs_app=4)
+    after = TraceSample(10**9, {(A, 0): FlowCpuSample(A, 0, **entry)},
+                        (CpuSample(0, refs_kernel=150, cycles_app=3), CpuSample(1)), 1, 1024,
+                        cpu_events={0: {"llc_misses": 60, "llc_references": 240, "cycles": 10**9}})
+    before = TraceSample(0, {}, (CpuSample(0, refs_kernel=50), CpuSample(1)), 0, 1024,
+                         cpu_events={0: {"llc_misses": 10, "llc_references": 40, "cycles": 1}})
+    snap = build_snapshot(before, after, read_topology(VM), counted)
+    (f,) = snap.flows
+    assert (f.llc_references_kernel, f.instructions_kernel, f.cycles_kernel) == (100, 7000, 9000)
+    assert f.llc_hit_ratio_kernel == 0.6 and f.llc_hit_ratio_app == 0.75
+    assert f.as_json()["llc_hit_ratio_kernel"] == 0.6 and f.as_json()["instructions_app"] == 0
+    cpu0 = snap.cpus[0]
+    assert cpu0.events["kernel"]["llc_references"] == 100 and cpu0.events["app"]["cycles"] == 3
+    assert cpu0.whole_cpu == {"llc_misses": 50, "llc_references": 200, "cycles": 10**9 - 1,
+                              "llc_hit_ratio": 0.75}
+    assert snap.cpus[1].whole_cpu is None
+    (g,) = build_snapshot(before, after, read_topology(VM), CAPS).flows
+    assert g.llc_references_kernel is None and g.llc_hit_ratio_kernel is None
+    assert g.as_json()["cycles_app"] is None and build_snapshot(
+        before, after, read_topology(VM), CAPS).cpus[0].events is None

@@ -10,7 +10,7 @@ PURE = ["steer.samples", "steer.units", "steer.privileges", "steer.topology", "s
         "steer.flowspec", "steer.flows", "steer.report", "steer.policies", "steer.auto", "steer.view",
         "steer.live", "steer.exporter", "steer.profile",
         "steer.manual"]
-GATEWAY_AND_LOADERS = ["steer.kernel", "steer.tracer", "steer.steering", "steer.affinity", "steer.lab",
+GATEWAY_AND_LOADERS = ["steer.kernel", "steer.counters", "steer.tracer", "steer.steering", "steer.affinity", "steer.lab",
                        "steer.sweep", "steer.netdevs"]
 
 

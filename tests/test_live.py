@@ -170,13 +170,11 @@ def test_net_rx_time_agrees_with_the_softirqs_peer(run):
     assert 0.75 < ours / peer < 1.33
 
 
-def test_llc_counter_path_with_a_software_event():
-    """No PMU here: count cpu-clock (ns) through the same per-CPU counter path. Its kernel-side
-    total must then agree with the kernel time measured by ktime, and app side likewise."""
-    tracer = Tracer(llc_event="cpu-clock", timing="exact").start()
+def _one_flow_traced(tracer, seconds):
+    """A lab flow whose sender, softirq and reader share CPU_A, for SECONDS under TRACER (stopped
+    after): the snapshot of its window, and the flow's report in it."""
     try:
-        assert tracer.capabilities.llc.startswith("available (software")
-        with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
+        with Lab([LabFlow(CPU_A, CPU_A)], seconds=seconds) as lab:
             lab.start_servers()
             a = tracer.sample()
             lab.start_clients()
@@ -185,12 +183,54 @@ def test_llc_counter_path_with_a_software_event():
     finally:
         tracer.stop()
     snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
-    f = traced(snap, res)
+    return snap, traced(snap, res)
+
+
+def test_llc_counter_path_with_a_software_event():
+    """No PMU here: count cpu-clock (ns) through the same per-CPU counter path. Its kernel-side
+    total must then agree with the kernel time measured by ktime, and app side likewise."""
+    tracer = Tracer(counters="software", timing="exact").start()
+    assert tracer.capabilities.llc.startswith("available (software")
+    # exact timing charges misses alone to flows; the other events are per CPU only
+    assert tracer.capabilities.counters_per_flow.startswith("unavailable: exact timing")
+    snap, f = _one_flow_traced(tracer, 2)
     print(f"kernel {f.kernel_seconds:.4f} s vs counter {f.llc_misses_kernel / 1e9:.4f}; "
           f"app {f.app_seconds:.4f} s vs counter {f.llc_misses_app / 1e9:.4f}")
     assert f.llc_misses_kernel > 0 and f.llc_misses_app > 0
     assert 0.8 < f.llc_misses_kernel / 1e9 / f.kernel_seconds < 1.25
     assert 0.8 < f.llc_misses_app / 1e9 / f.app_seconds < 1.25
+    assert f.llc_references_kernel is None and f.instructions_app is None
+
+
+def test_every_pmu_event_per_flow_side_and_cpu_with_software_stand_ins():
+    """Sampled timing charges all four events (here each one cpu-clock ns) to the side each
+    sample charges its time to: per side, each event's count must agree with the side's sampled
+    seconds. The flow keeps its one CPU busy (sender, softirq and reader): cpu-clock also counts
+    a CPU's idle time, which PMU cycles do not, and the first sample after an idle spell would
+    carry it. Per CPU, userspace reads the same events whole: they must cover at least the
+    flow's receive time, and at most the window (cpu-clock does not count a CPU twice)."""
+    tracer = Tracer(counters="software", timing="sampled", sample_hz=999).start()
+    caps = tracer.capabilities
+    assert caps.counters.startswith("available (software cpu-clock standing in for "
+                                    "cache-misses, cache-references, instructions, cycles")
+    assert caps.counters_per_flow.startswith("available (llc_references, instructions, cycles")
+    snap, f = _one_flow_traced(tracer, 3)
+    seconds = {"kernel": f.kernel_seconds, "app": f.app_seconds}
+    for side in ("kernel", "app"):
+        for event in ("llc_misses", "llc_references", "instructions", "cycles"):
+            n = getattr(f, f"{event}_{side}")
+            print(f"{side} {seconds[side]:.4f} s, {event} {n / 1e9:.4f}")
+            assert 0.8 < n / 1e9 / seconds[side] < 1.25, (side, event)
+    # with every event the same clock, references and misses agree: a hit ratio of about 0
+    assert f.llc_hit_ratio_app < 0.05 and f.llc_hit_ratio_kernel < 0.05
+    reader = next(c for c in snap.cpus if c.cpu == CPU_A)
+    whole = reader.whole_cpu
+    print(f"CPU {CPU_A} whole: {whole}; window {snap.duration:.3f} s, app {f.app_seconds:.3f} s")
+    assert set(whole) >= {"llc_misses", "llc_references", "instructions", "cycles", "llc_hit_ratio"}
+    for event in ("llc_misses", "llc_references", "instructions", "cycles"):
+        assert f.app_seconds + f.kernel_seconds < whole[event] / 1e9 < snap.duration * 1.02, event
+    # the CPU's receive share: at least this flow's, per side and event
+    assert reader.events["app"]["cycles"] >= f.cycles_app
 
 
 def _our_programs() -> dict[int, str]:

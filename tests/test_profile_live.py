@@ -30,7 +30,7 @@ def test_profile_agrees_with_exact_and_finds_the_copy():
     topo = read_topology()
     exact = Tracer(timing="exact").start()
     prof = Tracer(timing="sampled", sample_hz=DEFAULT_FREQUENCY, profile=True,
-                  llc_event="off").start()
+                  counters="off").start()
     try:
         with Lab(flows, seconds=SECONDS) as lab:
             lab.start_servers()

@@ -4,6 +4,7 @@ import io
 import json
 import re
 import struct
+from dataclasses import replace
 
 import pytest
 
@@ -229,3 +230,59 @@ def test_paper_preset_is_named_in_the_report(xeon):
     assert "left to the scheduler" in paper_text({**r["config"], "sender_cpu": None})
     assert "client on the other host" in paper_text({**r["config"], "mode": "host"})
     assert "Method:" not in report_md(synthetic(xeon), xeon)
+
+
+def test_pmu_figures_of_a_run_per_side_and_of_the_readers_whole_core(xeon):
+    """counter_figures: each side's hit ratio from its flows' misses and references, instructions
+    and cycles per GB; the reader's core (CPU 0 and its SMT sibling 24 on this fixture) from
+    the per-CPU counts between the two samples."""
+    from steer.flows import FlowReport
+    from steer.classify import classify
+    from steer.samples import FlowId, TraceSample
+    from steer.sweep import counter_figures
+    assert xeon.cpu(0).siblings == (0, 24)
+    f = FlowReport(FlowId("tcp", "198.18.0.1", 1, "198.18.0.2", 2), 1.0, 2 * 10**9, 1, 0, 1.0,
+                   1.0, 0.0, 0, 1.0, 1.0, 0.0, 2 * 10**9, 1, 7, "r", llc_misses_kernel=100,
+                   llc_misses_app=300, placement=classify(0, 0, xeon), kernel_cpus={},
+                   app_cpus={}, llc_references_kernel=1000, llc_references_app=400,
+                   instructions_kernel=4 * 10**9, instructions_app=6 * 10**9,
+                   cycles_kernel=10**9, cycles_app=2 * 10**9)
+    before = TraceSample(0, {}, (), 0, 1, cpu_events={0: {"llc_misses": 10, "llc_references": 10,
+                                                          "instructions": 5, "cycles": 5}})
+    after = TraceSample(1, {}, (), 0, 1, cpu_events={
+        0: {"llc_misses": 110, "llc_references": 410, "instructions": 10**9 + 5, "cycles": 105},
+        24: {"llc_misses": 100, "llc_references": 600, "instructions": 10**9, "cycles": 100},
+        1: {"llc_misses": 10**6, "llc_references": 10**6, "instructions": 1, "cycles": 1}})
+    out = counter_figures([f], before, after, xeon, 0, 2 * 10**9)
+    assert out["llc_hit_ratio_kernel"] == 0.9 and out["llc_hit_ratio_app"] == 0.25
+    assert out["instructions_kernel_per_gb"] == 2e9 and out["instructions_app_per_gb"] == 3e9
+    assert out["cycles_kernel_per_gb"] == 5e8 and out["cycles_app_per_gb"] == 1e9
+    # core 0: misses 100 + 100, references 400 + 600 (CPU 1 is another core)
+    assert out["app_core_llc_hit_ratio"] == 0.8
+    assert out["app_core_instructions_per_gb"] == 1e9 and out["app_core_cycles_per_gb"] == 100
+    # without PMU events: None, not 0
+    bare = replace(f, llc_references_app=None, llc_misses_app=None)
+    none = counter_figures([bare], TraceSample(0, {}, (), 0, 1), TraceSample(1, {}, (), 0, 1),
+                           xeon, 0, 10**9)
+    assert none["llc_hit_ratio_app"] is None and none["app_core_llc_hit_ratio"] is None
+    assert none["app_core_instructions_per_gb"] is None
+
+
+def test_pmu_table_and_figure_only_with_pmu_figures(xeon, tmp_path):
+    r = synthetic(xeon)
+    assert "## PMU counters" not in report_md(r, xeon)
+    (tmp_path / "none").mkdir()
+    assert not any("app_core" in f for f in write_figures(r, str(tmp_path / "none")))
+    for c in r["cells"]:
+        c.update(llc_hit_ratio_kernel=0.5, llc_hit_ratio_app=0.25, app_core_llc_hit_ratio=0.75,
+                 app_core_instructions_per_gb=3e9, app_core_cycles_per_gb=4e9)
+    md = report_md(r, xeon)
+    assert "## PMU counters" in md and "Software stand-ins" not in md
+    assert "| 0 | 1 | same-socket | 50.0% | 25.0% | 75.0% | - | - | 3e+09 | 4e+09 |" in md
+    r["capabilities"] = {"counters": "available (software cpu-clock standing in for ...)"}
+    assert "**Software stand-ins**" in report_md(r, xeon)
+    files = write_figures(r, str(tmp_path))
+    assert svg_cells(tmp_path / "app_core_llc_hit.svg") == 9
+    assert str(tmp_path / "app_core_instructions_per_gb.png") in files
+    rows = list(csv.DictReader(io.StringIO(to_csv(r))))
+    assert rows[0]["app_core_llc_hit_ratio"] == "0.75"

@@ -20,7 +20,8 @@ PAIR = f"{A},{B}"
 EXPECTED = {(A, A): "same-core", (A, B): "same-socket", (B, A): "same-socket", (B, B): "same-core"}
 
 
-def _check_outputs(out):
+def _check_outputs(out, stand_ins=False):
+    """STAND_INS: the sweep ran with --counters software."""
     r = json.load(open(f"{out}/results.json"))
     cells = {(c["kernel_cpu"], c["app_cpu"]): c for c in r["cells"]}
     assert set(cells) == set(EXPECTED) and r["complete"]
@@ -58,16 +59,31 @@ def _check_outputs(out):
     md = open(f"{out}/report.md").read()
     assert "## Throughput by class" in md and "| same-core | 2 |" in md and "| same-socket | 2 |" in md
     assert "## Best placement" in md and "llc-peer" in md and "theirs, not measured here" in md
+    if stand_ins:
+        for c in r["cells"]:
+            # the reader's whole core (cpu-clock: wall time) covers at least its receive time;
+            # references and misses are the same clock: a hit ratio of about 0
+            assert c["app_core_cycles_per_gb"] / 1e9 >= c["app_seconds_per_gb"], c
+            assert c["app_core_instructions_per_gb"] > 0 and c["app_core_llc_hit_ratio"] < 0.01, c
+            # exact timing charges LLC misses alone to the flows' sides
+            assert c["llc_hit_ratio_app"] is None and c["instructions_app_per_gb"] is None, c
+        assert "## PMU counters" in md and "**Software stand-ins**" in md
+        assert svg_cells(f"{out}/app_core_llc_hit.svg") == 4
+        assert rows[0]["app_core_instructions_per_gb"]
+    elif not r["capabilities"]["counters"].startswith("available"):
+        assert all(c["app_core_llc_hit_ratio"] is None for c in r["cells"])
+        assert "## PMU counters" not in md and not os.path.exists(f"{out}/app_core_llc_hit.png")
     return r
 
 
 def test_two_by_two_sweep(tmp_path):
     out = str(tmp_path / "sweep")
-    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2"],
+    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2",
+                        "--counters", "software"],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                        cwd=ROOT, timeout=240)
     assert r.returncode == 0, r.stderr
-    results = _check_outputs(out)
+    results = _check_outputs(out, stand_ins=True)
     print(open(f"{out}/report.md").read())
     assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
     assert results["config"]["method"] == "rps"
