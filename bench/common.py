@@ -72,10 +72,22 @@ def run(main) -> None:
     from steer.privileges import PrivilegeError
     from steer.steering import SteerError
     from steer.tracer import TracerError
+    import signal
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second one must not cut the teardown
+        raise KeyboardInterrupt   # the labs' and tracers' own teardown, as for Ctrl-C
+
+    # a bench started in the background (`... &`, nohup) ignores SIGINT: SIGTERM must tear its
+    # lab down too, or its namespaces and iperf3s outlive it
+    signal.signal(signal.SIGTERM, stop)
+    name = os.path.basename(sys.argv[0]).removesuffix(".py")
     try:
         code = main()
     except (KernelError, LabError, PrivilegeError, SteerError, TracerError) as e:
-        sys.exit(f"{os.path.basename(sys.argv[0]).removesuffix('.py')}: {e}")
+        sys.exit(f"{name}: {e}")
+    except KeyboardInterrupt:
+        sys.exit(f"{name}: stopped before the measurement ended; nothing was written")
     sys.exit(code)
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -32,3 +33,23 @@ def test_what_steer_refuses_ends_a_bench_in_one_line(tmp_path):
                        capture_output=True, text=True, cwd=ROOT, timeout=60,
                        env=dict(os.environ, PYTHONPATH=ROOT, PATH=str(tmp_path)))
     assert r.returncode == 1 and r.stderr.strip() == "overhead: iperf3 not found: apt-get install iperf3"
+
+
+def test_sigterm_tears_the_lab_down(tmp_path):
+    """A bench run in the background and stopped with kill: its lab goes with it."""
+    from steer.lab import lab_namespaces
+    p = subprocess.Popen([sys.executable, "-m", "bench.bulk", "--pairs", "50", "--out", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    mine = f"steerlab-{p.pid}-"
+    deadline = time.monotonic() + 60
+    while not [n for n in lab_namespaces() if n.startswith(mine)]:
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.2)
+    time.sleep(3)   # into its windows
+    p.terminate()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and err.strip().endswith("bulk: stopped before the measurement ended; "
+                                                      "nothing was written"), err
+    assert not [n for n in lab_namespaces() if n.startswith(mine)]
+    assert not (tmp_path / "bulk.json").exists()
