@@ -23,7 +23,8 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .classify import CLASSES
-from .flows import FlowTotals, PlacementMemory, ServiceTotals, Snapshot, build_snapshot
+from .flows import (SIDE_EVENTS, SIDES, FlowTotals, PlacementMemory, ServiceTotals, Snapshot,
+                    build_snapshot, by_side, side_events)
 from .topology import Topology, read_int
 from .samples import TraceSample, TraceSource
 
@@ -150,7 +151,7 @@ class SteerCollector(Collector):
                 m = CounterMetricFamily(f"steer_class_{event}", f"{doc} by class and side.",
                                         labels=["class", "side"])
                 for cls in CLASSES:
-                    for side in ("kernel", "app"):
+                    for side in SIDES:
                         m.add_metric([cls, side], self._class_totals[cls][f"{event}_{side}"])
                 yield m
         flows = GaugeMetricFamily("steer_class_flows",
@@ -205,13 +206,12 @@ class SteerCollector(Collector):
             for c in s.cpus:
                 if c.cpu not in self.topo.cpus:
                     continue
-                for side in ("kernel", "app"):
+                counts = by_side(side_events([c])) if caps.counters_per_flow_available else {}
+                for side in SIDES:
                     if caps.llc_available:
                         recv.add_metric([str(c.cpu), side, "llc_misses"], getattr(c, f"llc_{side}"))
-                    if caps.counters_per_flow_available:
-                        for event, field in (("llc_references", "refs"),
-                                             ("instructions", "instructions"), ("cycles", "cycles")):
-                            recv.add_metric([str(c.cpu), side, event], getattr(c, f"{field}_{side}"))
+                    for event, n in counts.get(side, {}).items():
+                        recv.add_metric([str(c.cpu), side, event], n)
             yield recv
 
     def _flow_metrics(self, snap: Snapshot, totals: dict):
@@ -317,10 +317,11 @@ class SteerCollector(Collector):
         yield from (pk, by, xdp, mode, gone)
 
 
-# the other PMU events of a flow, by side (FlowReport fields), and their metrics' text
+# the other PMU events of a flow (flows.SIDE_EVENTS), their metrics' text, and FlowReport's
+# fields of them by side
 _EVENT_DOCS = {"llc_references": "LLC references", "instructions": "Instructions retired",
                "cycles": "Core cycles"}
-_SIDE_EVENTS = [f"{e}_{side}" for e in _EVENT_DOCS for side in ("kernel", "app")]
+_SIDE_EVENTS = [f"{e}_{side}" for e in SIDE_EVENTS for side in SIDES]
 
 
 def _capability_state(text: str) -> tuple[str, str]:

@@ -146,7 +146,7 @@ class FlowReport:
             "app_seconds_per_gb": _r(self.app_seconds_per_gb),
             "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
             **{f"{name}_{side}": getattr(self, f"{name}_{side}")
-               for name in ("llc_references", "instructions", "cycles") for side in SIDES},
+               for name in SIDE_EVENTS for side in SIDES},
             "llc_hit_ratio_kernel": _r(self.llc_hit_ratio_kernel, 4),
             "llc_hit_ratio_app": _r(self.llc_hit_ratio_app, 4),
             "stack_cpu": self.stack_cpu, "stack_cpu_share": _r(self.stack_cpu_share),
@@ -232,19 +232,21 @@ def attach_devices(snap: Snapshot, topo: Topology, lookup) -> Snapshot:
 
 
 SIDES = ("kernel", "app")
-_EVENT_NAMES = {"llc_references": "refs", "instructions": "instructions", "cycles": "cycles"}
+# the PMU events besides LLC misses, as reports name them -> the samples' field prefix
+SIDE_EVENTS = {"llc_references": "refs", "instructions": "instructions", "cycles": "cycles"}
 
 
-def _side_events(parts, minus=()) -> dict[str, int]:
-    """FlowReport's llc_references_kernel ... cycles_app: the sums over PARTS (less MINUS)."""
+def side_events(parts, minus=()) -> dict[str, int]:
+    """FlowReport's llc_references_kernel ... cycles_app: the sums over PARTS (FlowCpuSamples or
+    CpuSamples) less those over MINUS."""
     return {f"{name}_{side}": sum(getattr(p, f"{field}_{side}") for p in parts)
             - sum(getattr(p, f"{field}_{side}") for p in minus)
-            for name, field in _EVENT_NAMES.items() for side in SIDES}
+            for name, field in SIDE_EVENTS.items() for side in SIDES}
 
 
-def _by_side(events: dict[str, int]) -> dict[str, dict[str, int]]:
+def by_side(events: dict[str, int]) -> dict[str, dict[str, int]]:
     """{"llc_references_kernel": n, ...} as {"kernel": {"llc_references": n, ...}, "app": ...}."""
-    return {side: {name: events[f"{name}_{side}"] for name in _EVENT_NAMES} for side in SIDES}
+    return {side: {name: events[f"{name}_{side}"] for name in SIDE_EVENTS} for side in SIDES}
 
 
 def _whole_cpu(before: dict, after: dict | None) -> dict | None:
@@ -329,7 +331,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             app_cpus={c: s for c, s in acpu.items() if s},
             stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=RxPath.of(parts),
             rx_drops=sum(p.rx_drops for p in parts), last_drop_reason=_last_drop(parts),
-            **(_side_events(parts) if per_flow_events else {})))
+            **(side_events(parts) if per_flow_events else {})))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
 
     cpus = []
@@ -347,7 +349,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             llc_misses_kernel=c.llc_kernel - b.llc_kernel if llc else None,
             llc_misses_app=c.llc_app - b.llc_app if llc else None,
             rx_drops=c.rx_drops - b.rx_drops,
-            events=_by_side(_side_events([c], [b])) if per_flow_events else None,
+            events=by_side(side_events([c], [b])) if per_flow_events else None,
             whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},
                                  after.cpu_events.get(c.cpu))))
     return Snapshot(duration=duration, flows=reports, cpus=cpus, capabilities=caps,
