@@ -72,16 +72,18 @@ def run(main) -> None:
     from steer.privileges import PrivilegeError
     from steer.steering import SteerError
     from steer.tracer import TracerError
+    from steer.interrupts import handle_sigint, interrupt
     import signal
 
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second one must not cut the teardown
-        raise KeyboardInterrupt   # the labs' and tracers' own teardown, as for Ctrl-C
+        interrupt(frame)   # the labs' and tracers' own teardown, as for Ctrl-C
 
     # a bench started in the background (`... &`, nohup) ignores SIGINT: SIGTERM must tear its
     # lab down too, or its namespaces and iperf3s outlive it
-    signal.signal(signal.SIGTERM, stop)
     name = os.path.basename(sys.argv[0]).removesuffix(".py")
+    signal.signal(signal.SIGTERM, stop)
+    handle_sigint()
     try:
         code = main()
     except (KernelError, LabError, PrivilegeError, SteerError, TracerError) as e:

@@ -13,6 +13,7 @@ import sys
 import time
 
 from . import __version__
+from .interrupts import handle_sigint, interrupt
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
@@ -902,7 +903,8 @@ class _GracefulStop:
     def _handler(self, signum, frame):
         _STOP_SIGNAL[0] = signum
         if self._asked and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            interrupt(frame)   # raises, or holds it for when libbpf returns
+            return
         self._asked = True
         self.console.print(self.message)
 
@@ -949,7 +951,7 @@ _STOP_SIGNAL = [signal.SIGINT]   # the signal that last asked this process to st
 
 def _sigterm(signum, frame):
     _STOP_SIGNAL[0] = signum
-    raise KeyboardInterrupt   # the same orderly teardown as Ctrl-C
+    interrupt(frame)   # the same orderly teardown as Ctrl-C
 
 
 def interrupted_status() -> int:
@@ -963,6 +965,16 @@ def interrupted_status() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
+    handle_sigint()
+    try:   # from the moment the handlers are in: a stop during the imports below ends here too
+        return _run(args)
+    except KeyboardInterrupt:
+        return interrupted_status()
+    except BrokenPipeError:
+        return 0
+
+
+def _run(args) -> int:
     from .kernel import KernelError
     from .lab import LabError
     from .steering import SteerError
@@ -977,10 +989,6 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, PrivilegeError, TracerError, KernelError, LabError, SteerError) as e:
         print(f"steer {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        return interrupted_status()
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

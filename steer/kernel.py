@@ -20,6 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from .interrupts import called_from_c, hold, raise_held
+
 __all__ = [
     "KernelError", "BpfObject", "BpfMap", "PerfCounter", "bpf_dir",
     "possible_cpus", "setns", "enter_netns", "call_with_netns_sysfs", "ensure_bpffs",
@@ -58,15 +60,38 @@ _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, c
 
 
 @_PRINT_FN
+@called_from_c
 def _libbpf_print(level, fmt, args):
-    buf = ctypes.create_string_buffer(1 << 20 if os.environ.get("STEER_LIBBPF_DEBUG") else 1024)
-    _libc.vsnprintf(buf, len(buf), fmt, args)
-    line = buf.value.decode(errors="replace").rstrip()
-    if line:
-        _libbpf_log.append(line)
-    if os.environ.get("STEER_LIBBPF_DEBUG"):
-        os.write(2, (line + "\n").encode())
+    try:
+        buf = ctypes.create_string_buffer(1 << 20 if os.environ.get("STEER_LIBBPF_DEBUG") else 1024)
+        _libc.vsnprintf(buf, len(buf), fmt, args)
+        line = buf.value.decode(errors="replace").rstrip()
+        if line:
+            _libbpf_log.append(line)
+        if os.environ.get("STEER_LIBBPF_DEBUG"):
+            os.write(2, (line + "\n").encode())
+    except BaseException as e:   # ctypes would print and drop it (steer.interrupts)
+        hold(e)
     return 0
+
+
+class _Libbpf:
+    """libbpf's functions, each followed by raising what its print callback held while it ran."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._lib, name)
+
+        def call(*args):
+            result = fn(*args)
+            raise_held()
+            return result
+
+        call.__name__ = name
+        setattr(self, name, call)   # an attribute from now on, found without __getattr__
+        return call
 
 
 def _libbpf():
@@ -131,8 +156,8 @@ def _libbpf():
             f = getattr(lib, fn)
             f.restype, f.argtypes = res, args
         lib.libbpf_set_print(_libbpf_print)
-        _lib = lib
-        return lib
+        _lib = _Libbpf(lib)
+        return _lib
 
 
 class _BtfType(ctypes.Structure):

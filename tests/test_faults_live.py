@@ -386,6 +386,40 @@ def _kill_at_random(args, longest, rng):
     p.wait()
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """steer's main() has installed its handlers (SigCgt, /proc/PID/status, has SIGTERM's bit)."""
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except OSError:
+        return False
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+def test_sigterm_and_ctrl_c_during_the_load_stop_steer_40_times():
+    """A stop request in the first moments, while libbpf loads and logs (its print callback runs
+    Python, where ctypes would drop the KeyboardInterrupt: steer.interrupts), stops steer in
+    one teardown: exit 128 + the signal, no traceback, nothing attached."""
+    rng = random.Random(10)
+    for i in range(KILLS - 10):
+        sig = (signal.SIGTERM, signal.SIGINT)[i % 2]
+        p = _spawn("flows", "--duration", "30")
+        deadline = time.monotonic() + 10
+        while not _catches_sigterm(p.pid) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.6))
+        p.send_signal(sig)
+        try:
+            _, err = p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            pytest.fail(f"steer flows ran on after {sig.name}: {err[-2000:]}")
+        assert p.returncode == 128 + sig, (sig.name, p.returncode, err[-2000:])
+        assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
+    assert not _settled(_tracer_programs)
+
+
 def test_sigkill_pin_50_times():
     """After each kill, steer rules reads whatever was left; after all, reset leaves nothing."""
     rng = random.Random(7)

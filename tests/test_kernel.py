@@ -1,0 +1,62 @@
+"""The kernel gateway's own behaviour where it needs no privileges: a stop request that arrives
+while libbpf is calling back into Python is not lost (steer.interrupts)."""
+import os
+import signal
+import sys
+
+import pytest
+
+from steer import interrupts, kernel
+
+
+def _open_missing(lib, tmp_path):
+    """A libbpf call that logs (the file is not there) and so runs steer's print callback."""
+    return lib.bpf_object__open_file(str(tmp_path / "missing.bpf.o").encode(), None)
+
+
+@pytest.mark.parametrize("handler", [
+    lambda signum, frame: interrupts.interrupt(frame),   # steer's own (cli, benches)
+    signal.default_int_handler,                          # raising where it runs: the callback holds it
+], ids=["steer's handler", "python's default"])
+def test_a_stop_signal_inside_libbpfs_print_callback_is_raised_when_libbpf_returns(
+        handler, monkeypatch, tmp_path):
+    """Ctrl-C or SIGTERM whose handler runs while libbpf is in steer's print callback (a program
+    load prints hundreds of lines) would be dropped by ctypes, and the process would run on with
+    its tracer attached: the libbpf call raises the KeyboardInterrupt when it returns."""
+    lib = kernel._libbpf()
+    real = kernel._libc
+
+    class SignalledLibc:
+        """The signal comes in the callback: its handler runs at the callback's next bytecode."""
+        def vsnprintf(self, *args):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            return real.vsnprintf(*args)
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    monkeypatch.setattr(kernel, "_libc", SignalledLibc())
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)   # where ctypes reports a drop
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _open_missing(lib, tmp_path)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert not unraisable
+    monkeypatch.undo()
+    assert _open_missing(lib, tmp_path) is None   # raised once, not again
+    assert any("missing.bpf.o" in line for line in kernel._libbpf_log)
+
+
+def test_interrupt_raises_outside_a_callback_and_holds_inside_one():
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.interrupt(sys._getframe())
+
+    @interrupts.called_from_c
+    def callback():
+        interrupts.interrupt(sys._getframe())   # at its first bytecode or deeper: held
+        return "returned"
+
+    assert callback() == "returned"
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_held()
+    interrupts.raise_held()   # once
