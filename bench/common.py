@@ -82,9 +82,9 @@ def run(main) -> None:
     # a bench started in the background (`... &`, nohup) ignores SIGINT: SIGTERM must tear its
     # lab down too, or its namespaces and iperf3s outlive it
     name = os.path.basename(sys.argv[0]).removesuffix(".py")
-    signal.signal(signal.SIGTERM, stop)
-    handle_sigint()
-    try:
+    try:   # the handlers go in inside it: a stop from the first moment they are in ends here
+        signal.signal(signal.SIGTERM, stop)
+        handle_sigint()
         code = main()
     except (KernelError, LabError, PrivilegeError, SteerError, TracerError) as e:
         sys.exit(f"{name}: {e}")

@@ -964,9 +964,9 @@ def interrupted_status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
-    handle_sigint()
-    try:   # from the moment the handlers are in: a stop during the imports below ends here too
+    try:   # the handlers go in inside it: a stop from the first moment they are in ends here
+        signal.signal(signal.SIGTERM, _sigterm)
+        handle_sigint()
         return _run(args)
     except KeyboardInterrupt:
         return interrupted_status()

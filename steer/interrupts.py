@@ -4,14 +4,21 @@ Python runs a signal handler at the next bytecode of the main thread, and that c
 ctypes callback's: libbpf calls steer's print callback for every line it logs, hundreds of times
 in a program load. ctypes prints an exception raised in a callback ("Exception ignored on calling
 ctypes callback function") and drops it, so the stop request would be lost and the process would
-run on with its tracer attached and its lab up. steer's handlers call interrupt(): it raises where
-that is safe, and inside a callback holds the KeyboardInterrupt instead; the kernel gateway raises
-what is held as soon as the C call returns (raise_held()).
+run on with its tracer attached and its lab up. steer's handlers call interrupt(): it raises
+StopRequested (a KeyboardInterrupt) where that is safe, and inside a callback holds it instead;
+the kernel gateway raises what is held as soon as the C call returns (raise_held()).
 """
 from __future__ import annotations
 
 import signal
 import threading
+
+class StopRequested(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, as steer's handlers raise it; caught as KeyboardInterrupt. Not that
+    class itself: CPython (3.11) marks a KeyboardInterrupt raised inside exec() of a string
+    (dataclasses make their methods so, when a module is imported) as unhandled for good, and the
+    process then ends by SIGINT with no message, whatever caught it; it checks the exact type."""
+
 
 _callbacks: set = set()        # code objects of the Python functions that C calls
 _held = threading.local()      # .exception: raised when the C call returns
@@ -46,11 +53,11 @@ def raise_held() -> None:
 
 
 def interrupt(frame) -> None:
-    """For a signal handler: raise KeyboardInterrupt, or hold it while a callback runs."""
+    """For a signal handler: raise StopRequested, or hold it while a callback runs."""
     if _in_callback(frame):
-        hold(KeyboardInterrupt())
+        hold(StopRequested())
         return
-    raise KeyboardInterrupt
+    raise StopRequested
 
 
 def _on_sigint(signum, frame):

@@ -407,7 +407,8 @@ def test_sigterm_and_ctrl_c_during_the_load_stop_steer_40_times():
         deadline = time.monotonic() + 10
         while not _catches_sigterm(p.pid) and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.6))
+        after = rng.uniform(0, 0.6)
+        time.sleep(after)
         p.send_signal(sig)
         try:
             _, err = p.communicate(timeout=20)
@@ -415,7 +416,7 @@ def test_sigterm_and_ctrl_c_during_the_load_stop_steer_40_times():
             p.kill()
             _, err = p.communicate()
             pytest.fail(f"steer flows ran on after {sig.name}: {err[-2000:]}")
-        assert p.returncode == 128 + sig, (sig.name, p.returncode, err[-2000:])
+        assert p.returncode == 128 + sig, (i, sig.name, f"{after:.3f} s", p.returncode, err[-2000:])
         assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
     assert not _settled(_tracer_programs)
 

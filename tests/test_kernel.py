@@ -2,10 +2,12 @@
 while libbpf is calling back into Python is not lost (steer.interrupts)."""
 import os
 import signal
+import subprocess
 import sys
 
 import pytest
 
+from helpers import ROOT
 from steer import interrupts, kernel
 
 
@@ -60,3 +62,19 @@ def test_interrupt_raises_outside_a_callback_and_holds_inside_one():
     with pytest.raises(KeyboardInterrupt):
         interrupts.raise_held()
     interrupts.raise_held()   # once
+
+
+def test_a_stop_during_an_import_ends_with_the_status_main_returns():
+    """A stop whose handler runs inside exec() of a string (dataclasses make their methods so
+    at import): CPython 3.11 would end the process by SIGINT, with no message, even after code
+    caught the KeyboardInterrupt; steer's StopRequested is not marked so."""
+    code = ("import os, signal, sys\n"
+            "from steer.interrupts import interrupt\n"
+            "signal.signal(signal.SIGUSR1, lambda signum, frame: interrupt(frame))\n"
+            "try:\n"
+            "    exec('import os, signal; os.kill(os.getpid(), signal.SIGUSR1)')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('caught')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert (r.returncode, r.stdout) == (0, "caught\n"), (r.returncode, r.stderr)
