@@ -95,7 +95,8 @@ struct cpu_state {
 	__u64 mark;		/* last boundary of the NET_RX or kthread interval */
 	__u64 llc_mark;
 	__u64 softirq_llc_start;
-	__u64 kthread_start;	/* first skb of the running cpumap batch */
+	__u64 kthread_start;	/* start of the running cpumap batch or threaded NAPI run */
+	__u64 hardirq_start;	/* the running interrupt handler's start (handlers do not nest) */
 	/* sampled timing: the network header of the last skb that went up the stack here (skb->data
 	 * moves on as the layers pull their headers; the buffer stays) */
 	__u64 hint_data;
@@ -112,12 +113,14 @@ struct cpu_state {
 	__u8 ctx;		/* CTX_* */
 	__u8 cur_valid;		/* cur holds the flow of the last skb */
 	__u8 skb_counted;	/* the last event counted an rx_skb for cur on this CPU */
-	__u8 pad[5];
+	__u8 resume_ctx;	/* CTX_NAPI_THREAD: the softirq running interrupted that context */
+	__u8 pad[4];
 };
 
 #define CTX_NONE	0
 #define CTX_NET_RX	1
-#define CTX_KTHREAD	2
+#define CTX_KTHREAD	2	/* a cpumap kthread: steered work, charged as kthread time */
+#define CTX_NAPI_THREAD	3	/* a threaded NAPI kthread: the NET_RX work itself, out of softirq */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -416,13 +419,13 @@ static __always_inline void charge_interval(struct cpu_state *s, struct ft_cpu_s
 	if (!st && s->cur_valid)
 		st = flow_entry(&s->cur, cpu, tot);
 	if (st) {
-		if (s->ctx == CTX_NET_RX)
-			st->kernel_ns += dt;
-		else
+		if (s->ctx == CTX_KTHREAD)
 			st->kthread_ns += dt;
+		else
+			st->kernel_ns += dt;
 		st->llc_kernel += dllc;
 		st->last_seen_ns = now;
-	} else if (s->ctx == CTX_NET_RX) {
+	} else if (s->ctx != CTX_KTHREAD) {
 		tot->net_rx_unattributed_ns += dt;
 	} else {
 		tot->kthread_unattributed_ns += dt;
@@ -452,6 +455,20 @@ static __always_inline int comm_is_cpumap(const char *comm)
 	       comm[4] == 'a' && comm[5] == 'p' && comm[6] == '/';
 }
 
+/* threaded NAPI kthreads are named "napi/<dev>-<napi id>" (net/core/dev.c) */
+static __always_inline int comm_is_napi(const char *comm)
+{
+	return comm[0] == 'n' && comm[1] == 'a' && comm[2] == 'p' && comm[3] == 'i' && comm[4] == '/';
+}
+
+/* the receive kthread the current task is: CTX_KTHREAD (cpumap), CTX_NAPI_THREAD or CTX_NONE */
+static __always_inline __u8 kthread_ctx(const char *comm)
+{
+	if (comm_is_cpumap(comm))
+		return CTX_KTHREAD;
+	return comm_is_napi(comm) ? CTX_NAPI_THREAD : CTX_NONE;
+}
+
 static __always_inline int current_is_cpumap_kthread(void)
 {
 	char comm[8];
@@ -460,13 +477,22 @@ static __always_inline int current_is_cpumap_kthread(void)
 	return comm_is_cpumap(comm);
 }
 
-/* The cpumap kthread's context on this CPU: open from its first skb of a batch or from its
- * xdp_cpumap_kthread event, closed when it next reaches that event, runs a softirq (at
- * local_bh_enable) or leaves the CPU. Since 6.14 the event comes before its batch goes up the stack
- * (through GRO), so an interval that only the next event closed would span the kthread's sleep. */
-static __always_inline void open_kthread(struct cpu_state *s, __u64 now, __u64 llc)
+static __always_inline __u8 current_kthread_ctx(void)
 {
-	s->ctx = CTX_KTHREAD;
+	char comm[8];
+
+	bpf_get_current_comm(comm, sizeof(comm));
+	return kthread_ctx(comm);
+}
+
+/* A receive kthread's context on this CPU: the cpumap kthread's or a threaded NAPI poller's (CTX),
+ * open from its first skb or when it comes on the CPU (and for cpumap at its xdp_cpumap_kthread
+ * event), closed when it leaves the CPU or runs a softirq (at local_bh_enable), and for cpumap
+ * when it next reaches that event: since 6.14 the event comes before its batch goes up the stack
+ * (through GRO), so an interval that only the next event closed would span the kthread's sleep. */
+static __always_inline void open_kthread(struct cpu_state *s, __u8 ctx, __u64 now, __u64 llc)
+{
+	s->ctx = ctx;
 	s->cur_valid = 0;	/* the head of the interval goes to its first skb */
 	s->kthread_start = now;
 	s->mark = now;
@@ -475,9 +501,16 @@ static __always_inline void open_kthread(struct cpu_state *s, __u64 now, __u64 l
 
 static __always_inline void close_kthread(struct cpu_state *s, struct ft_cpu_stats *tot, __u64 now)
 {
-	if (s->ctx != CTX_KTHREAD)
+	__u64 dt = now - s->kthread_start;
+
+	if (s->ctx == CTX_KTHREAD) {
+		tot->kthread_ns += dt;
+	} else if (s->ctx == CTX_NAPI_THREAD) {
+		tot->net_rx_ns += dt;
+		tot->napi_thread_ns += dt;
+	} else {
 		return;
-	tot->kthread_ns += now - s->kthread_start;
+	}
 	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now(), 0);
 	s->ctx = CTX_NONE;
 }
@@ -491,7 +524,9 @@ int BPF_PROG(ft_softirq_entry, unsigned int vec_nr)
 
 	if (!s || !tot)
 		return 0;
-	close_kthread(s, tot, now);	/* a softirq run by the kthread's local_bh_enable */
+	/* a softirq run by the kthread's local_bh_enable; a NAPI poller goes on polling after it */
+	s->resume_ctx = s->ctx == CTX_NAPI_THREAD ? CTX_NAPI_THREAD : CTX_NONE;
+	close_kthread(s, tot, now);
 	/* softirqs do not nest on a CPU, so one start time serves every vector */
 	s->softirq_start = now;
 	s->softirq_llc_start = llc_now();
@@ -524,6 +559,38 @@ int BPF_PROG(ft_softirq_exit, unsigned int vec_nr)
 		s->ctx = CTX_NONE;
 	}
 	s->softirq_start = 0;
+	if (s->resume_ctx != CTX_NONE) {
+		open_kthread(s, s->resume_ctx, now, llc);
+		s->resume_ctx = CTX_NONE;
+	}
+	return 0;
+}
+
+/* Device interrupt handlers per CPU: where a NIC queue's interrupt lands is the arrival CPU, the
+ * third CPU of a flow besides its softirq's and its reader's. One program pair per handler run,
+ * none per packet. Handlers run with interrupts off and do not nest; time spent in them inside
+ * a NET_RX softirq or a receive syscall stays part of that, as in /proc/stat. */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(ft_irq_handler_entry, int irq, struct irqaction *action)
+{
+	struct cpu_state *s = this_cpu_state();
+
+	if (s)
+		s->hardirq_start = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(ft_irq_handler_exit, int irq, struct irqaction *action, int ret)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+
+	if (!s || !tot || !s->hardirq_start)
+		return 0;	/* attached while this handler was already running */
+	tot->hardirq_ns += bpf_ktime_get_ns() - s->hardirq_start;
+	tot->hardirqs++;
+	s->hardirq_start = 0;
 	return 0;
 }
 
@@ -538,6 +605,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	__u64 now = bpf_ktime_get_ns(), payload = 0, llc;
 	int parsed, second_pass = 0;
 	__u16 segs;
+	__u8 kctx;
 
 	if (!s || !tot)
 		return 0;
@@ -558,8 +626,11 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 		goto count;
 	}
 
-	if (s->ctx == CTX_NONE && s->softirq_start == 0 && current_is_cpumap_kthread())
-		open_kthread(s, now, llc_now());	/* first skb of a cpumap batch */
+	if (s->ctx == CTX_NONE && s->softirq_start == 0) {
+		kctx = current_kthread_ctx();
+		if (kctx != CTX_NONE)
+			open_kthread(s, kctx, now, llc_now());	/* first skb of a batch */
+	}
 	if (s->ctx == CTX_KTHREAD) {
 		/* generic XDP already passed this skb through netif_receive_skb on the arrival CPU,
 		 * which set skb_iif; an skb built from an xdp_frame (native XDP) arrives here fresh */
@@ -692,7 +763,7 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 	close_kthread(s, tot, now);
 	/* what follows is this kthread's work: the rest of the loop before 6.14 (its tail goes to the
 	 * last skb's flow, as a softirq's does), the batch's way up the stack since */
-	open_kthread(s, now, llc_now());
+	open_kthread(s, CTX_KTHREAD, now, llc_now());
 	s->cur_valid = valid;
 	return 0;
 }
@@ -1318,15 +1389,17 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	struct cpu_state *s;
 	struct recv_state *r;
 	__u64 now;
+	__u8 kctx;
 
 	if (!tot)
 		return 0;
 	now = bpf_ktime_get_ns();
 	s = this_cpu_state();
 	if (s) {
-		close_kthread(s, tot, now);	/* the cpumap kthread sleeps or is preempted */
-		if (comm_is_cpumap(next->comm))
-			open_kthread(s, now, llc_now());
+		close_kthread(s, tot, now);	/* the receive kthread sleeps or is preempted */
+		kctx = kthread_ctx(next->comm);
+		if (kctx != CTX_NONE)
+			open_kthread(s, kctx, now, llc_now());
 	}
 	/* a reader that blocks or is preempted inside its receive syscall is off-CPU until it
 	 * comes back: only its on-CPU segments count */
@@ -1693,7 +1766,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	struct ft_flow_stats *st;
 	__u64 period = ctx->sample_period, llc, dllc, now, dev[FT_EVENTS];
 	__u32 cpu = bpf_get_smp_processor_id(), pid;
-	int where, kthread;
+	int where, kthread, napi_thread;
 	char comm[8];
 
 	if (!s || !tot)
@@ -1712,13 +1785,12 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	tot->samples_kernel_mode++;
 	where = where_sampled(ctx);
-	kthread = 0;
+	kthread = napi_thread = 0;
 	if (where == WHERE_TASK || where == WHERE_NET_CONTEXT) {
 		bpf_get_current_comm(comm, sizeof(comm));
 		/* threaded NAPI (napi/<dev>-<id>) runs the NET_RX work in a kthread, bh disabled */
-		if (comm[0] == 'n' && comm[1] == 'a' && comm[2] == 'p' && comm[3] == 'i' &&
-		    comm[4] == '/')
-			where = WHERE_NET_RX;
+		if (comm_is_napi(comm))
+			where = WHERE_NET_RX, napi_thread = 1;
 		else if (comm_is_cpumap(comm))
 			kthread = 1;
 		else if (where == WHERE_NET_CONTEXT)
@@ -1744,6 +1816,9 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		}
 		if (kthread) {
 			tot->kthread_ns += period;
+		} else if (napi_thread) {
+			tot->net_rx_ns += period;
+			tot->napi_thread_ns += period;
 		} else {
 			tot->net_rx_ns += period;
 			tot->softirq_ns += period;

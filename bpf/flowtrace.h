@@ -31,7 +31,7 @@ struct ft_flow_stats {
 	__u64 rx_skbs;		/* skbs whose stack processing ran on this CPU: an skb that generic
 				 * XDP redirects to a cpumap counts on the target CPU only */
 	__u64 redirected_skbs;	/* skbs XDP redirected away from this CPU to a cpumap */
-	__u64 kernel_ns;	/* NET_RX softirq time charged to this flow */
+	__u64 kernel_ns;	/* NET_RX softirq (or threaded NAPI) time charged to this flow */
 	__u64 kthread_ns;	/* cpumap kthread time charged to this flow (steered flows) */
 	__u64 app_bytes;	/* bytes returned to the reader (sock_recv_length) */
 	__u64 app_calls;	/* receive calls that returned data or an error */
@@ -88,6 +88,10 @@ struct ft_cpu_stats {
 	__u64 instructions_app;
 	__u64 cycles_kernel;
 	__u64 cycles_app;
+	__u64 napi_thread_ns;		/* of net_rx_ns, run in threaded NAPI kthreads (napi/<dev>-<id>),
+					 * outside any softirq: the same receive work on another CPU */
+	__u64 hardirq_ns;		/* device interrupt handlers (irq:irq_handler_entry/exit) */
+	__u64 hardirqs;			/* handler runs: /proc/interrupts counts these per IRQ */
 };
 
 /* the PMU events besides LLC misses (llc_counters), each in a perf event array of its own;

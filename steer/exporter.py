@@ -166,8 +166,14 @@ class SteerCollector(Collector):
 
     def _cpu_metrics(self, s: TraceSample, caps):
         kernel = CounterMetricFamily("steer_cpu_kernel_seconds",
-                                     "Kernel receive processing time per CPU and context.",
+                                     "Kernel receive processing time per CPU and context (softirq: "
+                                     "NET_RX; napi_thread: threaded NAPI; kthread: cpumap).",
                                      labels=["cpu", "context"])
+        hardirq = CounterMetricFamily("steer_cpu_hardirq_seconds",
+                                      "Device interrupt handler time per CPU: a NIC queue's "
+                                      "interrupt lands on its arrival CPU.", labels=["cpu"])
+        hardirqs = CounterMetricFamily("steer_cpu_hardirqs", "Device interrupt handler runs per "
+                                       "CPU (/proc/interrupts counts these).", labels=["cpu"])
         unattr = CounterMetricFamily("steer_cpu_net_rx_unattributed_seconds",
                                      "NET_RX time with no TCP/UDP skb to charge it to.", labels=["cpu"])
         app = CounterMetricFamily("steer_cpu_app_seconds", "Application receive syscall time per CPU.",
@@ -181,13 +187,16 @@ class SteerCollector(Collector):
             if c.cpu not in self.topo.cpus:
                 continue
             cpu = str(c.cpu)
-            kernel.add_metric([cpu, "softirq"], c.net_rx_ns / 1e9)
+            kernel.add_metric([cpu, "softirq"], (c.net_rx_ns - c.napi_thread_ns) / 1e9)
+            kernel.add_metric([cpu, "napi_thread"], c.napi_thread_ns / 1e9)
             kernel.add_metric([cpu, "kthread"], c.kthread_ns / 1e9)
+            hardirq.add_metric([cpu], c.hardirq_ns / 1e9)
+            hardirqs.add_metric([cpu], c.hardirqs)
             unattr.add_metric([cpu], c.net_rx_unattributed_ns / 1e9)
             app.add_metric([cpu], c.app_ns / 1e9)
             events.add_metric([cpu], c.net_rx_events)
             drops.add_metric([cpu], c.rx_drops)
-        yield from (kernel, unattr, app, events, drops)
+        yield from (kernel, unattr, app, events, drops, hardirq, hardirqs)
         if s.cpu_events:
             whole = CounterMetricFamily(
                 "steer_cpu_events", "PMU events of everything a CPU ran (every task, user and "

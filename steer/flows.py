@@ -177,6 +177,9 @@ class CpuReport:
     rx_drops: int = 0
     # side -> event -> count charged to receive work ("kernel", "app"; None: not per flow)
     events: dict | None = None
+    napi_thread_seconds: float = 0.0   # of net_rx_seconds: in threaded NAPI kthreads
+    hardirq_seconds: float = 0.0       # device interrupt handlers: the arrival CPU's share
+    hardirqs: int = 0
     # event -> count of all the CPU ran (every task, user and kernel, idle), as PCM counts a
     # core; with llc_hit_ratio where both LLC events are counted (None: no PMU events)
     whole_cpu: dict | None = None
@@ -185,7 +188,9 @@ class CpuReport:
         return {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
                 "net_rx_seconds": _r(self.net_rx_seconds),
                 "net_rx_unattributed_seconds": _r(self.net_rx_unattributed_seconds),
+                "napi_thread_seconds": _r(self.napi_thread_seconds),
                 "kthread_seconds": _r(self.kthread_seconds), "app_seconds": _r(self.app_seconds),
+                "hardirq_seconds": _r(self.hardirq_seconds), "hardirqs": self.hardirqs,
                 "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
                 "events": self.events, "whole_cpu": self.whole_cpu}
 
@@ -349,6 +354,9 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             llc_misses_kernel=c.llc_kernel - b.llc_kernel if llc else None,
             llc_misses_app=c.llc_app - b.llc_app if llc else None,
             rx_drops=c.rx_drops - b.rx_drops,
+            napi_thread_seconds=(c.napi_thread_ns - b.napi_thread_ns) / NS,
+            hardirq_seconds=(c.hardirq_ns - b.hardirq_ns) / NS,
+            hardirqs=c.hardirqs - b.hardirqs,
             events=by_side(side_events([c], [b])) if per_flow_events else None,
             whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},
                                  after.cpu_events.get(c.cpu))))

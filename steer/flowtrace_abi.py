@@ -35,7 +35,8 @@ class CpuStats(ctypes.Structure):
         "net_rx_events", "net_rx_ns", "net_rx_unattributed_ns", "kthread_ns",
         "kthread_unattributed_ns", "softirq_ns", "softirq_llc", "app_ns", "app_nested_ns",
         "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs", "samples",
-        "samples_kernel_mode", "rx_drops", *EVENT_FIELDS)]
+        "samples_kernel_mode", "rx_drops", *EVENT_FIELDS, "napi_thread_ns", "hardirq_ns",
+        "hardirqs")]
 
 
 # enum ft_text and enum ft_timing: checked against the header (HEADER_CONSTANTS), and ft_timing

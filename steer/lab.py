@@ -107,6 +107,19 @@ def _ip(*args: str) -> None:
         raise LabError(f"ip {' '.join(args)}: {r.stderr.strip() or 'failed'}")
 
 
+def napi_threads() -> dict[int, str]:
+    """The threaded NAPI kthreads (napi/<dev>-<napi id>) of the host, by pid."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = open(f"/proc/{pid}/comm").read().strip()
+        except OSError:
+            continue
+        if comm.startswith("napi/"):
+            out[int(pid)] = comm
+    return out
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -159,6 +172,10 @@ class Lab:
     flows: list[LabFlow]
     seconds: float = 10.0
     client_args: tuple[str, ...] = ()   # more iperf3 client options (the sweep's --paper: -Z, -O)
+    # the receiving veth polled by NAPI (GRO on, TSO off on the sender) in a kthread of its own,
+    # napi/veth-rx-<id>, as drivers can with /sys/class/net/DEV/threaded, pinned to the first
+    # flow's kernel CPU
+    threaded_napi: bool = False
     tag: str = field(default_factory=lambda: f"{os.getpid()}-{next(_instances)}")
 
     def __post_init__(self):
@@ -168,6 +185,7 @@ class Lab:
         self._servers: dict[int, subprocess.Popen] = {}
         self._clients: dict[int, subprocess.Popen] = {}
         self._up = False
+        self.napi_pids: list[int] = []   # with threaded_napi: the receiving veth's pollers
         self.flows = [f if f.port else LabFlow(f.kernel_cpu, f.app_cpu, BASE_PORT + i)
                       for i, f in enumerate(self.flows)]
 
@@ -204,6 +222,27 @@ class Lab:
             _ip("-n", ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
+        if self.threaded_napi:
+            self._thread_napi()
+
+    def _thread_napi(self) -> None:
+        before = set(napi_threads())
+        # a veth takes an skb through its peer's NAPI only when that can aggregate it: with TSO
+        # on the sender, TCP's skbs come already large and bypass it (veth_skb_is_eligible_for_gro)
+        for ns, cmd in ((self.tx, ["ethtool", "-K", SENDER_DEV, "tso", "off"]),
+                        (self.rx, ["ethtool", "-K", RECEIVER_DEV, "gro", "on"]),
+                        (self.rx, ["sh", "-c", f"echo 1 > /sys/class/net/{RECEIVER_DEV}/threaded"])):
+            r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True)
+            if r.returncode:
+                raise LabError(f"threaded NAPI on {RECEIVER_DEV}: {' '.join(cmd)}: "
+                               f"{r.stderr.strip() or 'failed'}")
+        self.napi_pids = sorted(set(napi_threads()) - before)
+        if not self.napi_pids:
+            raise LabError(f"threaded NAPI on {RECEIVER_DEV}: no napi/ kthread appeared")
+        cpu = self.flows[0].kernel_cpu
+        for pid in self.napi_pids:
+            if cpu is not None:
+                os.sched_setaffinity(pid, {cpu})
 
     @property
     def rx_dev(self) -> str:

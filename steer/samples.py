@@ -98,6 +98,9 @@ class CpuSample:
     instructions_app: int = 0
     cycles_kernel: int = 0
     cycles_app: int = 0
+    napi_thread_ns: int = 0   # of net_rx_ns: threaded NAPI kthreads
+    hardirq_ns: int = 0
+    hardirqs: int = 0
 
 
 @dataclass(frozen=True)

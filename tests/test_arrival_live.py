@@ -1,0 +1,143 @@
+"""Receive work outside the NET_RX softirq, so that no CPU of a flow's path is hidden: threaded
+NAPI kthreads (against the scheduler's own count of their time) and device interrupt handlers
+(against /proc/interrupts and libbpf-tools `hardirqs`)."""
+import mmap
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from helpers import CPU_A, CPU_B, SAMPLE_HZ, live, two_cpus
+from steer.flows import build_snapshot
+from steer.lab import Lab, LabFlow
+from steer.topology import read_topology
+from steer.tracer import Tracer
+
+pytestmark = live
+
+
+def _runtime(pids) -> int:
+    """Sum of sum_exec_runtime (ns, /proc/PID/schedstat) of PIDS."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total
+
+
+# Measured 2026-11-24 on this VM (napi_thread + NET_RX of the NAPI CPU against the kthread's
+# schedstat): exact -27%, sampled -28%. As for the cpumap kthread (test_steering_live,
+# KTHREAD_BOUND), the exact mode brackets each wake-up from the switch in to the switch out, and the
+# scheduler also counts the switches and the tracer's programs around them. The sampled mode reads
+# the cpumap kthread within -6% but this one 28% low: not explained yet (README, what works where).
+NAPI_BOUND = {"exact": (-0.80, 0.05), "sampled": (-0.50, 0.10)}
+
+
+@two_cpus
+@pytest.mark.parametrize("timing", ["exact", "sampled"])
+def test_threaded_napi_time_against_schedstat(timing):
+    """The receiving veth polled in a NAPI kthread pinned to CPU B, the reader on CPU A: the
+    flow's kernel time is on CPU B, as threaded NAPI time (not lost as it was in the exact mode,
+    which timed only softirqs), against the kthread's on-CPU time by the scheduler."""
+    tracer = Tracer(timing=timing, sample_hz=SAMPLE_HZ).start()
+    try:
+        with Lab([LabFlow(CPU_B, CPU_A)], seconds=6, threaded_napi=True) as lab:
+            lab.start()
+            time.sleep(1)
+            a, k0 = tracer.sample(), _runtime(lab.napi_pids)
+            time.sleep(3)
+            b, k1 = tracer.sample(), _runtime(lab.napi_pids)
+            (res,) = lab.wait(timeout=30)
+    finally:
+        tracer.stop()
+    assert res.error is None, res.error
+    snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
+    (flow,) = [f for f in snap.flows if f.flow.sport == res.sender_port]
+    cpu_b = next(c for c in snap.cpus if c.cpu == CPU_B)
+    truth = (k1 - k0) / 1e9
+    # the softirqs the kthread runs when it enables bottom halves (the ACKs its TCP sent through
+    # the veth) are NET_RX time by steer and the kthread's own by the scheduler
+    ours = cpu_b.net_rx_seconds
+    low, high = NAPI_BOUND[timing]
+    print(f"{timing}: NAPI kthreads {lab.napi_pids} on CPU {CPU_B}: schedstat {truth:.3f} s; steer "
+          f"threaded {cpu_b.napi_thread_seconds:.3f} s + softirq "
+          f"{cpu_b.net_rx_seconds - cpu_b.napi_thread_seconds:.3f} s ({ours / truth - 1:+.1%}, "
+          f"bounds {low:+.0%} {high:+.0%}); the flow {flow.kernel_seconds:.3f} s kernel, CPUs "
+          f"{flow.kernel_cpus}, unattributed {cpu_b.net_rx_unattributed_seconds:.3f} s")
+    assert truth > 0.1
+    assert cpu_b.napi_thread_seconds > 0.5 * (ours - cpu_b.napi_thread_seconds)
+    assert low < ours / truth - 1 < high
+    assert flow.kernel_cpu == CPU_B and flow.app_cpu == CPU_A
+    # the NET_RX part is mostly the sender's: the ACKs the kthread's TCP sends through the veth
+    assert flow.kernel_cpus.get(CPU_B, 0) > 0.85 * cpu_b.napi_thread_seconds
+    assert cpu_b.net_rx_unattributed_seconds < 0.1 * ours
+
+
+def _interrupts() -> dict[int, int]:
+    """Device interrupts per CPU from /proc/interrupts: the numbered lines (the others, LOC,
+    RES and such, are the CPUs' own vectors, not handlers)."""
+    with open("/proc/interrupts") as f:
+        cpus = [int(c[3:]) for c in f.readline().split()]
+        out = dict.fromkeys(cpus, 0)
+        for line in f:
+            name, _, rest = line.partition(":")
+            if not name.strip().isdigit():
+                continue
+            for cpu, n in zip(cpus, rest.split()):
+                out[cpu] += int(n)
+    return out
+
+
+def _disk_interrupts(path: str, stop: threading.Event) -> None:
+    """Direct writes until STOP, each completed by the disk's interrupt (O_DIRECT wants aligned
+    memory: an anonymous mapping is page-aligned)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    mem = mmap.mmap(-1, 64 << 10)
+    try:
+        while not stop.is_set():
+            os.pwrite(fd, mem, 0)
+    finally:
+        os.close(fd)
+        mem.close()
+
+
+def test_hardirqs_against_proc_interrupts_and_the_hardirqs_peer(tmp_path):
+    """Device interrupts (a disk's, by direct writes): steer's count per CPU against
+    /proc/interrupts over the same window, and its rate of handler time against libbpf-tools
+    `hardirqs` over a window inside it."""
+    tracer = Tracer(sample_hz=SAMPLE_HZ).start()
+    stop = threading.Event()
+    writer = threading.Thread(target=_disk_interrupts, args=(str(tmp_path / "direct"), stop))
+    out = None
+    try:
+        a, i0, t0 = tracer.sample(), _interrupts(), time.monotonic()
+        writer.start()
+        if shutil.which("hardirqs"):
+            time.sleep(0.5)
+            out = subprocess.run(["hardirqs", "-N", "2", "1"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        else:
+            time.sleep(3)
+        stop.set()
+        writer.join()
+        b, i1, window = tracer.sample(), _interrupts(), time.monotonic() - t0
+    finally:
+        stop.set()
+        tracer.stop()
+    snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
+    for c in snap.cpus:
+        proc = i1[c.cpu] - i0[c.cpu]
+        print(f"cpu {c.cpu}: steer {c.hardirqs} handler runs, {c.hardirq_seconds * 1e3:.2f} ms; "
+              f"/proc/interrupts {proc}")
+        assert abs(c.hardirqs - proc) <= max(5, 0.02 * proc)
+    assert sum(c.hardirqs for c in snap.cpus) > 1000, "the direct writes raised too few interrupts"
+    if out is not None:
+        # its lines after the header: "name  nsecs" (-N), over its 2 s window
+        peer = sum(int(m.group(1)) for m in re.finditer(r"^\s*\S.*?\s+(\d+)\s*$", out, re.M))
+        ours = sum(c.hardirq_seconds for c in snap.cpus) * 1e9 / window
+        print(f"hardirq ns/s: steer {ours:.0f}, hardirqs {peer / 2:.0f}\n{out}")
+        assert 0.67 < ours / (peer / 2) < 1.5
