@@ -469,14 +469,6 @@ static __always_inline __u8 kthread_ctx(const char *comm)
 	return comm_is_napi(comm) ? CTX_NAPI_THREAD : CTX_NONE;
 }
 
-static __always_inline int current_is_cpumap_kthread(void)
-{
-	char comm[8];
-
-	bpf_get_current_comm(comm, sizeof(comm));
-	return comm_is_cpumap(comm);
-}
-
 static __always_inline __u8 current_kthread_ctx(void)
 {
 	char comm[8];
@@ -621,7 +613,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 			return 0;
 		st->rx_skbs++;
 		st->last_seen_ns = now;
-		if (skb->skb_iif && current_is_cpumap_kthread())
+		if (skb->skb_iif && current_kthread_ctx() == CTX_KTHREAD)
 			return 0;	/* generic XDP counted it on the arrival CPU */
 		goto count;
 	}
