@@ -227,11 +227,15 @@ static __always_inline struct ft_flow_stats *flow_entry(const struct ft_flow_key
 /* Where a flow's packets come in (device, namespace, RX queue, NAPI instance), for its NIC's
  * locality. The fields that depend on the kernel's configuration are read through flavours that
  * CO-RE checks: sk_rx_dst_ifindex (5.18+; an input route cached by an established socket),
- * sk_napi_id and skb->napi_id (CONFIG_NET_RX_BUSY_POLL), sk_rx_queue_mapping (CONFIG_XPS). */
+ * sk_napi_id and skb->napi_id (CONFIG_NET_RX_BUSY_POLL), skc_rx_queue_mapping (CONFIG_XPS). */
 struct sock___rx {
 	int sk_rx_dst_ifindex;
 	unsigned int sk_napi_id;
-	__u16 sk_rx_queue_mapping;
+} __attribute__((preserve_access_index));
+
+/* sk_rx_queue_mapping is a macro for this field of sock_common (4.18+) */
+struct sock_common___rx {
+	unsigned short skc_rx_queue_mapping;
 } __attribute__((preserve_access_index));
 
 struct sk_buff___rx {
@@ -244,6 +248,7 @@ struct sk_buff___rx {
 static __always_inline void note_rx_path_sk(struct ft_flow_stats *st, struct sock *sk)
 {
 	struct sock___rx *x = (void *)sk;
+	struct sock_common___rx *common = (void *)sk;
 	int ifindex = 0;
 	__u16 q;
 
@@ -255,8 +260,8 @@ static __always_inline void note_rx_path_sk(struct ft_flow_stats *st, struct soc
 	st->rx_netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
 	if (bpf_core_field_exists(x->sk_napi_id))
 		st->rx_napi_id = BPF_CORE_READ(x, sk_napi_id);
-	if (bpf_core_field_exists(x->sk_rx_queue_mapping)) {
-		q = BPF_CORE_READ(x, sk_rx_queue_mapping);
+	if (bpf_core_field_exists(common->skc_rx_queue_mapping)) {
+		q = BPF_CORE_READ(common, skc_rx_queue_mapping);
 		st->rx_queue = q == NO_QUEUE_MAPPING ? 0 : q + 1;
 	}
 }
