@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+from .irqs import DeviceIrq, device_irqs, queue_irq, rx_irqs
 from .kernel import KernelError, call_with_netns_sysfs
 from .steering import SteerError, netns_path
 from .topology import format_cpulist
@@ -49,41 +50,77 @@ def _save_state(state: dict) -> None:
     os.replace(tmp, os.path.join(STATE_DIR, "restore.json"))
 
 
-def device_irqs(dev: str) -> list[int]:
-    """IRQs of DEV: its MSI vectors, else the /proc/interrupts lines that name it."""
-    msi = f"/sys/class/net/{dev}/device/msi_irqs"
-    if os.path.isdir(msi):
-        return sorted(int(n) for n in os.listdir(msi) if n.isdigit())
-    irqs = []
-    with open("/proc/interrupts") as f:
-        for line in f:
-            head, _, rest = line.partition(":")
-            if head.strip().isdigit() and any(dev == w or w.startswith(dev + "-")
-                                              for w in rest.split()):
-                irqs.append(int(head))
-    return irqs
-
-
-def set_irq_affinity(dev: str, cpus: list[int]) -> dict[int, str]:
-    """Point every IRQ of DEV at CPUS (smp_affinity_list); the originals are kept for reset."""
-    irqs = device_irqs(dev)
+def receive_irqs(dev: str, netns: str | None = None, queue: int | None = None) -> list[DeviceIrq]:
+    """DEV's IRQs that serve receive (QUEUE's alone, if given); the device is looked up in NETNS,
+    the IRQs are the host's. Raises SteerError when there are none to move."""
+    irqs = _with_sysfs_of(netns, _irqs_json, dev)
+    if irqs is None:
+        raise SteerError(f"no interface {dev!r}")
+    irqs = [DeviceIrq(**i) for i in irqs]
     if not irqs:
         raise SteerError(f"{dev} has no IRQs of its own (a virtual device?): use `steer pin` (XDP) "
                          "or `steer rps`")
+    rx = rx_irqs(irqs)
+    if queue is not None:
+        one = queue_irq(irqs, queue)
+        if one is None:
+            known = sorted(i.queue for i in rx if i.queue is not None)
+            raise SteerError(f"{dev} has no IRQ for RX queue {queue} (its receive IRQs serve "
+                             f"queues {format_cpulist(known) if known else 'not told by their names'})")
+        return [one]
+    if not rx:
+        raise SteerError(f"{dev}: none of its IRQs ({', '.join(i.name or str(i.irq) for i in irqs)}) "
+                         "serves receive")
+    return rx
+
+
+def _irqs_json(sysfs: str, dev: str) -> list[dict] | None:
+    if not os.path.isdir(os.path.join(sysfs, "class/net", dev)):
+        return None
+    return [i.as_dict() for i in device_irqs(dev, sysfs)]
+
+
+def set_irq_affinity(irqs: list[DeviceIrq], cpus: list[int], remember: bool = True) -> dict[int, str]:
+    """Point IRQS at CPUS (smp_affinity_list); returns each one's CPU list before. The first
+    originals are kept for `steer reset` (REMEMBER), so that a crash between this and
+    restore_irqs() still leaves a way back."""
     state = _state()
     before = {}
-    for irq in irqs:
-        path = f"/proc/irq/{irq}/smp_affinity_list"
-        with open(path) as f:
-            before[irq] = f.read().strip()
-        state["irq"].setdefault(str(irq), before[irq])
+    for i in irqs:
+        path = f"/proc/irq/{i.irq}/smp_affinity_list"
         try:
+            with open(path) as f:
+                before[i.irq] = f.read().strip()
+            if remember:
+                state["irq"].setdefault(str(i.irq), before[i.irq])
+                _save_state(state)
             with open(path, "w") as f:
                 f.write(format_cpulist(cpus))
         except OSError as e:
-            raise SteerError(f"IRQ {irq}: cannot set affinity: {e.strerror}") from None
-    _save_state(state)
+            # EIO: a managed IRQ, whose affinity the kernel sets; EINVAL: no CPU of the list
+            # can take it
+            raise SteerError(f"IRQ {i.irq} ({i.name or 'no name'}): cannot set its affinity to "
+                             f"CPU {format_cpulist(cpus)}: {e.strerror}") from None
     return before
+
+
+def restore_irqs(before: dict[int, str]) -> list[str]:
+    """Put IRQs back where set_irq_affinity found them, and forget them for `steer reset`."""
+    done = []
+    state = _state()
+    for irq, cpus in before.items():
+        try:
+            with open(f"/proc/irq/{irq}/smp_affinity_list", "w") as f:
+                f.write(cpus)
+            done.append(f"restored IRQ {irq} affinity to {cpus}")
+        except OSError:
+            pass   # the IRQ went with its device
+        state["irq"].pop(str(irq), None)
+    if state["irq"] or state["rps"]:
+        _save_state(state)
+    else:
+        _forget_state()
+    return done
 
 
 def _rps_files(sysfs: str, dev: str) -> list[str]:
@@ -167,8 +204,12 @@ def restore() -> list[str]:
             done.append(f"restored RPS of {dev} {queue} to {mask}")
         except SteerError:
             pass
+    _forget_state()
+    return done
+
+
+def _forget_state() -> None:
     try:
         os.unlink(os.path.join(STATE_DIR, "restore.json"))
     except FileNotFoundError:
         pass
-    return done

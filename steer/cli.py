@@ -246,10 +246,16 @@ def build_parser() -> argparse.ArgumentParser:
     app.add_argument("--pid", required=True, type=int, help="process id")
     app.add_argument("--cpu", required=True, metavar="LIST", help="CPU list, e.g. 2 or 2-3,6")
 
-    irq = sub.add_parser("irq", formatter_class=fmt, help="point a device's IRQs at CPUs",
-                         description="Write smp_affinity_list of every IRQ of IFACE (its queues). "
-                         "The old values are kept in /run/steer and restored by steer reset.")
+    irq = sub.add_parser("irq", formatter_class=fmt, help="point a device's receive IRQs at CPUs",
+                         description="Write smp_affinity_list of the IRQs of IFACE that serve "
+                         "receive (RX or combined queues; TX-only and control vectors stay), or of "
+                         "one RX queue's IRQ. The IRQ's CPU is where the driver's NAPI poll, and "
+                         "so the flows' receive softirq, runs, unless RPS or threaded NAPI move it "
+                         "on. The old values are kept in /run/steer and restored by steer reset. "
+                         "irqbalance, where it runs, moves IRQs back: stop it first.")
     irq.add_argument("--dev", required=True, metavar="IFACE", help="the device whose IRQs move")
+    irq.add_argument("--queue", type=int, metavar="N",
+                     help="only the IRQ of RX queue N (a flow's queue: steer flows --json, rx.queue)")
     irq.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
 
     rps = sub.add_parser("rps", formatter_class=fmt, help="set RPS CPUs of a device",
@@ -339,9 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "outside the swept pair where there is one; the report names it. On a "
                          "real host, run length and repeats (the client is yours to start)")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in --out")
-    sw.add_argument("--method", choices=["rps", "xdp"], default=None,
-                    help="how the kernel side is moved: RPS (lab default: like moving the NIC "
-                         "queue's IRQ) or XDP cpumap steering (the only choice with --dev)")
+    sw.add_argument("--method", choices=["rps", "xdp", "irq"], default=None,
+                    help="how the kernel side is moved. irq (with --dev): the papers' way, the "
+                         "NIC's receive IRQs pointed at the kernel CPU, where the driver's NAPI "
+                         "poll then runs (needs irqbalance stopped, RPS and threaded NAPI off; "
+                         "the IRQs are put back after). xdp (--dev default): XDP cpumap steering "
+                         "of the flow. rps (the lab's only way: its veth has no IRQ): RPS on the "
+                         "receiving veth")
     sw.add_argument("--dev", metavar="IFACE", help="sweep a real host: the receiving interface")
     sw.add_argument("--netns", metavar="NAME", help="network namespace of --dev")
     sw.add_argument("--server-cmd", metavar="CMD",
@@ -699,12 +709,18 @@ def cmd_app(args) -> int:
 
 
 def cmd_irq(args) -> int:
-    from .affinity import set_irq_affinity
+    from .affinity import receive_irqs, set_irq_affinity
     from .privileges import CAP_SYS_ADMIN, require_caps
+    from .topology import format_cpulist
     cpus = _cpus_online(args.cpu)   # a bad argument is exit 2 whoever runs it
+    if args.queue is not None and args.queue < 0:
+        raise UsageError(f"--queue {args.queue}: a queue number is 0 or more")
     require_caps([CAP_SYS_ADMIN], "changing IRQ affinity")
-    before = set_irq_affinity(args.dev, cpus)
-    print(f"{args.dev}: IRQs {', '.join(map(str, before))} now on CPU {args.cpu}")
+    irqs = receive_irqs(args.dev, queue=args.queue)
+    before = set_irq_affinity(irqs, cpus)
+    print(f"{args.dev}: IRQ{'s' if len(irqs) > 1 else ''} "
+          f"{', '.join(f'{i.irq} ({i.name})' if i.name else str(i.irq) for i in irqs)} now on CPU "
+          f"{format_cpulist(cpus)} (were on {', '.join(sorted(set(before.values())))})")
     return 0
 
 
@@ -821,7 +837,11 @@ def cmd_sweep(args) -> int:
     if bool(args.dev) != bool(args.server_cmd):
         raise UsageError("--dev and --server-cmd go together: a real host needs its receiver command")
     if args.dev and args.method == "rps":
-        raise UsageError("--method rps is for the lab; a real host is swept with --method xdp")
+        raise UsageError("--method rps is for the lab; a real host is swept with --method irq "
+                         "or xdp")
+    if not args.dev and args.method == "irq":
+        raise UsageError("--method irq moves the receiving NIC's IRQs, and the lab's veth has "
+                         "none: give --dev IFACE --server-cmd CMD, or use --method rps in the lab")
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: not a port number")
     if args.dev and args.flows != [1]:

@@ -5,6 +5,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from .classify import Placement, classify
+from .irqs import DeviceIrq, queue_irq
 from .topology import Topology, nic_local, nic_sockets
 from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, TraceSource
 from .units import hit_ratio, per_gb
@@ -231,9 +232,22 @@ def attach_devices(snap: Snapshot, topo: Topology, lookup) -> Snapshot:
             continue
         dev = lookup(f.rx_path.netns, f.rx_path.ifindex)
         socks = nic_sockets(topo, dev.get("numa_node"), dev.get("local_cpus")) if dev else None
+        if dev and "rx_irqs" in dev:
+            dev = with_queue_irq(dev, f.rx_path.queue)
         flows.append(replace(f, rx_device=dev, nic_local={
             "kernel": nic_local(topo, socks, f.kernel_cpu), "app": nic_local(topo, socks, f.app_cpu)}))
     return replace(snap, flows=flows)
+
+
+def with_queue_irq(dev: dict, queue: int | None) -> dict:
+    """DEV (a DeviceResolver answer) with the IRQ of RX QUEUE and the CPUs it may run on, in
+    place of its NIC's whole lists: "irq" None where no IRQ is known to serve the queue."""
+    found = queue_irq([DeviceIrq(i["irq"], "", i["queue"], True) for i in dev.get("rx_irqs") or []],
+                      queue)
+    out = {k: v for k, v in dev.items() if k not in ("rx_irqs", "irq_cpus")}
+    out["irq"] = found.irq if found else None
+    out["irq_cpus"] = (dev.get("irq_cpus") or {}).get(str(found.irq)) if found else None
+    return out
 
 
 SIDES = ("kernel", "app")

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 
+from .irqs import device_irqs
 from .topology import nic_place, read_int, read_text
 
 # what the papers set up before measuring, for the report to put beside what this host has
@@ -101,6 +102,9 @@ def device_config(sysfs: str, dev: str) -> dict:
     # RFS needs the host-wide socket table too (host_config adds it: only the initial namespace
     # has net.core.rps_sock_flow_entries)
     cfg["rfs"] = {"flow_cnt": flow_cnt}
+    # threaded NAPI: polls run in kthreads the scheduler places, not where the IRQ landed
+    cfg["threaded_napi"] = read_int(os.path.join(base, "threaded")) == 1
+    cfg["irqs"] = [i.as_dict() for i in device_irqs(dev, sysfs)]
     cc = read_text("/proc/sys/net/ipv4/tcp_congestion_control")
     cfg["congestion_control"] = cc
 
@@ -121,6 +125,29 @@ def device_config(sysfs: str, dev: str) -> dict:
         out, why = _ethtool([opt, dev])
         cfg[key] = parse_ethtool_sections(out) if out is not None else why
     return cfg
+
+
+def irq_method_problems(config: dict) -> list[str]:
+    """Why moving DEV's receive IRQs would not move its flows' receive processing, from a
+    host_config() with a device: each reason a sentence with its remedy ([]: none)."""
+    dev = config.get("device") or {}
+    name = dev.get("name", "the device")
+    out = []
+    if dev.get("error"):
+        return [dev["error"]]
+    if not any(i["rx"] for i in dev.get("irqs", [])):
+        out.append(f"{name} has no receive IRQs of its own (a virtual device?): use --method xdp")
+    if str(config.get("irqbalance", "")).startswith("running"):
+        out.append(f"irqbalance is {config['irqbalance']} and would move the IRQs back during "
+                   "the sweep: stop it first (systemctl stop irqbalance), as the papers did")
+    if (dev.get("rps") or {}).get("state") == "on":
+        out.append(f"RPS is on for {name}: receive processing would go to the RPS CPUs, not the "
+                   f"IRQ's; turn it off first (echo 0 into /sys/class/net/{name}/queues/rx-*/"
+                   "rps_cpus)")
+    if dev.get("threaded_napi"):
+        out.append(f"threaded NAPI is on for {name}: its kthreads, not the IRQ, decide where "
+                   f"receive runs; turn it off first (echo 0 > /sys/class/net/{name}/threaded)")
+    return out
 
 
 def _irqbalance(proc: str) -> str:

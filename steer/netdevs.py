@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+from .irqs import device_irqs, irq_cpus, rx_irqs
 from .kernel import KernelError, call_with_netns_sysfs
 from .topology import nic_place, read_text
 
@@ -68,8 +69,9 @@ def _nic_under(sysfs: str, name: str, depth: int = 0) -> dict | None:
 
 
 def devices_by_index(sysfs: str, indexes: list[int]) -> dict[str, dict]:
-    """{ifindex: {"dev", "nic", "numa_node", "local_cpus"}} of the devices of the namespace whose
-    sysfs is at SYSFS (JSON keys: it crosses a process boundary)."""
+    """{ifindex: {"dev", "nic", "numa_node", "local_cpus", "rx_irqs"}} of the devices of the
+    namespace whose sysfs is at SYSFS (JSON keys: it crosses a process boundary); rx_irqs: the
+    NIC's receive IRQs, [{"queue", "irq"}] (a queue of None: the IRQ's name does not tell)."""
     want = set(indexes)
     out: dict[str, dict] = {}
     root = os.path.join(sysfs, "class/net")
@@ -79,11 +81,16 @@ def devices_by_index(sysfs: str, indexes: list[int]) -> dict[str, dict]:
             nic = _nic_under(sysfs, name)
             out[idx] = {"dev": name, **(nic or {"nic": None, "numa_node": None, "local_cpus": None,
                                                 "locality": "none: a virtual device"})}
+            if nic:
+                out[idx]["rx_irqs"] = [{"queue": i.queue, "irq": i.irq}
+                                       for i in rx_irqs(device_irqs(nic["nic"], sysfs))]
     return out
 
 
 class DeviceResolver:
-    """lookup(netns inode, ifindex) -> the device's description, cached for CACHE_SECONDS."""
+    """lookup(netns inode, ifindex) -> the device's description, cached for CACHE_SECONDS but
+    for where its receive IRQs may run ("irq_cpus": {irq: CPUs}), read anew each time: `steer
+    irq` or irqbalance moves them at any moment."""
 
     def __init__(self, cache_seconds: float = CACHE_SECONDS):
         self.cache_seconds = cache_seconds
@@ -92,10 +99,13 @@ class DeviceResolver:
     def __call__(self, netns: int, ifindex: int) -> dict:
         now = time.monotonic()
         hit = self._cache.get((netns, ifindex))
-        if hit and now - hit[0] < self.cache_seconds:
-            return hit[1]
-        self._cache[(netns, ifindex)] = (now, self._resolve(netns, ifindex))
-        return self._cache[(netns, ifindex)][1]
+        if not hit or now - hit[0] >= self.cache_seconds:
+            hit = self._cache[(netns, ifindex)] = (now, self._resolve(netns, ifindex))
+        info = hit[1]
+        if info.get("rx_irqs"):
+            info = {**info, "irq_cpus": {str(i["irq"]): irq_cpus(i["irq"])
+                                         for i in info["rx_irqs"]}}
+        return info
 
     @staticmethod
     def _resolve(netns: int, ifindex: int) -> dict:

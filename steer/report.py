@@ -41,7 +41,7 @@ CSV_FIELDS = ["kernel_cpu", "app_cpu", "flows", "class", "shared_llc", "smt_sibl
               "nic_local_kernel", "nic_local_app", "throughput_bps", "throughput_per_flow_bps",
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
               "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
-              "measured_app_cpu", *COUNTER_KEYS, "runs"]
+              "measured_app_cpu", "measured_irq_cpu", *COUNTER_KEYS, "runs"]
 
 
 def counters_md(cells: list[dict], caps: dict) -> list[str]:
@@ -212,6 +212,23 @@ def paper_text(cfg: dict) -> str:
             f"(-O, and by the tracer), {sender}")
 
 
+def arrival_md(cells: list[dict], method: str) -> list[str]:
+    """Where the flow's queue IRQ fired in each cell (host mode: the lab's veth has no IRQ): with
+    --method irq the cell's kernel CPU, else wherever the NIC put it, a third CPU of the cell."""
+    fired = [c for c in cells if c.get("measured_irq_cpu") is not None]
+    if not fired:
+        return []
+    on_kernel = sum(c["measured_irq_cpu"] == c["kernel_cpu"] for c in fired)
+    cpus = ", ".join(str(c) for c in sorted({c["measured_irq_cpu"] for c in fired}))
+    line = (f"Arrival: the flow's queue IRQ fired mostly on the cell's kernel CPU in {on_kernel} "
+            f"of {len(fired)} cells (on CPU {cpus})")
+    if method == "irq" and on_kernel < len(fired):
+        line += "; where it did not, something moved the IRQ back (irqbalance?) or it is managed"
+    elif method != "irq":
+        line += f"; {method} moves the receive processing, not the interrupt"
+    return [line + ".", ""]
+
+
 def report_md(results: dict, topo: Topology) -> str:
     cells = matrix_cells(results)
     cfg, host = results["config"], results.get("host", {})
@@ -231,6 +248,7 @@ def report_md(results: dict, topo: Topology) -> str:
     if not results.get("complete", True):
         lines += ["**Incomplete**: the sweep was interrupted; `steer sweep --resume` continues it.", ""]
     lines += config_md(host.get("config"))
+    lines += arrival_md(cells, cfg["method"])
 
     lines += ["## Throughput by class", "",
               "| class | cells | median Gbit/s | min | max | kernel CPU-s/GB | app CPU-s/GB |",

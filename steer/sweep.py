@@ -7,8 +7,11 @@ Two traffic sources:
   moved with RPS on the receiving veth (the lab's analogue of the NIC queue's IRQ affinity) or with
   XDP steering; throughput is iperf3's own receiver count.
 - a real host (--dev IFACE --server-cmd CMD): CMD (the receiver, e.g. `iperf3 -s`) is started once
-  and fed by a client on another machine; for each cell its threads are re-pinned and the flow is
-  steered with XDP; throughput is what the reader got, by the tracer.
+  and fed by a client on another machine; for each cell its threads are re-pinned and the kernel
+  side is moved either as the papers did, by pointing the NIC's receive IRQs at the cell's kernel
+  CPU (--method irq: the driver's NAPI poll runs where its IRQ lands), or by steering the flow with
+  XDP; throughput is what the reader got, by the tracer. Each run also records where the flow's
+  queue IRQ fired (/proc/interrupts), so that the arrival CPU is never a hidden third CPU.
 
 results.json is rewritten after every cell, so Ctrl-C keeps what is done and --resume continues.
 """
@@ -31,12 +34,14 @@ from .flowspec import FlowSpec
 from .flows import build_snapshot
 from .topology import Topology, format_cpulist, nic_local, nic_sockets
 from .tracer import Tracer
-from .hostconfig import counter_delta, receiver_tcp
+from .hostconfig import counter_delta, irq_method_problems, receiver_tcp
+from .irqs import busiest_cpu, interrupt_counts, queue_irq
 from .report import COUNTER_KEYS, PAPER_PRESET, paper_text
 from .units import hit_ratio, per_gb
 
 RESULTS_VERSION = 1
 SETTLE_SECONDS = 0.5    # after a move, before measuring: the old placement's queues drain
+CLIENT_WAIT_SECONDS = 60.0   # host mode: for the other machine's client to connect
 
 
 class SweepError(Exception):
@@ -52,7 +57,7 @@ class SweepConfig:
     cpus: list[int]
     seconds: float
     repeat: int
-    method: str            # rps | xdp
+    method: str            # rps (lab) | xdp | irq (host)
     mode: str              # lab | host
     dev: str | None = None
     netns: str | None = None
@@ -156,7 +161,8 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
     profiled = [r["profile"] for r in runs if r.get("profile")]
     if profiled:
         cell["profile"] = combine_profiles(profiled)
-    for key in ("measured_kernel_cpu", "measured_stack_cpu", "measured_app_cpu"):
+    for key in ("measured_kernel_cpu", "measured_stack_cpu", "measured_app_cpu",
+                "measured_irq_cpu"):
         seen = [r.get(key) for r in runs if r.get(key) is not None]
         cell[key] = max(set(seen), key=seen.count) if seen else None
     return cell
@@ -255,7 +261,18 @@ def measure_flow(tracer: Tracer, before, after, topo, match, app_cpu: int | None
     for side in ("kernel", "stack", "app"):
         out[f"measured_{side}_cpu"], out[f"measured_{side}_share"] = _dominant_of(
             flows, f"{side}_cpu", f"{side}_cpu_share")
+    queues = Counter(f.rx_path.queue for f in flows if f.rx_path and f.rx_path.queue is not None)
+    out["rx_queue"] = queues.most_common(1)[0][0] if queues else None
     return out
+
+
+def irq_figures(irqs, before: dict, after: dict, queue: int | None) -> dict:
+    """Where the device's receive IRQS (DeviceIrqs) fired between two interrupt_counts(): the
+    flow's QUEUE's IRQ where it is known, else all of them together."""
+    one = queue_irq(irqs, queue)
+    watched = [one] if one else list(irqs)
+    cpu, n = busiest_cpu(before, after, [i.irq for i in watched])
+    return {"irq": one.irq if one else None, "measured_irq_cpu": cpu, "irq_count": n}
 
 
 def _sleep(seconds: float, should_stop) -> None:
@@ -346,12 +363,28 @@ class HostRunner:
 
     def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop,
                  profiler: Tracer | None = None):
+        from .hostconfig import host_config
         from .kernel import enter_netns
-        from .steering import XdpSteering, netns_path
+        from .steering import SteerError, XdpSteering, netns_path
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
         self.profiler = profiler
         self.device_config = None   # host_info read it: the device is there from the start
-        self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
+        self.client_seen = False
+        self.steering = None
+        self.irq_before: dict[int, str] = {}   # the receive IRQs' affinity before the sweep
+        # the device's receive IRQs, to see where the flow's fired (any method) and to move
+        # them (irq); none for a virtual device
+        from .affinity import receive_irqs
+        try:
+            self.irqs = receive_irqs(cfg.dev, cfg.netns)
+        except SteerError:
+            self.irqs = []
+        if cfg.method == "irq":
+            problems = irq_method_problems(host_config(cfg.dev, cfg.netns))
+            if problems:
+                raise SweepError("--method irq: " + "; ".join(problems))
+        else:
+            self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
         self.spec = FlowSpec(proto="tcp", dport=cfg.port)
         try:
             argv = shlex.split(cfg.server_cmd)
@@ -364,23 +397,54 @@ class HostRunner:
                                            start_new_session=True,
                                            preexec_fn=(lambda: enter_netns(ns)) if ns else None)
         except OSError as e:
-            self.steering.close()
+            if self.steering:
+                self.steering.close()
             raise SweepError(f"--server-cmd {argv[0]}: {e.strerror}") from None
 
-    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1) -> dict:
-        from .affinity import set_app_affinity
+    def wait_for_client(self, timeout: float = CLIENT_WAIT_SECONDS) -> None:
+        """Until a connection to the receiver's port is established: the first cell would
+        otherwise measure the client's start, or nothing."""
+        end = time.monotonic() + timeout
+        while self.cfg.port not in established_ports(self.server.pid):
+            self._check_server()
+            if time.monotonic() > end:
+                raise SweepError(f"no client connected to port {self.cfg.port} within "
+                                 f"{timeout:.0f} s: start the sender on the other host (e.g. "
+                                 f"iperf3 -c ADDRESS -p {self.cfg.port} -t 3600)")
+            _sleep(0.2, self.should_stop)
+        self.client_seen = True
+
+    def _check_server(self) -> None:
         if self.server.poll() is not None:
             err = self.server.stderr.read().decode(errors="replace").strip()
             raise SweepError(f"the server command exited ({self.server.returncode}): {err}")
+
+    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1) -> dict:
+        from .affinity import set_app_affinity
+        if not self.client_seen:
+            self.wait_for_client()
+        self._check_server()
         set_app_affinity(self.server.pid, {app_cpu})
-        self.steering.pin(self.spec, kernel_cpu)
+        if self.steering:
+            self.steering.pin(self.spec, kernel_cpu)
+        else:
+            from .affinity import set_irq_affinity
+            from .steering import SteerError
+            try:
+                before = set_irq_affinity(self.irqs, [kernel_cpu])
+            except SteerError as e:
+                raise SweepError(f"cell {kernel_cpu}:{app_cpu}: {e}") from None
+            for irq, cpus in before.items():
+                self.irq_before.setdefault(irq, cpus)
         _sleep(SETTLE_SECONDS, self.should_stop)
         window: dict = {}
 
         def traffic():
+            window["irqs_before"] = interrupt_counts()
             window["before"] = self.tracer.sample()
             _sleep(self.cfg.seconds, self.should_stop)
             window["after"] = self.tracer.sample()
+            window["irqs_after"] = interrupt_counts()
         tcp0 = receiver_tcp(self.cfg.netns)
         prof = _profiled(self.profiler, traffic)
         tcp1 = receiver_tcp(self.cfg.netns)
@@ -394,19 +458,43 @@ class HostRunner:
             raise SweepError(f"no traffic to port {self.cfg.port} read by the server in cell "
                              f"{kernel_cpu}:{app_cpu}: is the client on the other host running?")
         run["throughput_bps"] = run.pop("tracer_throughput_bps")
+        if self.irqs:
+            run.update(irq_figures(self.irqs, window["irqs_before"], window["irqs_after"],
+                                   run.get("rx_queue")))
         # the sender is another host: its retransmits are seen here only as the receiver sees
         # them, namespace-wide (receiver_tcp)
         run["receiver_tcp"] = counter_delta(tcp0, tcp1)
         return run
 
     def close(self):
-        self.steering.close()
+        if self.steering:
+            self.steering.close()
+        if self.irq_before:
+            from .affinity import restore_irqs
+            restore_irqs(self.irq_before)
         if self.server.poll() is None:
             os.killpg(self.server.pid, signal.SIGTERM)
             try:
                 self.server.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(self.server.pid, signal.SIGKILL)
+
+
+def established_ports(pid: int) -> set[int]:
+    """The local ports of the TCP connections established in the network namespace of PID (its
+    /proc/PID/net/tcp and tcp6: that namespace's, whoever owns them)."""
+    ports = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{name}") as f:
+                next(f, None)
+                for line in f:
+                    w = line.split()
+                    if len(w) > 3 and w[3] == "01":   # TCP_ESTABLISHED
+                        ports.add(int(w[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            pass
+    return ports
 
 
 def _profiled(profiler: Tracer | None, traffic):

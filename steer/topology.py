@@ -221,10 +221,18 @@ def nic_local(topo: Topology, sockets: tuple[int, ...] | None, cpu: int | None) 
 
 def nic_place(sysfs: str, dev: str) -> dict | None:
     """Where network device DEV (under SYSFS/class/net) sits: {"numa_node", "local_cpus"} from its
-    device/ (a NUMA node of -1 is none); None for a virtual device, which has no device/."""
+    device/, or the parent of a virtio device/ (a NUMA node of -1 is none); None for a virtual
+    device, which has no device/."""
     base = os.path.join(sysfs, "class/net", dev, "device")
     if not os.path.exists(base):
         return None
+    # a virtio NIC's device/ is the virtio device, which sits under the PCI function that has
+    # the locality
+    here = os.path.realpath(base)
+    for d in (here, os.path.dirname(here)):
+        if os.path.exists(os.path.join(d, "numa_node")):
+            base = d
+            break
     numa = read_int(os.path.join(base, "numa_node"))
     local = read_text(os.path.join(base, "local_cpulist"))
     return {"numa_node": numa if numa is not None and numa >= 0 else None,

@@ -43,6 +43,8 @@ from steer.topology import parse_cpulist
      "--flows is for the lab"),
     (["sweep", "--out", "/nonexistent", "--port", "65530", "--flows", "8"], "ports past 65535"),
     (["sweep", "--out", "/nonexistent", "--paper", "--flows", "1,8"], "--paper measures one flow"),
+    (["sweep", "--out", "/nonexistent", "--method", "irq"], "the lab's veth has none"),
+    (["irq", "--dev", "lo", "--queue", "-1", "--cpu", "0"], "--queue -1"),
     (["profile", "--frequency", "0"], "--frequency"),
     (["profile", "--duration", "0"], "--duration"),
 ])

@@ -132,9 +132,10 @@ def test_devices_by_index_finds_the_nic_under_a_vlan(tmp_path):
             f.write(f"{idx}\n")
     os.symlink("../eth0", f"{vlan}/lower_eth0")
     got = devices_by_index(root, [2, 5, 7, 9])
-    assert got["2"] == {"dev": "eth0", "nic": "eth0", "numa_node": 1, "local_cpus": list(range(12, 24))}
+    assert got["2"] == {"dev": "eth0", "nic": "eth0", "numa_node": 1, "local_cpus": list(range(12, 24)),
+                        "rx_irqs": []}
     assert got["5"] == {"dev": "eth0.100", "nic": "eth0", "numa_node": 1,
-                        "local_cpus": list(range(12, 24))}
+                        "local_cpus": list(range(12, 24)), "rx_irqs": []}
     assert got["7"]["nic"] is None and got["7"]["locality"] == "none: a virtual device"
     assert "9" not in got
 

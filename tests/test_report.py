@@ -286,3 +286,24 @@ def test_pmu_table_and_figure_only_with_pmu_figures(xeon, tmp_path):
     assert str(tmp_path / "app_core_instructions_per_gb.png") in files
     rows = list(csv.DictReader(io.StringIO(to_csv(r))))
     assert rows[0]["app_core_llc_hit_ratio"] == "0.75"
+
+
+def test_the_report_says_where_the_queue_irq_fired(xeon):
+    """Host mode records the CPU the flow's queue IRQ fired on: with --method irq it is each
+    cell's kernel CPU, a cell where it is not is named as a fault; with xdp it stays put."""
+    r = synthetic(xeon)
+    assert "Arrival:" not in report_md(r, xeon)   # the lab: no IRQ
+    r["config"]["method"] = "irq"
+    for c in r["cells"]:
+        c["measured_irq_cpu"] = c["kernel_cpu"]
+    md = report_md(r, xeon)
+    assert "Arrival: the flow's queue IRQ fired mostly on the cell's kernel CPU in 9 of 9 cells " \
+           "(on CPU 0, 1, 12)." in md
+    r["cells"][0]["measured_irq_cpu"] = 5
+    assert "in 8 of 9 cells" in report_md(r, xeon) and "irqbalance?" in report_md(r, xeon)
+    r["config"]["method"] = "xdp"
+    for c in r["cells"]:
+        c["measured_irq_cpu"] = 5
+    assert "in 0 of 9 cells (on CPU 5); xdp moves the receive processing, not the interrupt." \
+        in report_md(r, xeon)
+    assert "measured_irq_cpu" in to_csv(r).splitlines()[0]

@@ -130,6 +130,15 @@ def test_bad_sweep_arguments():
     assert_one_line_error(steer("sweep", "--out", "/tmp/x", "--cpus", f"{A},77"), "CPU 77 does not exist")
 
 
+def test_the_irq_method_refuses_a_device_without_irqs(tmp_path):
+    """The papers' method needs a NIC queue IRQ to move (the guest's virtio-net has them:
+    tests/test_vm_live.py); loopback has none, and the sweep says so before it starts anything."""
+    r = steer("sweep", "--out", str(tmp_path / "s"), "--method", "irq", "--dev", "lo",
+              "--server-cmd", "iperf3 -s -p 5301", "--port", "5301", "--seconds", "1")
+    assert_one_line_error(r, "--method irq: lo has no receive IRQs of its own", "--method xdp")
+    assert not (tmp_path / "s" / "results.json").exists()
+
+
 def test_real_host_mode_with_an_outside_client(tmp_path):
     """--dev/--server-cmd as on a real host: the 'other machine' is a lab namespace whose client
     keeps sending while the sweep re-pins the receiver and re-steers the flow (XDP) per cell."""

@@ -14,7 +14,7 @@ from helpers import ROOT, STEER, live, steer
 from steer.flows import build_snapshot
 from steer.kernel import vmlinux_has_type
 from steer.lab import Lab, LabFlow
-from steer.topology import read_topology
+from steer.topology import parse_cpulist, read_topology
 from steer.tracer import Tracer, TracerError
 
 pytestmark = live
@@ -271,3 +271,142 @@ def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, tmp_path):
     assert auto.returncode == 0, log
     assert f"warning: CPU {cpu} of the rule for" in log
     assert "Traceback" not in log
+
+
+# The guest's NIC (tests/vm/run.py): a multi-queue virtio-net on NUMA node STEER_VM_NIC_NODE, fed
+# from a namespace of the host by an iperf3 client that connects to STEER_VM_FEEDER_PORT again
+# and again. A real host with a NIC and a sender can set the same variables.
+NIC = os.environ.get("STEER_VM_NIC")
+FEEDER_PORT = os.environ.get("STEER_VM_FEEDER_PORT", "5301")
+fed_nic = pytest.mark.skipif(not NIC, reason="needs a NIC fed from outside (make test-vm)")
+
+
+def _irq_names():
+    """{irq: handler name} from /proc/interrupts, apart from steer's reading of /sys/kernel/irq."""
+    out = {}
+    for line in open("/proc/interrupts").read().splitlines()[1:]:
+        head, _, rest = line.partition(":")
+        if head.strip().isdigit():
+            out[int(head)] = rest.split()[-1]
+    return out
+
+
+def _nic_rx_irqs():
+    """The NIC's receive IRQs by queue, from the names virtio-net gives them (virtioN-input.Q)."""
+    import re
+    out = {}
+    for irq, name in _irq_names().items():
+        m = re.fullmatch(r"virtio\d+-input\.(\d+)", name)
+        if m:
+            out[int(m.group(1))] = irq
+    return out
+
+
+def _affinities(irqs):
+    return {i: open(f"/proc/irq/{i}/smp_affinity_list").read().strip() for i in irqs}
+
+
+@fed_nic
+@two_sockets
+def test_irq_sweep_moves_the_queue_irq_and_the_receive_work_follows(tmp_path):
+    """The papers' method: per cell the NIC's receive IRQs go to the kernel CPU and the reader is
+    pinned to the app CPU. Where the flow's queue IRQ fired (/proc/interrupts), where the tracer
+    saw its receive processing and its reads, and the reader's pinning agree with the cell, on one
+    CPU of each socket; the NIC's node makes the second socket's CPU the NIC-local one. After the
+    sweep every IRQ is back where it was."""
+    node = int(os.environ.get("STEER_VM_NIC_NODE", "1"))
+    near = next(c.cpu for c in TOPO.cpus.values() if c.online and c.numa == node)
+    far = next(c.cpu for c in TOPO.cpus.values() if c.online and c.numa != node and c.cpu != 0)
+    rx = _nic_rx_irqs()
+    assert len(rx) >= 2, _irq_names()     # one IRQ per queue pair
+    was = _affinities(rx.values())
+    r = steer("sweep", "--out", str(tmp_path), "--cpus", f"{far},{near}", "--seconds", "2",
+              "--method", "irq", "--dev", NIC, "--port", FEEDER_PORT,
+              "--server-cmd", f"iperf3 -s -p {FEEDER_PORT}", timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "results.json").read_text())
+    dev = res["host"]["config"]["device"]
+    assert dev["numa_node"] == node and dev["threaded_napi"] is False
+    assert sorted(i["irq"] for i in dev["irqs"] if i["rx"]) == sorted(rx.values())
+    assert res["complete"] and len(res["cells"]) == 4
+    for c in res["cells"]:
+        k, a = c["kernel_cpu"], c["app_cpu"]
+        run = c["runs"][0]
+        print(f"kernel {k} app {a}: {c['class']}, {c['throughput_bps'] / 1e6:.0f} Mbit/s, queue "
+              f"{run['rx_queue']} IRQ {run['irq']} fired {run['irq_count']} times, mostly on "
+              f"{c['measured_irq_cpu']}; receive work on {c['measured_kernel_cpu']}, reads on "
+              f"{c['measured_app_cpu']}")
+        assert run["irq"] == rx[run["rx_queue"]], run      # the flow's queue's own IRQ
+        assert c["measured_irq_cpu"] == k and run["irq_count"] > 0, c
+        assert c["measured_kernel_cpu"] == k and c["measured_app_cpu"] == a, c
+        assert c["throughput_bps"] > 0
+        assert c["class"] == ("same-core" if k == a else "cross-socket")
+        assert c["nic_local"] == {"kernel": k == near, "app": a == near}
+    assert _affinities(rx.values()) == was
+    assert not os.path.exists("/run/steer/restore.json")
+
+
+def _feeder_flow(tracer, devices, seconds):
+    """The feeder's flow over SECONDS, as steer flows reports it (with its device resolved)."""
+    from steer.flows import attach_devices
+    before = tracer.sample()
+    time.sleep(seconds)
+    snap = attach_devices(build_snapshot(before, tracer.sample(), TOPO, tracer.capabilities),
+                          TOPO, devices)
+    mine = [f for f in snap.flows if f.flow.dport == int(FEEDER_PORT) and f.rx_bytes > 10**5]
+    return mine[0].as_json() if mine else None
+
+
+@fed_nic
+def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
+    """`steer irq --queue` moves the flow's queue's IRQ and no other; the flow shows its queue,
+    that queue's IRQ (by virtio-net's name for it) and where it may run, with the receive work
+    there; `steer reset` puts the IRQ back. Read from the default (sampled) tracer, whose queue
+    comes from the socket (sk_rx_queue_mapping), not from each packet. The tracer is attached
+    before the flow starts and detached after it ends: attaching under this load is where the
+    emulated machine has locked up."""
+    from steer.netdevs import DeviceResolver
+    rx = _nic_rx_irqs()
+    was = _affinities(rx.values())
+    tracer = Tracer().start()
+    devices = DeviceResolver()
+    server = subprocess.Popen(["iperf3", "-s", "-p", FEEDER_PORT], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        # the feeder connects within a second or two; its flow's queue is the tap's choice
+        f = None
+        for _ in range(30):
+            f = _feeder_flow(tracer, devices, 1)
+            if f:
+                break
+        assert f and f["rx"]["queue"] is not None, f"no queue for the feeder's flow: {f}"
+        queue = f["rx"]["queue"]
+        target = next(c for c in (3, 2, 1) if was[rx[queue]] != str(c))
+        r = steer("irq", "--dev", NIC, "--queue", str(queue), "--cpu", str(target))
+        assert r.returncode == 0, r.stderr
+        assert f"IRQ {rx[queue]} (virtio" in r.stdout and f"now on CPU {target}" in r.stdout
+        assert _affinities([rx[queue]])[rx[queue]] == str(target)
+        others = {i: v for i, v in _affinities(rx.values()).items() if i != rx[queue]}
+        assert others == {i: v for i, v in was.items() if i != rx[queue]}   # only that one moved
+        time.sleep(0.5)
+        f = _feeder_flow(tracer, devices, 2)
+        print(json.dumps(f["rx"]), f["kernel_cpu"], f["nic_local"])
+        # the flow may have changed queues meanwhile: the tap sends a flow to the guest on the
+        # queue its ACKs last came from, which XPS picks by the CPU that sends them (a moved IRQ
+        # moves that CPU). Whatever its queue, steer names that queue's IRQ, reads where it runs
+        # as /proc/irq has it, and the receive work is there
+        q = f["rx"]["queue"]
+        assert f["rx"]["dev"] == NIC and q in rx
+        assert f["rx"]["irq"] == rx[q]
+        assert f["rx"]["irq_cpus"] == parse_cpulist(
+            open(f"/proc/irq/{rx[q]}/effective_affinity_list").read())
+        assert f["rx"]["numa_node"] == int(os.environ.get("STEER_VM_NIC_NODE", "1"))
+        assert f["kernel_cpu"] in f["rx"]["irq_cpus"]
+    finally:
+        server.kill()
+        server.wait()
+        time.sleep(0.5)   # the feeder's flow ends with the server: detach after it
+        tracer.stop()
+        r = steer("reset")
+    assert r.returncode == 0, r.stderr
+    assert _affinities(rx.values()) == was

@@ -12,10 +12,18 @@ mount --bind "$STEER_VM_MODULES" /lib/modules
 hostname steer-vm
 ip link set lo up
 modprobe veth
+# the NIC of run.py (a multi-queue virtio-net fed from the host): the one device virtio_net makes
+modprobe virtio_net
+nic=$(ls /sys/bus/virtio/drivers/virtio_net/*/net 2>/dev/null | head -n 1)
+if [ -n "$nic" ] && [ -n "$STEER_VM_NIC_ADDR" ]; then
+	ip addr add "$STEER_VM_NIC_ADDR" dev "$nic"
+	ip link set "$nic" up
+	export STEER_VM_NIC="$nic"
+fi
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb
 export PYTHONDONTWRITEBYTECODE=1 STEER_IN_TEST_GUEST=1
 cd "$STEER_VM_REPO" || { echo "STEER_VM_EXIT=98"; echo o > /proc/sysrq-trigger; }
-echo "test-vm guest: kernel $(uname -r), $(nproc) CPUs"
+echo "test-vm guest: kernel $(uname -r), $(nproc) CPUs, NIC ${STEER_VM_NIC:-none}"
 # the arguments travel comma-separated on the kernel command line
 set -f
 IFS=,

@@ -7,13 +7,20 @@ stock guest). Its userspace is the host's own root, shared read-only over virtio
 overlay for writes, so the guest runs the same checkout, venv and tools as the host; its kernel and
 modules come from Debian's linux-image-cloud-amd64 package, unpacked under build/vm/. Nothing but
 the console leaves the guest: it prints the tests' exit status as a marker line, and this script
-returns it (75 when the guest kernel locked up: the emulated machine's fault, not a test's). The
-guest has no network device; traffic stays between namespaces inside it.
+returns it (75 when the guest kernel locked up: the emulated machine's fault, not a test's).
+
+The guest has one network device, for the IRQ method and NIC locality (the lab's veth has neither
+interrupts nor a NUMA node): a virtio-net with NIC_QUEUES queue pairs, one MSI-X vector per queue,
+behind a PCI expander bridge on the guest's NUMA node NIC_NUMA_NODE, fed by a multi-queue tap in a
+namespace of the host that this script creates (NIC_NETNS, 198.18.100.0/30) and deletes. A feeder
+there connects an iperf3 client (FEEDER_RATE) to the guest's FEEDER_PORT again and again, so a
+receiver the guest starts on that port gets a flow from outside, as from another machine.
 
     tests/vm/run.py [--timeout S] [--keep] [PYTEST ARGS...]
 
-Default pytest arguments: tests/test_vm_live.py. Needs root (virtiofsd shares /), qemu-system-x86
-and kmod (`scripts/setup.sh --vm` installs them), and apt access to download two packages once.
+Default pytest arguments: tests/test_vm_live.py. Needs root (virtiofsd shares /; the tap's
+namespace), qemu-system-x86, kmod and iperf3 (`scripts/setup.sh --vm` installs them), and apt
+access to download two packages once.
 """
 from __future__ import annotations
 
@@ -42,6 +49,13 @@ INITRD_MODULES = ["fuse", "virtio_ring", "virtio", "virtio_pci_modern_dev",
 # what only this guest shows; the other live modules run too (VM_TESTS=...), slowly under TCG
 DEFAULT_TESTS = ["tests/test_vm_live.py"]
 EXIT_MARKER = re.compile(rb"STEER_VM_EXIT=(\d+)")
+
+NIC_NETNS = "steer-vm-nic"      # the host's end of the guest's NIC: a namespace of its own
+NIC_TAP = "steervm0"
+NIC_HOST_ADDR, NIC_GUEST_ADDR, NIC_PREFIXLEN = "198.18.100.1", "198.18.100.2", 30
+NIC_QUEUES = 4                  # one queue pair per guest vCPU, as virtio-net sets by default
+NIC_NUMA_NODE = 1               # the NIC on the second socket: NIC-local is then not just CPU 0's
+FEEDER_PORT = 5301              # not iperf3's default: no lab test inside the guest listens here
 
 
 def fail(msg: str) -> None:
@@ -166,6 +180,52 @@ def _die_with_parent():
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _ip(*args: str) -> None:
+    run(["ip", *args])
+
+
+def nic_up() -> None:
+    """The tap of the guest's NIC, in NIC_NETNS (made anew: a killed run's is deleted first)."""
+    if os.path.exists(f"/run/netns/{NIC_NETNS}"):
+        _ip("netns", "del", NIC_NETNS)
+    _ip("netns", "add", NIC_NETNS)
+    _ip("-n", NIC_NETNS, "tuntap", "add", "dev", NIC_TAP, "mode", "tap", "multi_queue")
+    _ip("-n", NIC_NETNS, "addr", "add", f"{NIC_HOST_ADDR}/{NIC_PREFIXLEN}", "dev", NIC_TAP)
+    _ip("-n", NIC_NETNS, "link", "set", NIC_TAP, "up")
+    _ip("-n", NIC_NETNS, "link", "set", "lo", "up")
+
+
+def nic_down() -> None:
+    subprocess.run(["ip", "netns", "del", NIC_NETNS], capture_output=True)
+
+
+# The feeder: an iperf3 client to the guest's FEEDER_PORT, started again whenever one ends (nobody
+# listening yet, a receiver stopped); each client dies with it, and it dies with run.py. Its rate
+# is capped: unpaced, it kept a guest vCPU in NET_RX for most of its time (~3 Gbit/s under TCG),
+# and the one lockup of the emulated machine seen with it (a vCPU in handle_softirqs, by the
+# tracepoint a tracer attached to) came with that load
+FEEDER_RATE = "400M"
+FEEDER = f"""
+import ctypes, signal, subprocess, sys, time
+libc = ctypes.CDLL(None)
+libc.prctl(1, signal.SIGKILL)
+while True:
+    subprocess.run(["iperf3", "-c", "{NIC_GUEST_ADDR}", "-p", "{FEEDER_PORT}", "-t", "86400",
+                    "-b", "{FEEDER_RATE}", "--connect-timeout", "1000"], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, preexec_fn=lambda: libc.prctl(1, signal.SIGKILL))
+    time.sleep(0.3)
+"""
+
+
+def nic_qemu_args() -> list[str]:
+    vectors = 2 * NIC_QUEUES + 2     # a vector per queue, one for config, one for the control queue
+    return ["-device", f"pxb-pcie,id=pxb1,bus_nr=128,numa_node={NIC_NUMA_NODE},bus=pcie.0",
+            "-device", "pcie-root-port,id=rp1,bus=pxb1,chassis=1,slot=1",
+            "-netdev", f"tap,id=nic0,ifname={NIC_TAP},script=no,downscript=no,"
+                       f"queues={NIC_QUEUES},vhost=off",
+            "-device", f"virtio-net-pci,netdev=nic0,bus=rp1,mq=on,vectors={vectors}"]
+
+
 def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], timeout: float,
          log: Path, boot_timeout: float = 120.0) -> int:
     # a socket of this run's own: one a killed earlier run left behind cannot be in the way
@@ -191,11 +251,14 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     # seen in ~20 runs of this tier had a vCPU spinning in smp_call_function_many_cond for an IPI
     # that a vCPU idle there never answered
     cmdline = (f"console=ttyS0 panic=-1 idle=halt STEER_VM_REPO={ROOT} STEER_VM_MODULES={modules} "
-               f"STEER_VM_PYTEST={args}")
+               f"STEER_VM_PYTEST={args} STEER_VM_NIC_ADDR={NIC_GUEST_ADDR}/{NIC_PREFIXLEN} "
+               f"STEER_VM_NIC_PEER={NIC_HOST_ADDR} STEER_VM_FEEDER_PORT={FEEDER_PORT} "
+               f"STEER_VM_NIC_NODE={NIC_NUMA_NODE}")
     mem = "2G"
     # a plain CPU model: with `-cpu max` the 6.1 guest stalled on every vCPU (soft lockups) in
     # two runs out of six; the SSE4 flags are what the host's numpy and Python builds expect
-    qemu = ["qemu-system-x86_64", "-machine", "q35,accel=tcg",
+    # qemu in the tap's namespace: it attaches to the tap by name there
+    qemu = ["ip", "netns", "exec", NIC_NETNS, "qemu-system-x86_64", "-machine", "q35,accel=tcg",
             "-cpu", "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt",
             "-smp", "4,sockets=2,cores=2,threads=1", "-m", "4G",
             "-object", f"memory-backend-memfd,id=m0,size={mem},share=on",
@@ -205,12 +268,15 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
             "-chardev", f"socket,id=vfs,path={sock}",
             "-device", "vhost-user-fs-pci,chardev=vfs,tag=hostroot,queue-size=1024",
             "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
-            "-nographic", "-no-reboot", "-nic", "none", "-serial", "mon:stdio"]
+            *nic_qemu_args(),
+            "-nographic", "-no-reboot", "-serial", "mon:stdio"]
     status, seen, booted, why = None, b"", False, None
     started = time.monotonic()
     vm = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, start_new_session=True,
                           preexec_fn=_die_with_parent)
+    feeder = subprocess.Popen(["ip", "netns", "exec", NIC_NETNS, sys.executable, "-c", FEEDER],
+                              start_new_session=True, preexec_fn=_die_with_parent)
     try:
         with open(log, "wb") as out:
             os.set_blocking(vm.stdout.fileno(), False)
@@ -242,9 +308,9 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
                     why = f"timed out after {timeout:.0f} s"
                     break
     finally:
-        for p in (vm, vfs):
+        for p in (vm, feeder, vfs):
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL) if p is vm else p.kill()
+                os.killpg(p.pid, signal.SIGKILL) if p is not vfs else p.kill()
             p.wait()
         shutil.rmtree(sock.parent, ignore_errors=True)
     print(f"test-vm: guest ran {time.monotonic() - started:.0f} s; console in {log}")
@@ -266,17 +332,24 @@ def main(argv=None) -> int:
     args, rest = p.parse_known_args(argv)
     if os.geteuid() != 0:
         fail("needs root (virtiofsd shares / with the guest; the tests inside need it too)")
-    for tool in ("qemu-system-x86_64", VIRTIOFSD):
+    for tool, package in (("qemu-system-x86_64", "qemu-system-x86"), (VIRTIOFSD, "qemu-system-x86"),
+                          ("iperf3", "iperf3")):
         if not shutil.which(tool) and not os.path.exists(tool):
-            fail(f"{tool} not found (apt-get install qemu-system-x86, or scripts/setup.sh --vm)")
+            fail(f"{tool} not found (apt-get install {package}, or scripts/setup.sh --vm)")
     if not (ROOT / "build" / "flowtrace.bpf.o").exists():
         fail("BPF objects not built (make)")
     WORK.mkdir(parents=True, exist_ok=True)
     vmlinuz, modules, version = prepare_kernel()
     initrd = build_initramfs(modules, version)
-    print(f"test-vm: booting {version} (4 vCPUs as 2 sockets x 2 cores, TCG)", flush=True)
-    return boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout,
-                WORK / "console.log", args.boot_timeout)
+    print(f"test-vm: booting {version} (4 vCPUs as 2 sockets x 2 cores, TCG; a {NIC_QUEUES}-queue "
+          f"virtio-net on node {NIC_NUMA_NODE}, its tap in the host's namespace {NIC_NETNS})",
+          flush=True)
+    nic_up()
+    try:
+        return boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout,
+                    WORK / "console.log", args.boot_timeout)
+    finally:
+        nic_down()
 
 
 if __name__ == "__main__":
