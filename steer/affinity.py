@@ -105,7 +105,8 @@ def set_irq_affinity(irqs: list[DeviceIrq], cpus: list[int], remember: bool = Tr
 
 
 def restore_irqs(before: dict[int, str]) -> list[str]:
-    """Put IRQs back where set_irq_affinity found them, and forget them for `steer reset`."""
+    """Put IRQs back where set_irq_affinity found them, and forget them for `steer reset`
+    unless reset holds an older original (an earlier `steer irq`): that one stays."""
     done = []
     state = _state()
     for irq, cpus in before.items():
@@ -115,7 +116,8 @@ def restore_irqs(before: dict[int, str]) -> list[str]:
             done.append(f"restored IRQ {irq} affinity to {cpus}")
         except OSError:
             pass   # the IRQ went with its device
-        state["irq"].pop(str(irq), None)
+        if state["irq"].get(str(irq)) == cpus:
+            del state["irq"][str(irq)]
     if state["irq"] or state["rps"]:
         _save_state(state)
     else:

@@ -313,13 +313,19 @@ def test_irq_sweep_moves_the_queue_irq_and_the_receive_work_follows(tmp_path):
     pinned to the app CPU. Where the flow's queue IRQ fired (/proc/interrupts), where the tracer
     saw its receive processing and its reads, and the reader's pinning agree with the cell, on one
     CPU of each socket; the NIC's node makes the second socket's CPU the NIC-local one. After the
-    sweep every IRQ is back where it was."""
+    sweep every IRQ is back where the sweep found it, and steer reset still knows the originals
+    from before an earlier `steer irq`."""
     node = int(os.environ.get("STEER_VM_NIC_NODE", "1"))
     near = next(c.cpu for c in TOPO.cpus.values() if c.online and c.numa == node)
     far = next(c.cpu for c in TOPO.cpus.values() if c.online and c.numa != node and c.cpu != 0)
     rx = _nic_rx_irqs()
     assert len(rx) >= 2, _irq_names()     # one IRQ per queue pair
     was = _affinities(rx.values())
+    # the user had moved them before: the sweep puts back what it found, steer reset the originals
+    r = steer("irq", "--dev", NIC, "--cpu", "0")
+    assert r.returncode == 0, r.stderr
+    found = _affinities(rx.values())
+    assert set(found.values()) == {"0"}
     r = steer("sweep", "--out", str(tmp_path), "--cpus", f"{far},{near}", "--seconds", "2",
               "--method", "irq", "--dev", NIC, "--port", FEEDER_PORT,
               "--server-cmd", f"iperf3 -s -p {FEEDER_PORT}", timeout=600)
@@ -342,6 +348,9 @@ def test_irq_sweep_moves_the_queue_irq_and_the_receive_work_follows(tmp_path):
         assert c["throughput_bps"] > 0
         assert c["class"] == ("same-core" if k == a else "cross-socket")
         assert c["nic_local"] == {"kernel": k == near, "app": a == near}
+    assert _affinities(rx.values()) == found
+    r = steer("reset")
+    assert r.returncode == 0, r.stderr
     assert _affinities(rx.values()) == was
     assert not os.path.exists("/run/steer/restore.json")
 
