@@ -92,6 +92,27 @@ struct ft_cpu_stats {
 					 * outside any softirq: the same receive work on another CPU */
 	__u64 hardirq_ns;		/* device interrupt handlers (irq:irq_handler_entry/exit) */
 	__u64 hardirqs;			/* handler runs: /proc/interrupts counts these per IRQ */
+	/* NAPI polls of this CPU's backlog (RPS, netif_rx, loopback: no device), here and not in
+	 * napi_polls: on loopback and a veth without GRO it polls about once per packet */
+	__u64 backlog_polls;
+	__u64 backlog_packets;
+	__u64 backlog_full_polls;
+};
+
+/* NAPI polls per CPU and NAPI instance (napi:napi_poll): where a device's receive work arrives.
+ * A NIC queue's poll runs where its IRQ lands, or in its threaded NAPI kthread, or in a reader
+ * that busy-polls; a veth's on the sender's CPU; the backlog (RPS, netif_rx, loopback) has no
+ * device and keys as all zero. */
+struct ft_napi_key {
+	__u32 netns;		/* the device's network namespace (inode number; 0: no device) */
+	__u32 ifindex;
+	__u32 napi_id;		/* as skb->napi_id records it (0: not hashed) */
+};
+
+struct ft_napi_stats {
+	__u64 polls;
+	__u64 packets;		/* the polls' work: packets (or frames) the driver took in */
+	__u64 full_polls;	/* polls that used their whole budget: the device had more waiting */
 };
 
 /* the PMU events besides LLC misses (llc_counters), each in a perf event array of its own;

@@ -183,6 +183,22 @@ class SteerCollector(Collector):
         drops = CounterMetricFamily("steer_cpu_receive_drops",
                                     "Received TCP/UDP packets the kernel dropped, per CPU.",
                                     labels=["cpu"])
+        napi = {name: CounterMetricFamily(f"steer_cpu_napi_{name}", doc, labels=["cpu", "source"])
+                for name, doc in (
+                    ("polls", "NAPI polls per CPU (napi:napi_poll). source device: a driver's "
+                     "poll, where its packets arrive (the queue IRQ's CPU, its threaded NAPI "
+                     "kthread's, a busy-polling reader's); backlog: RPS, netif_rx, loopback."),
+                    ("packets", "Packets taken in by NAPI polls per CPU."),
+                    ("full_polls", "NAPI polls that used their whole budget per CPU: more was "
+                     "waiting."))}
+        polled = defaultdict(lambda: [0, 0, 0])
+        for key, cpus in s.napi.items():
+            for cpu, n in cpus.items():
+                for i, v in enumerate(n):
+                    polled[cpu, "device" if key.ifindex else "backlog"][i] += v
+        for (cpu, source), counts in sorted(polled.items()):
+            for family, v in zip(napi.values(), counts):
+                family.add_metric([str(cpu), source], v)
         for c in s.cpus:
             if c.cpu not in self.topo.cpus:
                 continue
@@ -196,7 +212,7 @@ class SteerCollector(Collector):
             app.add_metric([cpu], c.app_ns / 1e9)
             events.add_metric([cpu], c.net_rx_events)
             drops.add_metric([cpu], c.rx_drops)
-        yield from (kernel, unattr, app, events, drops, hardirq, hardirqs)
+        yield from (kernel, unattr, app, events, drops, hardirq, hardirqs, *napi.values())
         if s.cpu_events:
             whole = CounterMetricFamily(
                 "steer_cpu_events", "PMU events of everything a CPU ran (every task, user and "

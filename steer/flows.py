@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from .classify import Placement, classify
 from .irqs import DeviceIrq, queue_irq
 from .topology import Topology, nic_local, nic_sockets
-from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, TraceSource
+from .samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, TraceSample, TraceSource)
 from .units import hit_ratio, per_gb
 
 NS = 1e9
@@ -102,6 +102,10 @@ class FlowReport:
     instructions_app: int | None = None
     cycles_kernel: int | None = None
     cycles_app: int | None = None
+    # CPU -> NAPI polls of the instance that took its packets in (its napi_id; else every one of
+    # its device's): the arrival CPU. None: no device known; empty: its device did not poll (the
+    # packets came through the backlog: netif_rx, RPS, loopback)
+    rx_poll_cpus: dict[int, int] | None = None
 
     @property
     def rate_bps(self) -> float:
@@ -156,6 +160,8 @@ class FlowReport:
             "rx": None if self.rx_path is None else {
                 "ifindex": self.rx_path.ifindex, "netns_inode": self.rx_path.netns,
                 "queue": self.rx_path.queue, "napi_id": self.rx_path.napi_id,
+                "poll_cpus": None if self.rx_poll_cpus is None else
+                {str(c): n for c, n in sorted(self.rx_poll_cpus.items())},
                 **(self.rx_device or {})},
             "nic_local": self.nic_local,
         }
@@ -181,6 +187,7 @@ class CpuReport:
     napi_thread_seconds: float = 0.0   # of net_rx_seconds: in threaded NAPI kthreads
     hardirq_seconds: float = 0.0       # device interrupt handlers: the arrival CPU's share
     hardirqs: int = 0
+    napi: NapiCounts = NapiCounts()    # NAPI polls on this CPU, of every instance
     # event -> count of all the CPU ran (every task, user and kernel, idle), as PCM counts a
     # core; with llc_hit_ratio where both LLC events are counted (None: no PMU events)
     whole_cpu: dict | None = None
@@ -192,6 +199,8 @@ class CpuReport:
                 "napi_thread_seconds": _r(self.napi_thread_seconds),
                 "kthread_seconds": _r(self.kthread_seconds), "app_seconds": _r(self.app_seconds),
                 "hardirq_seconds": _r(self.hardirq_seconds), "hardirqs": self.hardirqs,
+                "napi_polls": self.napi.polls, "napi_packets": self.napi.packets,
+                "napi_full_polls": self.napi.full_polls,
                 "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
                 "events": self.events, "whole_cpu": self.whole_cpu}
 
@@ -207,6 +216,7 @@ class Snapshot:
     evictions: int
     flow_failures: int
     untimed_skbs: int
+    napi: dict | None = None   # NapiId -> CPU -> NapiCounts in the interval (instances that polled)
 
     def as_json(self) -> dict:
         return {
@@ -214,6 +224,11 @@ class Snapshot:
             "capabilities": self.capabilities.as_dict(),
             "flows": [f.as_json() for f in self.flows],
             "cpus": [c.as_json() for c in self.cpus],
+            "napi": [{"netns_inode": k.netns, "ifindex": k.ifindex, "napi_id": k.napi_id,
+                      "backlog": not k.ifindex,
+                      **{f: {str(c): getattr(n, f) for c, n in sorted(cpus.items())}
+                         for f in NapiCounts._fields}}
+                     for k, cpus in sorted((self.napi or {}).items())],
             "tracer": {"live_entries": self.live_entries, "max_entries": self.max_entries,
                        "evictions": self.evictions, "map_update_failures": self.flow_failures,
                        "untimed_skbs": self.untimed_skbs},
@@ -278,6 +293,36 @@ def _whole_cpu(before: dict, after: dict | None) -> dict | None:
     return d
 
 
+def napi_deltas(before: TraceSample | None, after: TraceSample) -> dict:
+    """NapiId -> CPU -> NapiCounts between two samples, of the instances and CPUs that polled."""
+    old = before.napi if before else {}
+    out = {}
+    for key, cpus in after.napi.items():
+        prev = old.get(key, {})
+        d = {}
+        for cpu, n in cpus.items():
+            b = prev.get(cpu, NapiCounts())
+            if n.polls > b.polls:
+                d[cpu] = NapiCounts(*(x - y for x, y in zip(n, b)))
+        if d:
+            out[key] = d
+    return out
+
+
+def poll_cpus(napi: dict, rx: RxPath | None) -> dict[int, int] | None:
+    """CPU -> polls of the NAPI instance of RX (by napi_id, which is unique on the host; without
+    one, of every instance of its device), from napi_deltas()."""
+    if rx is None:
+        return None
+    out: dict[int, int] = defaultdict(int)
+    for key, cpus in napi.items():
+        if (key.napi_id == rx.napi_id) if rx.napi_id else \
+                (key.ifindex, key.netns) == (rx.ifindex, rx.netns):
+            for cpu, n in cpus.items():
+                out[cpu] += n.polls
+    return dict(out)
+
+
 def _is_wildcard(f: FlowId) -> bool:
     return f.sport == 0 and f.src in ("0.0.0.0", "::")
 
@@ -311,6 +356,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
 
     llc = caps.llc_available
     per_flow_events = caps.counters_per_flow_available
+    napi = napi_deltas(before, after)
     reports = []
     for fid, parts in per_flow.items():
         kcpu: dict[int, float] = defaultdict(float)
@@ -348,7 +394,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             placement=classify(kernel_cpu, app_cpu, topo),
             kernel_cpus={c: s for c, s in kcpu.items() if s},
             app_cpus={c: s for c, s in acpu.items() if s},
-            stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=RxPath.of(parts),
+            stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=(rx := RxPath.of(parts)),
+            rx_poll_cpus=poll_cpus(napi, rx),
             rx_drops=sum(p.rx_drops for p in parts), last_drop_reason=_last_drop(parts),
             **(side_events(parts) if per_flow_events else {})))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
@@ -371,12 +418,14 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             napi_thread_seconds=(c.napi_thread_ns - b.napi_thread_ns) / NS,
             hardirq_seconds=(c.hardirq_ns - b.hardirq_ns) / NS,
             hardirqs=c.hardirqs - b.hardirqs,
+            napi=NapiCounts(*map(sum, zip(NapiCounts(), *(n[c.cpu] for n in napi.values()
+                                                          if c.cpu in n)))),
             events=by_side(side_events([c], [b])) if per_flow_events else None,
             whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},
                                  after.cpu_events.get(c.cpu))))
     return Snapshot(duration=duration, flows=reports, cpus=cpus, capabilities=caps,
                     live_entries=after.live_entries, max_entries=after.max_entries,
-                    evictions=after.evictions,
+                    evictions=after.evictions, napi=napi,
                     flow_failures=sum(c.flow_failures for c in after.cpus),
                     untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
                                      for c in after.cpus))

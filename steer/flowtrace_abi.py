@@ -36,7 +36,15 @@ class CpuStats(ctypes.Structure):
         "kthread_unattributed_ns", "softirq_ns", "softirq_llc", "app_ns", "app_nested_ns",
         "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs", "samples",
         "samples_kernel_mode", "rx_drops", *EVENT_FIELDS, "napi_thread_ns", "hardirq_ns",
-        "hardirqs")]
+        "hardirqs", "backlog_polls", "backlog_packets", "backlog_full_polls")]
+
+
+class NapiKey(ctypes.Structure):
+    _fields_ = [("netns", u32), ("ifindex", u32), ("napi_id", u32)]
+
+
+class NapiStats(ctypes.Structure):
+    _fields_ = [("polls", u64), ("packets", u64), ("full_polls", u64)]
 
 
 # enum ft_text and enum ft_timing: checked against the header (HEADER_CONSTANTS), and ft_timing
@@ -80,6 +88,7 @@ MIRRORS = {
     "ft_flow_key": FlowKey, "ft_flow_cpu_key": FlowCpuKey, "ft_flow_stats": FlowStats,
     "ft_cpu_stats": CpuStats, "ft_config": Config, "ft_text_category": TextCategory,
     "ft_profile_key": ProfileKey, "ft_profile_value": ProfileValue,
+    "ft_napi_key": NapiKey, "ft_napi_stats": NapiStats,
 }
 
 

@@ -41,7 +41,7 @@ CSV_FIELDS = ["kernel_cpu", "app_cpu", "flows", "class", "shared_llc", "smt_sibl
               "nic_local_kernel", "nic_local_app", "throughput_bps", "throughput_per_flow_bps",
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
               "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
-              "measured_app_cpu", "measured_irq_cpu", *COUNTER_KEYS, "runs"]
+              "measured_app_cpu", "measured_irq_cpu", "measured_poll_cpu", *COUNTER_KEYS, "runs"]
 
 
 def counters_md(cells: list[dict], caps: dict) -> list[str]:
@@ -213,20 +213,27 @@ def paper_text(cfg: dict) -> str:
 
 
 def arrival_md(cells: list[dict], method: str) -> list[str]:
-    """Where the flow's queue IRQ fired in each cell (host mode: the lab's veth has no IRQ): with
-    --method irq the cell's kernel CPU, else wherever the NIC put it, a third CPU of the cell."""
-    fired = [c for c in cells if c.get("measured_irq_cpu") is not None]
-    if not fired:
-        return []
-    on_kernel = sum(c["measured_irq_cpu"] == c["kernel_cpu"] for c in fired)
-    cpus = ", ".join(str(c) for c in sorted({c["measured_irq_cpu"] for c in fired}))
-    line = (f"Arrival: the flow's queue IRQ fired mostly on the cell's kernel CPU in {on_kernel} "
-            f"of {len(fired)} cells (on CPU {cpus})")
-    if method == "irq" and on_kernel < len(fired):
-        line += "; where it did not, something moved the IRQ back (irqbalance?) or it is managed"
-    elif method != "irq":
-        line += f"; {method} moves the receive processing, not the interrupt"
-    return [line + ".", ""]
+    """Where the flow's packets arrived in each cell: the CPU its queue IRQ fired on (host mode:
+    the lab's veth has no IRQ) and the CPU its NAPI instance polled on (none where packets came
+    through the backlog). With --method irq both are the cell's kernel CPU; otherwise they are
+    wherever the NIC or the sender put them, a third CPU of the cell."""
+    lines = []
+    for key, what in (("measured_irq_cpu", "the flow's queue IRQ fired"),
+                      ("measured_poll_cpu", "the flow's NAPI instance polled")):
+        seen = [c for c in cells if c.get(key) is not None]
+        if not seen:
+            continue
+        on_kernel = sum(c[key] == c["kernel_cpu"] for c in seen)
+        cpus = ", ".join(str(c) for c in sorted({c[key] for c in seen}))
+        line = (f"Arrival: {what} mostly on the cell's kernel CPU in {on_kernel} of {len(seen)} "
+                f"cells (on CPU {cpus})")
+        if method == "irq" and on_kernel < len(seen):
+            line += ("; where it did not, something moved the IRQ back (irqbalance?), it is "
+                     "managed, or threaded NAPI polls elsewhere")
+        elif method != "irq":
+            line += f"; {method} moves the receive processing, not the arrival"
+        lines.append(line + ".")
+    return lines + [""] if lines else []
 
 
 def report_md(results: dict, topo: Topology) -> str:

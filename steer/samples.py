@@ -72,6 +72,20 @@ class FlowCpuSample:
     last_drop_reason: str = ""  # why the kernel dropped the flow's latest dropped skb on this CPU
 
 
+class NapiId(NamedTuple):
+    """A NAPI instance: its device (index in the network namespace whose inode is netns) and its
+    napi_id (0: not hashed for busy polling); all zero: the backlog (RPS, netif_rx, loopback)."""
+    netns: int
+    ifindex: int
+    napi_id: int
+
+
+class NapiCounts(NamedTuple):
+    polls: int = 0
+    packets: int = 0
+    full_polls: int = 0   # polls that used their whole budget
+
+
 @dataclass(frozen=True)
 class CpuSample:
     cpu: int
@@ -101,6 +115,9 @@ class CpuSample:
     napi_thread_ns: int = 0   # of net_rx_ns: threaded NAPI kthreads
     hardirq_ns: int = 0
     hardirqs: int = 0
+    backlog_polls: int = 0       # also in TraceSample.napi, as the all-zero NapiId
+    backlog_packets: int = 0
+    backlog_full_polls: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,6 +163,8 @@ class TraceSample:
     # CPU -> PMU event -> count since start of all the CPU ran (steer.counters.EVENTS; only
     # those counted)
     cpu_events: dict = field(default_factory=dict)
+    # NapiId -> CPU -> NapiCounts since start (CPUs with polls only)
+    napi: dict = field(default_factory=dict)
 
     @property
     def evictions(self) -> int:

@@ -162,7 +162,7 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
     if profiled:
         cell["profile"] = combine_profiles(profiled)
     for key in ("measured_kernel_cpu", "measured_stack_cpu", "measured_app_cpu",
-                "measured_irq_cpu"):
+                "measured_irq_cpu", "measured_poll_cpu"):
         seen = [r.get(key) for r in runs if r.get(key) is not None]
         cell[key] = max(set(seen), key=seen.count) if seen else None
     return cell
@@ -261,6 +261,11 @@ def measure_flow(tracer: Tracer, before, after, topo, match, app_cpu: int | None
     for side in ("kernel", "stack", "app"):
         out[f"measured_{side}_cpu"], out[f"measured_{side}_share"] = _dominant_of(
             flows, f"{side}_cpu", f"{side}_cpu_share")
+    polls: Counter = Counter()
+    for f in flows:
+        polls.update(f.rx_poll_cpus or {})
+    # the arrival CPU where no IRQ shows it (a veth's NAPI, threaded NAPI, busy polling)
+    out["measured_poll_cpu"] = polls.most_common(1)[0][0] if polls else None
     queues = Counter(f.rx_path.queue for f in flows if f.rx_path and f.rx_path.queue is not None)
     out["rx_queue"] = queues.most_common(1)[0][0] if queues else None
     return out

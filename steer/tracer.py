@@ -18,7 +18,8 @@ from .kernel import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, Ker
                      possible_cpus, vmlinux_func_params, vmlinux_has_type)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
 from .topology import read_int
-from .samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample, address_text, proto_name
+from .samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
+                      address_text, proto_name)
 
 PROFILE_ENTRIES = 32768   # (flow, CPU, side, category) counts while profiling: ~3 MB
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
@@ -120,6 +121,8 @@ _STATS_FIELDS = [n for n, t in abi.FlowStats._fields_ if t is abi.u64]   # the l
 _CPU_FIELDS = [n for n, _ in abi.CpuStats._fields_]
 _KEY = struct.Struct(abi.struct_format(abi.FlowCpuKey))
 _VALUE = struct.Struct(abi.struct_format(abi.FlowStats))
+_NAPI_KEY = struct.Struct(abi.struct_format(abi.NapiKey))
+_NAPI_VALUE = struct.Struct(abi.struct_format(abi.NapiStats))
 _LAST_SEEN_OFFSET = abi.FlowStats.last_seen_ns.offset
 _U64 = struct.Struct("@Q").unpack_from
 _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuSample's order
@@ -147,6 +150,11 @@ class Tracer:
         self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), sample, raw counters)
         self._entries: dict[tuple, FlowCpuSample] = {}   # what the next sample starts from
         self._seq = 0
+        # skb->napi_id shares its bytes with sender_cpu (CPU + 1, set on transmit): an skb that a
+        # veth or loopback hands over without a NAPI poll keeps it. Real NAPI ids start above
+        # NR_CPUS (MIN_NAPI_ID), so above the number of possible CPUs; anything at or below is a
+        # CPU, not an instance
+        self._max_sender_cpu = possible_cpus()
         self._lock = threading.RLock()
         self.app_hook_used: str | None = None    # which of APP_HOOKS (or "off") start() chose
         self.unreached_namespaces = 0   # counters: namespaces whose open connections go uncounted
@@ -520,7 +528,7 @@ class Tracer:
                     hit = ((fid, k[7]), FlowCpuSample(
                         fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
                         app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
-                        rx_netns=v[_COUNTERS + 3], rx_napi_id=v[_COUNTERS + 4],
+                        rx_netns=v[_COUNTERS + 3], rx_napi_id=v[_COUNTERS + 4] if v[_COUNTERS + 4] > self._max_sender_cpu else 0,
                         rx_queue=v[_COUNTERS + 5],
                         last_drop_reason=self._reason_name(v[_COUNTERS + 7])), vraw)
                     entries[hit[0]] = hit[1]
@@ -556,7 +564,19 @@ class Tracer:
         cpus = tuple(CpuSample(i, **f) for i, f in enumerate(fields))
         return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
                            self._expired, self._seq, tuple(changed),
-                           cpu_events=self._counters.whole_cpu())
+                           cpu_events=self._counters.whole_cpu(), napi=self._napi_polls(cpus))
+
+    def _napi_polls(self, cpus) -> dict:
+        """NapiId -> CPU -> NapiCounts: the devices' instances that polled since the start, from
+        the napi_polls map, and the backlog (all-zero id) from the CPUS' totals."""
+        backlog = {c.cpu: NapiCounts(c.backlog_polls, c.backlog_packets, c.backlog_full_polls)
+                   for c in cpus if c.backlog_polls}
+        out = {NapiId(0, 0, 0): backlog} if backlog else {}
+        for kraw, per_cpu in self._obj.map("napi_polls").items():
+            key = NapiId(*_NAPI_KEY.unpack(kraw))
+            counts = {cpu: NapiCounts(*_NAPI_VALUE.unpack(v)) for cpu, v in enumerate(per_cpu)}
+            out[key] = {cpu: c for cpu, c in counts.items() if c.polls}
+        return out
 
 
 def net_rx_softirqs(path: str = "/proc/softirqs") -> dict[int, int]:

@@ -1,6 +1,7 @@
 """Receive work outside the NET_RX softirq, so that no CPU of a flow's path is hidden: threaded
-NAPI kthreads (against the scheduler's own count of their time) and device interrupt handlers
-(against /proc/interrupts and libbpf-tools `hardirqs`)."""
+NAPI kthreads (against the scheduler's own count of their time), NAPI polls (against the
+pollers' affinity, iperf3's bytes and /proc/softirqs) and device interrupt handlers (against
+/proc/interrupts and libbpf-tools `hardirqs`)."""
 import mmap
 import os
 import re
@@ -15,7 +16,7 @@ from helpers import CPU_A, CPU_B, SAMPLE_HZ, live, two_cpus
 from steer.flows import build_snapshot
 from steer.lab import Lab, LabFlow
 from steer.topology import read_topology
-from steer.tracer import Tracer
+from steer.tracer import Tracer, net_rx_softirqs
 
 pytestmark = live
 
@@ -75,6 +76,72 @@ def test_threaded_napi_time_against_schedstat(timing):
     # the NET_RX part is mostly the sender's: the ACKs the kthread's TCP sends through the veth
     assert flow.kernel_cpus.get(CPU_B, 0) > 0.85 * cpu_b.napi_thread_seconds
     assert cpu_b.net_rx_unattributed_seconds < 0.1 * ours
+
+
+def _allowed_cpus(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list:"))
+
+
+@two_cpus
+def test_a_flows_napi_polls_run_where_its_poller_may_and_take_in_its_packets():
+    """The receiving veth polled by a NAPI kthread pinned to CPU B: the flow's arrival CPU (the
+    CPU its NAPI instance polled on) is the one the kernel allows that kthread, and the packets
+    those polls took in carry iperf3's received bytes at one MSS each (the sender's TSO is off,
+    so each packet is one segment)."""
+    tracer = Tracer(sample_hz=SAMPLE_HZ).start()
+    try:
+        with Lab([LabFlow(CPU_B, CPU_A)], seconds=3, threaded_napi=True) as lab:
+            allowed = {_allowed_cpus(pid) for pid in lab.napi_pids}
+            a = tracer.sample()
+            lab.start()
+            (res,) = lab.wait(timeout=30)
+            b = tracer.sample()
+    finally:
+        tracer.stop()
+    assert res.error is None, res.error
+    snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
+    (flow,) = [f for f in snap.flows if f.flow.sport == res.sender_port]
+    assert flow.rx_path.napi_id, "threaded NAPI is a NAPI instance: the skbs carry its id"
+    (napi,) = [cpus for key, cpus in snap.napi.items() if key.napi_id == flow.rx_path.napi_id]
+    packets = sum(n.packets for n in napi.values())
+    mss = res.raw["start"].get("tcp_mss_default", 1448)
+    print(f"NAPI kthreads {lab.napi_pids} allowed {allowed}; the flow's polls {flow.rx_poll_cpus}, "
+          f"{packets} packets for iperf3's {res.received_bytes} bytes: "
+          f"{res.received_bytes / packets:.1f} bytes a packet (MSS {mss})")
+    assert allowed == {str(CPU_B)}
+    assert set(flow.rx_poll_cpus) == {CPU_B} and flow.rx_poll_cpus[CPU_B] > 100
+    assert 0.97 * mss < res.received_bytes / packets <= mss * 1.001
+
+
+@two_cpus
+def test_napi_polls_per_cpu_against_proc_softirqs():
+    """Without threaded NAPI or GRO the veth hands each skb to the backlog of the CPU that sent
+    it: the flow's own device never polls, and each CPU's polls (the backlog's) follow the
+    NET_RX softirqs /proc/softirqs counts there, at least one poll per softirq that had work."""
+    tracer = Tracer(sample_hz=SAMPLE_HZ).start()
+    try:
+        with Lab([LabFlow(CPU_B, CPU_A)], seconds=3) as lab:
+            lab.start()
+            time.sleep(0.5)
+            a, s0 = tracer.sample(), net_rx_softirqs()
+            time.sleep(2)
+            b, s1 = tracer.sample(), net_rx_softirqs()
+            (res,) = lab.wait(timeout=30)
+    finally:
+        tracer.stop()
+    assert res.error is None, res.error
+    snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
+    (flow,) = [f for f in snap.flows if f.flow.sport == res.sender_port]
+    assert flow.rx_poll_cpus == {} and flow.rx_path.napi_id is None
+    for c in snap.cpus:
+        softirqs = s1[c.cpu] - s0[c.cpu]
+        backlog = sum(n[c.cpu].polls for key, n in snap.napi.items() if not key.ifindex and c.cpu in n)
+        print(f"cpu {c.cpu}: {c.napi.polls} polls ({backlog} of the backlog), {c.napi.packets} "
+              f"packets, {c.napi.full_polls} full; /proc/softirqs NET_RX {softirqs}")
+        assert 0.9 * softirqs < c.napi.polls < 1.5 * softirqs + 20
+    cpu_b = next(c for c in snap.cpus if c.cpu == CPU_B)
+    assert cpu_b.napi.polls > 1000, "the sender's CPU takes the flow's packets in"
 
 
 def _interrupts() -> dict[int, int]:

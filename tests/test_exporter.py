@@ -235,3 +235,22 @@ def test_pmu_events_per_cpu_whole_and_by_side_and_per_class():
     list(bare.collect())
     names = {name for name, _ in _scrape(bare)}
     assert not [n for n in names if "events" in n or "instructions" in n or "references" in n]
+
+
+def test_napi_polls_per_cpu_split_into_device_and_backlog():
+    """Each CPU's NAPI polls, packets and full polls, the devices' instances added up apart from
+    the backlog: a CPU polling a device is where that device's packets arrive."""
+    from dataclasses import replace
+    from steer.samples import NapiCounts, NapiId
+    after = replace(_sample(2, _flow(FAST, 2, 10**9, 0, 1)), napi={
+        NapiId(7, 2, 8193): {0: NapiCounts(10, 600, 2)}, NapiId(7, 2, 8194): {0: NapiCounts(5, 5, 0)},
+        NapiId(0, 0, 0): {1: NapiCounts(30, 31, 0)}})
+    c = SteerCollector(FakeTracer([_sample(0, []), after]), read_topology(VM))
+    list(c.collect())
+    m = _scrape(c)
+    assert _get(m, "steer_cpu_napi_polls_total", cpu=0, source="device") == 15
+    assert _get(m, "steer_cpu_napi_packets_total", cpu=0, source="device") == 605
+    assert _get(m, "steer_cpu_napi_full_polls_total", cpu=0, source="device") == 2
+    assert _get(m, "steer_cpu_napi_polls_total", cpu=1, source="backlog") == 30
+    assert (("steer_cpu_napi_polls_total", frozenset({("cpu", "1"), ("source", "device")}))
+            not in m)

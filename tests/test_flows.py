@@ -191,3 +191,37 @@ def test_pmu_events_per_side_only_when_counted_and_whole_cpu_deltas():
     assert g.llc_references_kernel is None and g.llc_hit_ratio_kernel is None
     assert g.as_json()["cycles_app"] is None and build_snapshot(
         before, after, read_topology(VM), CAPS).cpus[0].events is None
+
+
+def test_napi_polls_give_each_flow_its_arrival_cpu_and_each_cpu_its_polls():
+    """A flow's poll CPUs are those of the NAPI instance its napi_id names, else of its device's
+    instances; the backlog (all-zero id) counts on the CPUs but belongs to no flow."""
+    from steer.samples import NapiCounts, NapiId
+    eth, veth, backlog = NapiId(7, 2, 8193), NapiId(9, 3, 8200), NapiId(0, 0, 0)
+    v = dict(rx_bytes=10**6, rx_skbs=10, kernel_ns=5)
+    before = replace(sample(0, []), napi={eth: {0: NapiCounts(100, 900, 1)}})
+    after = replace(sample(10**9, [
+        FlowCpuSample(A, 1, rx_ifindex=2, rx_netns=7, rx_napi_id=8193, **v),
+        FlowCpuSample(B, 1, rx_ifindex=3, rx_netns=9, **v),   # no napi_id: by its device
+    ]), napi={eth: {0: NapiCounts(150, 1900, 3), 1: NapiCounts(5, 5, 0)},
+              NapiId(7, 2, 8194): {1: NapiCounts(70, 70, 0)},   # the device's other queue
+              veth: {1: NapiCounts(40, 4000, 40)}, backlog: {0: NapiCounts(8, 8, 0)}})
+    snap = build_snapshot(before, after, read_topology(VM), CAPS)
+    by = {f.flow: f for f in snap.flows}
+    assert by[A].rx_poll_cpus == {0: 50, 1: 5}
+    assert by[A].as_json()["rx"]["poll_cpus"] == {"0": 50, "1": 5}
+    assert by[B].rx_poll_cpus == {1: 40}
+    cpus = {c.cpu: c for c in snap.cpus}
+    assert cpus[0].napi == NapiCounts(58, 1008, 2) and cpus[1].napi == NapiCounts(115, 4075, 40)
+    assert cpus[0].as_json()["napi_full_polls"] == 2
+    j = {(n["ifindex"], n["napi_id"]): n for n in snap.as_json()["napi"]}
+    assert j[0, 0]["backlog"] and j[0, 0]["polls"] == {"0": 8}
+    assert j[2, 8193]["packets"] == {"0": 1000, "1": 5} and not j[2, 8193]["backlog"]
+    # a flow whose device did not poll (its packets came through the backlog): none, not unknown
+    lone = replace(sample(10**9, [FlowCpuSample(A, 1, rx_ifindex=4, rx_netns=7, **v)]),
+                   napi={backlog: {1: NapiCounts(3, 3, 0)}})
+    (f,) = build_snapshot(sample(0, []), lone, read_topology(VM), CAPS).flows
+    assert f.rx_poll_cpus == {}
+    (f,) = build_snapshot(sample(0, []), sample(10**9, [FlowCpuSample(A, 1, **v)]),
+                          read_topology(VM), CAPS).flows
+    assert f.rx_poll_cpus is None and f.as_json()["rx"] is None

@@ -163,7 +163,7 @@ def test_flows_carry_their_device_and_nic_locality(tmp_path):
     flows = {f.flow: f for f in attach_devices(snap, xeon, lookup).flows}
     assert asked == [(99, 2)]                               # b came in nowhere the tracer saw
     j = flows[a].as_json()
-    assert j["rx"] == {"ifindex": 2, "netns_inode": 99, "queue": 3, "napi_id": 8195, "dev": "eth0",
+    assert j["rx"] == {"ifindex": 2, "netns_inode": 99, "queue": 3, "napi_id": 8195, "poll_cpus": {}, "dev": "eth0",
                        "netns": None, "nic": "eth0", "numa_node": 1, "local_cpus": None}
     assert j["nic_local"] == {"kernel": True, "app": False}   # softirq on socket 1, reader on 0
     assert flows[b].as_json()["rx"] is None and flows[b].as_json()["nic_local"] is None

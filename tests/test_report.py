@@ -304,6 +304,21 @@ def test_the_report_says_where_the_queue_irq_fired(xeon):
     r["config"]["method"] = "xdp"
     for c in r["cells"]:
         c["measured_irq_cpu"] = 5
-    assert "in 0 of 9 cells (on CPU 5); xdp moves the receive processing, not the interrupt." \
+    assert "in 0 of 9 cells (on CPU 5); xdp moves the receive processing, not the arrival." \
         in report_md(r, xeon)
     assert "measured_irq_cpu" in to_csv(r).splitlines()[0]
+
+
+def test_the_report_says_where_the_flows_napi_polled(xeon):
+    """The lab's veth has no IRQ but a NAPI instance where XDP or GRO is on: the CPU it polled on
+    is the sender's, a third CPU of an xdp cell; a cell without polls (backlog) is left out."""
+    r = synthetic(xeon)
+    r["config"]["method"] = "xdp"
+    for c in r["cells"]:
+        c["measured_poll_cpu"] = 12
+    r["cells"][0]["measured_poll_cpu"] = None
+    md = report_md(r, xeon)
+    assert "Arrival: the flow's NAPI instance polled mostly on the cell's kernel CPU in 3 of 8 " \
+           "cells (on CPU 12); xdp moves the receive processing, not the arrival." in md
+    assert "queue IRQ" not in md
+    assert "measured_poll_cpu" in to_csv(r).splitlines()[0]

@@ -341,9 +341,10 @@ def test_irq_sweep_moves_the_queue_irq_and_the_receive_work_follows(tmp_path):
         print(f"kernel {k} app {a}: {c['class']}, {c['throughput_bps'] / 1e6:.0f} Mbit/s, queue "
               f"{run['rx_queue']} IRQ {run['irq']} fired {run['irq_count']} times, mostly on "
               f"{c['measured_irq_cpu']}; receive work on {c['measured_kernel_cpu']}, reads on "
-              f"{c['measured_app_cpu']}")
+              f"{c['measured_app_cpu']}, NAPI polls on {c['measured_poll_cpu']}")
         assert run["irq"] == rx[run["rx_queue"]], run      # the flow's queue's own IRQ
         assert c["measured_irq_cpu"] == k and run["irq_count"] > 0, c
+        assert c["measured_poll_cpu"] == k, c    # the driver's NAPI polls where its IRQ fires
         assert c["measured_kernel_cpu"] == k and c["measured_app_cpu"] == a, c
         assert c["throughput_bps"] > 0
         assert c["class"] == ("same-core" if k == a else "cross-socket")
@@ -370,19 +371,23 @@ def _feeder_flow(tracer, devices, seconds):
 def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
     """`steer irq --queue` moves the flow's queue's IRQ and no other; the flow shows its queue,
     that queue's IRQ (by virtio-net's name for it) and where it may run, with the receive work
-    there; `steer reset` puts the IRQ back. Read from the default (sampled) tracer, whose queue
-    comes from the socket (sk_rx_queue_mapping), not from each packet. The tracer is attached
-    before the flow starts and detached after it ends: attaching under this load is where the
-    emulated machine has locked up."""
+    and its NAPI polls there; `steer reset` puts the IRQ back. Read from the default (sampled)
+    tracer, whose queue comes from the socket (sk_rx_queue_mapping), not from each packet.
+    The reader is pinned: the tap sends a flow to the guest on the queue its ACKs came from,
+    which XPS picks by the sending CPU, so the flow keeps its queue (unpinned, it moved between
+    queues within the window at times). The tracer is attached before the flow starts and
+    detached after it ends: attaching under this load is where the emulated machine has locked
+    up."""
     from steer.netdevs import DeviceResolver
     rx = _nic_rx_irqs()
     was = _affinities(rx.values())
+    reader = 3
     tracer = Tracer().start()
     devices = DeviceResolver()
-    server = subprocess.Popen(["iperf3", "-s", "-p", FEEDER_PORT], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(["taskset", "-c", str(reader), "iperf3", "-s", "-p", FEEDER_PORT],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        # the feeder connects within a second or two; its flow's queue is the tap's choice
+        # the feeder connects within a second or two
         f = None
         for _ in range(30):
             f = _feeder_flow(tracer, devices, 1)
@@ -390,7 +395,7 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
                 break
         assert f and f["rx"]["queue"] is not None, f"no queue for the feeder's flow: {f}"
         queue = f["rx"]["queue"]
-        target = next(c for c in (3, 2, 1) if was[rx[queue]] != str(c))
+        target = next(c for c in (2, 1, 0) if was[rx[queue]] != str(c) and c != reader)
         r = steer("irq", "--dev", NIC, "--queue", str(queue), "--cpu", str(target))
         assert r.returncode == 0, r.stderr
         assert f"IRQ {rx[queue]} (virtio" in r.stdout and f"now on CPU {target}" in r.stdout
@@ -399,18 +404,20 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
         assert others == {i: v for i, v in was.items() if i != rx[queue]}   # only that one moved
         time.sleep(0.5)
         f = _feeder_flow(tracer, devices, 2)
-        print(json.dumps(f["rx"]), f["kernel_cpu"], f["nic_local"])
-        # the flow may have changed queues meanwhile: the tap sends a flow to the guest on the
-        # queue its ACKs last came from, which XPS picks by the CPU that sends them (a moved IRQ
-        # moves that CPU). Whatever its queue, steer names that queue's IRQ, reads where it runs
-        # as /proc/irq has it, and the receive work is there
-        q = f["rx"]["queue"]
-        assert f["rx"]["dev"] == NIC and q in rx
-        assert f["rx"]["irq"] == rx[q]
-        assert f["rx"]["irq_cpus"] == parse_cpulist(
-            open(f"/proc/irq/{rx[q]}/effective_affinity_list").read())
+        print(f"queue {queue}, IRQ {was[rx[queue]]} -> {target}: {json.dumps(f['rx'])}; kernel "
+              f"{f['kernel_cpus']}, reads on {f['app_cpu']}, nic_local {f['nic_local']}")
+        assert f["app_cpu"] == reader
+        assert f["rx"]["dev"] == NIC and f["rx"]["queue"] == queue
+        assert f["rx"]["irq"] == rx[queue]
+        assert f["rx"]["irq_cpus"] == [target] == parse_cpulist(
+            open(f"/proc/irq/{rx[queue]}/effective_affinity_list").read())
         assert f["rx"]["numa_node"] == int(os.environ.get("STEER_VM_NIC_NODE", "1"))
-        assert f["kernel_cpu"] in f["rx"]["irq_cpus"]
+        # the receive work went with the IRQ, all of it
+        assert f["kernel_cpu"] == target
+        assert f["kernel_cpus"].get(str(target), 0) > 0.8 * sum(f["kernel_cpus"].values())
+        # its NAPI instance (virtio-net's, one per queue; napi_id from the socket) polls there
+        polls = {int(c): n for c, n in (f["rx"]["poll_cpus"] or {}).items()}
+        assert f["rx"]["napi_id"] and polls.get(target, 0) > 0.9 * sum(polls.values()), f["rx"]
     finally:
         server.kill()
         server.wait()
