@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from .classify import Placement, classify
 from .irqs import DeviceIrq, queue_irq
 from .topology import Topology, nic_local, nic_sockets
-from .samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, TraceSample, TraceSource)
+from .samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, TraceSample,
+                      TraceSource)
 from .units import hit_ratio, per_gb
 
 NS = 1e9
@@ -309,6 +310,12 @@ def napi_deltas(before: TraceSample | None, after: TraceSample) -> dict:
     return out
 
 
+def cpu_polls(napi: dict, cpu: int) -> NapiCounts:
+    """CPU's NAPI polls of every instance, from napi_deltas()."""
+    counts = [n[cpu] for n in napi.values() if cpu in n]
+    return NapiCounts(*(sum(field) for field in zip(*counts))) if counts else NapiCounts()
+
+
 def poll_cpus(napi: dict, rx: RxPath | None) -> dict[int, int] | None:
     """CPU -> polls of the NAPI instance of RX (by napi_id, which is unique on the host; without
     one, of every instance of its device), from napi_deltas()."""
@@ -418,8 +425,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             napi_thread_seconds=(c.napi_thread_ns - b.napi_thread_ns) / NS,
             hardirq_seconds=(c.hardirq_ns - b.hardirq_ns) / NS,
             hardirqs=c.hardirqs - b.hardirqs,
-            napi=NapiCounts(*map(sum, zip(NapiCounts(), *(n[c.cpu] for n in napi.values()
-                                                          if c.cpu in n)))),
+            napi=cpu_polls(napi, c.cpu),
             events=by_side(side_events([c], [b])) if per_flow_events else None,
             whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},
                                  after.cpu_events.get(c.cpu))))

@@ -525,11 +525,12 @@ class Tracer:
                     fid = ids.get(k[:6])
                     if fid is None:
                         fid = ids[k[:6]] = _flow_id_of(k)
+                    napi_id = v[_COUNTERS + 4]
                     hit = ((fid, k[7]), FlowCpuSample(
                         fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
                         app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
-                        rx_netns=v[_COUNTERS + 3], rx_napi_id=v[_COUNTERS + 4] if v[_COUNTERS + 4] > self._max_sender_cpu else 0,
-                        rx_queue=v[_COUNTERS + 5],
+                        rx_netns=v[_COUNTERS + 3], rx_queue=v[_COUNTERS + 5],
+                        rx_napi_id=napi_id if napi_id > self._max_sender_cpu else 0,
                         last_drop_reason=self._reason_name(v[_COUNTERS + 7])), vraw)
                     entries[hit[0]] = hit[1]
                     changed.append(hit[0])
