@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .topology import parse_cpulist, read_text
+from .topology import device_dir_with, parse_cpulist, read_text
 
 # the handler names that serve no RX queue: config/control/admin vectors
 _OTHER = re.compile(r"(?i)(?:^|[-_.:])(?:config|async|mgmnt|mgmt|ctrl|control|hiprio|misc|"
@@ -65,15 +65,8 @@ def classify_irq_name(name: str, dev: str = "") -> tuple[int | None, bool]:
 def _msi_dir(sysfs: str, dev: str) -> str | None:
     """The msi_irqs directory of DEV's own device or of its parent (a virtio device's PCI
     function); None when neither has one."""
-    link = os.path.join(sysfs, "class/net", dev, "device")
-    if not os.path.exists(link):
-        return None
-    here = os.path.realpath(link)
-    for d in (here, os.path.dirname(here)):
-        msi = os.path.join(d, "msi_irqs")
-        if os.path.isdir(msi):
-            return msi
-    return None
+    d = device_dir_with(sysfs, dev, "msi_irqs")
+    return os.path.join(d, "msi_irqs") if d else None
 
 
 def irq_names(procfs: str = "/proc", sysfs: str = "/sys") -> dict[int, str]:

@@ -219,6 +219,20 @@ def nic_local(topo: Topology, sockets: tuple[int, ...] | None, cpu: int | None) 
     return topo.cpus[cpu].socket in sockets
 
 
+def device_dir_with(sysfs: str, dev: str, name: str) -> str | None:
+    """The directory, of network device DEV's device/ or of its parent, that has NAME: a virtio
+    NIC's device/ is the virtio device, which sits under the PCI function that has the NUMA
+    node and the MSI vectors. None: neither has it, or DEV has no device/ (a virtual device)."""
+    link = os.path.join(sysfs, "class/net", dev, "device")
+    if not os.path.exists(link):
+        return None
+    here = os.path.realpath(link)
+    for d in (here, os.path.dirname(here)):
+        if os.path.exists(os.path.join(d, name)):
+            return d
+    return None
+
+
 def nic_place(sysfs: str, dev: str) -> dict | None:
     """Where network device DEV (under SYSFS/class/net) sits: {"numa_node", "local_cpus"} from its
     device/, or the parent of a virtio device/ (a NUMA node of -1 is none); None for a virtual
@@ -226,13 +240,7 @@ def nic_place(sysfs: str, dev: str) -> dict | None:
     base = os.path.join(sysfs, "class/net", dev, "device")
     if not os.path.exists(base):
         return None
-    # a virtio NIC's device/ is the virtio device, which sits under the PCI function that has
-    # the locality
-    here = os.path.realpath(base)
-    for d in (here, os.path.dirname(here)):
-        if os.path.exists(os.path.join(d, "numa_node")):
-            base = d
-            break
+    base = device_dir_with(sysfs, dev, "numa_node") or base
     numa = read_int(os.path.join(base, "numa_node"))
     local = read_text(os.path.join(base, "local_cpulist"))
     return {"numa_node": numa if numa is not None and numa >= 0 else None,
