@@ -30,6 +30,18 @@ def _runtime(pids) -> int:
     return total
 
 
+def _window(lab, tracer, truth, settle: float, seconds: float):
+    """The lab's one flow started, and after SETTLE a window of SECONDS: the tracer's samples and
+    TRUTH() at its ends, then the flow's result once it ends."""
+    lab.start()
+    time.sleep(settle)
+    a, t0 = tracer.sample(), truth()
+    time.sleep(seconds)
+    b, t1 = tracer.sample(), truth()
+    (res,) = lab.wait(timeout=30)
+    return a, b, t0, t1, res
+
+
 # Measured 2026-11-24 on this VM (napi_thread + NET_RX of the NAPI CPU against the kthread's
 # schedstat): exact -27%, sampled -21% to -28%. The scheduler's figure is an upper bound: it also
 # charges the kthread with the softirqs it runs when it re-enables bottom halves, and on the
@@ -50,12 +62,7 @@ def test_threaded_napi_time_against_schedstat(timing):
     tracer = Tracer(timing=timing, sample_hz=SAMPLE_HZ).start()
     try:
         with Lab([LabFlow(CPU_B, CPU_A)], seconds=6, threaded_napi=True) as lab:
-            lab.start()
-            time.sleep(1)
-            a, k0 = tracer.sample(), _runtime(lab.napi_pids)
-            time.sleep(3)
-            b, k1 = tracer.sample(), _runtime(lab.napi_pids)
-            (res,) = lab.wait(timeout=30)
+            a, b, k0, k1, res = _window(lab, tracer, lambda: _runtime(lab.napi_pids), 1, 3)
     finally:
         tracer.stop()
     assert res.error is None, res.error
@@ -125,12 +132,7 @@ def test_napi_polls_per_cpu_against_proc_softirqs():
     tracer = Tracer(sample_hz=SAMPLE_HZ).start()
     try:
         with Lab([LabFlow(CPU_B, CPU_A)], seconds=3) as lab:
-            lab.start()
-            time.sleep(0.5)
-            a, s0 = tracer.sample(), net_rx_softirqs()
-            time.sleep(2)
-            b, s1 = tracer.sample(), net_rx_softirqs()
-            (res,) = lab.wait(timeout=30)
+            a, b, s0, s1, res = _window(lab, tracer, net_rx_softirqs, 0.5, 2)
     finally:
         tracer.stop()
     assert res.error is None, res.error
