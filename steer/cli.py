@@ -59,6 +59,22 @@ def _flow_counts(text):
     return sorted(set(counts))
 
 
+def _pause_values(text):
+    from .devsettings import parse_pause
+    try:
+        return parse_pause(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _offload_settings(text):
+    from .devsettings import parse_offloads
+    try:
+        return parse_offloads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _rate(text):
     from .view import parse_rate
     try:
@@ -362,6 +378,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="parallel flows per cell, each count a matrix of its own (lab only; "
                          "flow i on --port + i): all are steered to the cell's kernel CPU and read "
                          "on its app CPU, as Cai et al. measure 1, 8, 16 and 24 flows per core")
+    sw.add_argument("--pause", type=_pause_values, default=None, metavar="on,off",
+                    help="sweep the receiving NIC's Ethernet flow control (pause frames, rx and "
+                         "tx together), as the NDM'13 follow-up did: every cell under each value, "
+                         "in the order given (with --dev, on a NIC that has pause frames; the "
+                         "lab's veth has none). The NIC is put back as found after")
+    sw.add_argument("--offloads", type=_offload_settings, default=None,
+                    metavar="F=on|off[+F=on|off][,...]",
+                    help="sweep the receiving device's offloads: each comma-separated setting "
+                         "names features of gro, gro-hw, lro, tso, gso (gro=on,gro=off; "
+                         "gro=on+lro=on,gro=off+lro=off) and every cell is measured under each, "
+                         "in the order given; features a setting does not name stay as found, "
+                         "and all are put back after. In the lab the sender's TSO is then off, "
+                         "so that packets arrive wire-sized, as from a NIC")
     sw.add_argument("--profile", action="store_true",
                     help="also say where each cell's CPU went, by category (steer profile at "
                          "999 Hz, beside the tracer): cells carry profile.kernel and profile.app "
@@ -856,6 +885,9 @@ def cmd_sweep(args) -> int:
     if args.paper and not args.dev:
         from .lab import usable_cpus
         sender = paper_sender_cpu(cpus, usable_cpus())
+    if args.pause and not args.dev:
+        raise UsageError("--pause switches a NIC's Ethernet flow control, and the lab's veth has "
+                         "none: give --dev IFACE --server-cmd CMD")
     if args.port + max(args.flows) - 1 > 65535:
         raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
     _need_matplotlib("steer sweep")
@@ -863,7 +895,8 @@ def cmd_sweep(args) -> int:
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
                       server_cmd=args.server_cmd, port=args.port, flows=args.flows,
-                      profile=args.profile, paper=args.paper, sender_cpu=sender)
+                      profile=args.profile, paper=args.paper, sender_cpu=sender,
+                      pause=args.pause, offloads=args.offloads)
     if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
         raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
                         "another --out")

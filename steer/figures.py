@@ -170,8 +170,9 @@ def _save(fig, path: str) -> list[str]:
 
 def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> list[str]:
     """The figures of a sweep; TOPO (the measuring host's) draws the socket quadrants. The
-    matrices show the first flows-per-cell count; more counts get flows_per_core."""
-    from .report import flows_per_core, matrix_cells
+    matrices show the first device setting and flows-per-cell count; more counts get
+    flows_per_core (of the first setting)."""
+    from .report import first_setting_cells, flows_per_core, matrix_cells
     cells = matrix_cells(results)
     where: dict = {}
     if topo is not None:
@@ -202,8 +203,8 @@ def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> 
     files += by_class_chart(cells, os.path.join(out_dir, "throughput_by_class"))
     files += histograms(cells, os.path.join(out_dir, "histograms"))
     if len(results["config"].get("flows") or [1]) > 1:
-        measured = [c for c in results["cells"] if c.get("throughput_bps") is not None]
-        files += flows_chart(flows_per_core(measured), os.path.join(out_dir, "flows_per_core"))
+        files += flows_chart(flows_per_core(first_setting_cells(results)),
+                             os.path.join(out_dir, "flows_per_core"))
     for c in cells:
         c.pop("_cpu_per_gb", None)
         c.pop("_llc_per_gb", None)

@@ -107,6 +107,8 @@ class FlowReport:
     # its device's): the arrival CPU. None: no device known; empty: its device did not poll (the
     # packets came through the backlog: netif_rx, RPS, loopback)
     rx_poll_cpus: dict[int, int] | None = None
+    # skbs that went up the stack: rx_packets / rx_skbs is what GRO (or LRO) aggregated
+    rx_skbs: int = 0
 
     @property
     def rate_bps(self) -> float:
@@ -135,7 +137,7 @@ class FlowReport:
         f = self.flow
         return {
             "proto": f.proto, "src": f.src, "sport": f.sport, "dst": f.dst, "dport": f.dport,
-            "rx_bytes": self.rx_bytes, "rx_packets": self.rx_packets,
+            "rx_bytes": self.rx_bytes, "rx_packets": self.rx_packets, "rx_skbs": self.rx_skbs,
             "rx_drops": self.rx_drops, "last_drop_reason": self.last_drop_reason,
             "rate_bps": round(self.rate_bps, 1),
             "kernel_cpu": self.kernel_cpu, "kernel_cpu_share": _r(self.kernel_cpu_share),
@@ -388,6 +390,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
         reports.append(FlowReport(
             flow=fid, duration=duration,
             rx_bytes=sum(p.rx_bytes for p in parts), rx_packets=sum(p.rx_packets for p in parts),
+            rx_skbs=sum(p.rx_skbs for p in parts),
             kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
             kernel_seconds=sum(kcpu.values()),
             kernel_kthread_seconds=sum(p.kthread_ns for p in parts) / NS,

@@ -1,7 +1,7 @@
 """The host's receive-side configuration, as the papers recorded theirs before measuring (NDM'13
 and its follow-up: irqbalance off, RPS and RFS off, MTU 9000, Ethernet flow control on,
 hyper-threading off, Cubic): read, never changed, into results.json `host.config`, so that two
-sweeps can be compared knowing what differed.
+sweeps can be compared knowing what differed (the settings a sweep varies: devsettings).
 
 Values that cannot be read say why instead ("unsupported: ..." where the driver has no such
 setting, as veth has no pause frames). The device's part is read inside its network namespace
@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 
+from .devsettings import OFFLOADS
 from .irqs import device_irqs
 from .topology import nic_place, read_int, read_text
 
@@ -23,8 +24,6 @@ PAPERS_PRECONDITIONS = {
     "irqbalance": "not running", "rps": "off", "rfs": "off", "mtu": 9000,
     "pause": "rx and tx on", "smt": "off", "congestion_control": "cubic",
 }
-OFFLOADS = {"gro": "generic-receive-offload", "gso": "generic-segmentation-offload",
-            "tso": "tcp-segmentation-offload", "lro": "large-receive-offload"}
 ETHTOOL_TIMEOUT = 10
 
 
@@ -60,12 +59,18 @@ def parse_ethtool_sections(text: str) -> dict:
     return out
 
 
-def _ethtool(args: list[str]) -> tuple[str | None, str | None]:
-    """(stdout, None) or (None, why) of one ethtool query."""
+def ethtool(args: list[str], netns: str | None = None) -> tuple[str | None, str | None]:
+    """(stdout, None) or (None, why) of one ethtool command, run in the network namespace at path
+    NETNS (None: this process's)."""
     if not shutil.which("ethtool"):
         return None, "unavailable: ethtool not installed (apt-get install ethtool)"
+    enter = None
+    if netns:
+        from .kernel import enter_netns
+        enter = lambda: enter_netns(netns)   # noqa: E731  (the child, before exec)
     try:
-        r = subprocess.run(["ethtool", *args], capture_output=True, text=True, timeout=ETHTOOL_TIMEOUT)
+        r = subprocess.run(["ethtool", *args], capture_output=True, text=True,
+                           timeout=ETHTOOL_TIMEOUT, preexec_fn=enter)
     except subprocess.TimeoutExpired:
         return None, f"unavailable: ethtool {' '.join(args)} did not answer in {ETHTOOL_TIMEOUT} s"
     if r.returncode != 0:
@@ -108,7 +113,7 @@ def device_config(sysfs: str, dev: str) -> dict:
     cc = read_text("/proc/sys/net/ipv4/tcp_congestion_control")
     cfg["congestion_control"] = cc
 
-    out, why = _ethtool(["--json", "-k", dev])
+    out, why = ethtool(["--json", "-k", dev])
     if out is not None:
         features = json.loads(out)[0]
         cfg["offloads"] = {short: ("on" if features.get(name, {}).get("active") else "off")
@@ -116,13 +121,13 @@ def device_config(sysfs: str, dev: str) -> dict:
                            for short, name in OFFLOADS.items()}
     else:
         cfg["offloads"] = why
-    out, why = _ethtool(["--json", "--include-statistics", "-a", dev])
+    out, why = ethtool(["--json", "--include-statistics", "-a", dev])
     if out is not None and json.loads(out):
         cfg["pause"] = json.loads(out)[0]
     else:
         cfg["pause"] = why or "unsupported by the driver"
     for key, opt in (("rings", "-g"), ("channels", "-l"), ("coalescing", "-c")):
-        out, why = _ethtool([opt, dev])
+        out, why = ethtool([opt, dev])
         cfg[key] = parse_ethtool_sections(out) if out is not None else why
     return cfg
 

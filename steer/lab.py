@@ -107,6 +107,12 @@ def _ip(*args: str) -> None:
         raise LabError(f"ip {' '.join(args)}: {r.stderr.strip() or 'failed'}")
 
 
+def _in_lab_ns(ns: str, cmd: list[str], what: str) -> None:
+    r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True)
+    if r.returncode:
+        raise LabError(f"{what}: {' '.join(cmd)}: {r.stderr.strip() or 'failed'}")
+
+
 def napi_threads() -> dict[int, str]:
     """The threaded NAPI kthreads (napi/<dev>-<napi id>) of the host, by pid."""
     out = {}
@@ -176,6 +182,10 @@ class Lab:
     # napi/veth-rx-<id>, as drivers can with /sys/class/net/DEV/threaded, pinned to the first
     # flow's kernel CPU
     threaded_napi: bool = False
+    # the sender's TSO off: its packets reach the receiving veth MSS-sized, as a NIC takes them
+    # off the wire, rather than as 64 KB TSO skbs that no receive offload could aggregate further
+    # (and that a veth hands past its NAPI: veth_skb_is_eligible_for_gro)
+    wire_sized: bool = False
     tag: str = field(default_factory=lambda: f"{os.getpid()}-{next(_instances)}")
 
     def __post_init__(self):
@@ -222,20 +232,19 @@ class Lab:
             _ip("-n", ns, "addr", "add", f"{addr}/{PREFIXLEN}", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
+        if self.wire_sized or self.threaded_napi:
+            _in_lab_ns(self.tx, ["ethtool", "-K", SENDER_DEV, "tso", "off"],
+                       f"wire-sized packets from {SENDER_DEV}")
         if self.threaded_napi:
             self._thread_napi()
 
     def _thread_napi(self) -> None:
         before = set(napi_threads())
-        # a veth takes an skb through its peer's NAPI only when that can aggregate it: with TSO
-        # on the sender, TCP's skbs come already large and bypass it (veth_skb_is_eligible_for_gro)
-        for ns, cmd in ((self.tx, ["ethtool", "-K", SENDER_DEV, "tso", "off"]),
-                        (self.rx, ["ethtool", "-K", RECEIVER_DEV, "gro", "on"]),
-                        (self.rx, ["sh", "-c", f"echo 1 > /sys/class/net/{RECEIVER_DEV}/threaded"])):
-            r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True)
-            if r.returncode:
-                raise LabError(f"threaded NAPI on {RECEIVER_DEV}: {' '.join(cmd)}: "
-                               f"{r.stderr.strip() or 'failed'}")
+        # a veth takes an skb through its peer's NAPI only when that can aggregate it: GRO on, and
+        # (_link) the sender's packets not already large
+        for cmd in (["ethtool", "-K", RECEIVER_DEV, "gro", "on"],
+                    ["sh", "-c", f"echo 1 > /sys/class/net/{RECEIVER_DEV}/threaded"]):
+            _in_lab_ns(self.rx, cmd, f"threaded NAPI on {RECEIVER_DEV}")
         self.napi_pids = sorted(set(napi_threads()) - before)
         if not self.napi_pids:
             raise LabError(f"threaded NAPI on {RECEIVER_DEV}: no napi/ kthread appeared")

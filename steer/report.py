@@ -7,6 +7,7 @@ import io
 import statistics
 
 from .classify import CLASSES, CROSS_SOCKET, SAME_CORE, SAME_SOCKET, Placement
+from .devsettings import setting_key, setting_label, settings_of
 from .flows import CpuReport, FlowReport, Snapshot
 from .policies import llc_peer
 from .hostconfig import PAPERS_PRECONDITIONS
@@ -37,10 +38,11 @@ COUNTER_KEYS = ("llc_hit_ratio_kernel", "llc_hit_ratio_app", "instructions_kerne
                 "instructions_app_per_gb", "cycles_kernel_per_gb", "cycles_app_per_gb",
                 "app_core_llc_hit_ratio", "app_core_instructions_per_gb", "app_core_cycles_per_gb")
 
-CSV_FIELDS = ["kernel_cpu", "app_cpu", "flows", "class", "shared_llc", "smt_sibling",
+CSV_FIELDS = ["kernel_cpu", "app_cpu", "flows", "setting", "class", "shared_llc", "smt_sibling",
               "nic_local_kernel", "nic_local_app", "throughput_bps", "throughput_per_flow_bps",
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
-              "llc_misses_app_per_gb", "measured_kernel_cpu", "measured_stack_cpu",
+              "llc_misses_app_per_gb", "packets_per_skb", "unattributed_seconds_per_gb",
+              "measured_kernel_cpu", "measured_stack_cpu",
               "measured_app_cpu", "measured_irq_cpu", "measured_poll_cpu", *COUNTER_KEYS, "runs"]
 
 
@@ -73,13 +75,27 @@ def counters_md(cells: list[dict], caps: dict) -> list[str]:
     return out + [""]
 
 
+def sweep_settings(results: dict) -> list[dict]:
+    """The device settings of the sweep, in the order it ran them ([{}]: none swept)."""
+    cfg = results["config"]
+    return settings_of(cfg.get("pause"), cfg.get("offloads"))
+
+
+def sweep_order(results: dict):
+    """The key that sorts cells as the sweep runs them: setting, flows, kernel CPU, app CPU."""
+    index = {setting_key(s): i for i, s in enumerate(sweep_settings(results))}
+    return lambda c: (index.get(setting_key(c.get("setting")), len(index)), c.get("flows", 1),
+                      c["kernel_cpu"], c["app_cpu"])
+
+
 def to_csv(results: dict) -> str:
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
-    for c in sorted(results["cells"], key=lambda c: (c.get("flows", 1), c["kernel_cpu"], c["app_cpu"])):
+    for c in sorted(results["cells"], key=sweep_order(results)):
         row = {k: c.get(k) for k in CSV_FIELDS}
         row["flows"] = c.get("flows", 1)
+        row["setting"] = setting_label(c.get("setting"))
         for side in ("kernel", "app"):
             row[f"nic_local_{side}"] = (c.get("nic_local") or {}).get(side)
         row["runs"] = len(c.get("runs", []))
@@ -132,8 +148,9 @@ def _setting(value) -> str:
     return "?" if value is None else str(value)
 
 
-def config_md(config: dict | None) -> list[str]:
-    """The host's receive-side settings beside the ones the papers measured with."""
+def config_md(config: dict | None, swept: bool = False) -> list[str]:
+    """The host's receive-side settings beside the ones the papers measured with (SWEPT: the
+    sweep varied some of the device's, under Device settings)."""
     if not config:
         return ["The host's configuration was not recorded (results of an older steer).", ""]
     dev = config.get("device") or {}
@@ -157,18 +174,72 @@ def config_md(config: dict | None) -> list[str]:
     ]
     lines = ["## The host's configuration", "",
              "Read before the first run, not changed by steer (except the kernel side's placement "
-             "of each cell). The papers' column is their stated setup.", "",
+             "of each cell" + (", and the device settings it swept, put back after" if swept else "")
+             + "). The papers' column is their stated setup.", "",
              "| setting | this host | the papers |", "|---|---|---|"]
     lines += [f"| {name} | {_setting(mine)} | {theirs} |" for name, mine, theirs in rows]
     return lines + [""]
 
 
+def first_setting_cells(results: dict) -> list[dict]:
+    """The measured cells of the sweep's first device setting (every flows count)."""
+    first = setting_key(sweep_settings(results)[0])
+    return [c for c in results["cells"] if c.get("throughput_bps") is not None
+            and setting_key(c.get("setting")) == first]
+
+
 def matrix_cells(results: dict) -> list[dict]:
-    """The measured cells of the sweep's first (smallest) flows-per-cell count: the matrix the
-    class tables and the bubble figures show; the other counts have a section of their own."""
-    measured = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+    """The measured cells of the sweep's first device setting and first (smallest) flows-per-cell
+    count: the matrix the class tables and the bubble figures show; the other counts and settings
+    have sections of their own."""
     base = min(results["config"].get("flows") or [1])
-    return [c for c in measured if c.get("flows", 1) == base]
+    return [c for c in first_setting_cells(results) if c.get("flows", 1) == base]
+
+
+def by_setting(results: dict) -> list[tuple[dict, dict[str, dict]]]:
+    """(setting, class -> medians) for each device setting in sweep order, over the cells of the
+    smallest flows count: throughput, costs per GB, and wire packets per skb (GRO's work)."""
+    base = min(results["config"].get("flows") or [1])
+    out = []
+    for setting in sweep_settings(results):
+        key = setting_key(setting)
+        cells = [c for c in results["cells"] if c.get("throughput_bps") is not None
+                 and setting_key(c.get("setting")) == key and c.get("flows", 1) == base]
+        rows = by_class(cells)
+        for cls, row in rows.items():
+            for key in ("packets_per_skb", "unattributed_seconds_per_gb"):
+                vals = [c[key] for c in cells if c["class"] == cls and c.get(key) is not None]
+                row[key] = statistics.median(vals) if vals else None
+        out.append((setting, rows))
+    return out
+
+
+def settings_md(results: dict) -> list[str]:
+    """The Device settings section: each setting's cells by class."""
+    cfg = results["config"]
+    lines = ["## Device settings", "",
+             "Every cell was measured under each setting of the receiving device, in this order; "
+             "features a setting does not name stayed as found, and the device was put back as "
+             "found after. Packets per skb is what GRO or LRO aggregated (1: nothing). "
+             "Unattributed is NET_RX time the tracer charged to no flow, host-wide, per GB of the "
+             "cells' flows: where RPS or XDP sends skbs up the stack on the kernel CPU, the "
+             "device's NAPI poll and GRO on the arrival CPU land there, so add it to the kernel "
+             "side when settings change where that work runs."]
+    if cfg["mode"] == "lab" and cfg.get("offloads"):
+        lines[-1] += (" In the lab the sender's TSO was off in every cell, so that packets reached "
+                      "the receiving veth wire-sized, as from a NIC: compare these cells with each "
+                      "other, not with a sweep without --offloads.")
+    lines += ["", "| setting | class | cells | median Gbit/s | min | max | kernel CPU-s/GB | "
+              "app CPU-s/GB | unattributed CPU-s/GB | packets per skb |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for setting, rows in by_setting(results):
+        for cls, r in rows.items():
+            lines.append(f"| {setting_label(setting)} | {cls} | {r['cells']} | "
+                         f"{_gbps(r['median_bps'])} | {_gbps(r['min_bps'])} | {_gbps(r['max_bps'])} | "
+                         f"{figure(r['kernel_seconds_per_gb'])} | {figure(r['app_seconds_per_gb'])} | "
+                         f"{figure(r['unattributed_seconds_per_gb'])} | "
+                         f"{figure(r['packets_per_skb'], '{:.1f}')} |")
+    return lines + [""]
 
 
 def flows_per_core(cells: list[dict]) -> dict[int, dict[str, dict]]:
@@ -240,6 +311,8 @@ def report_md(results: dict, topo: Topology) -> str:
     cells = matrix_cells(results)
     cfg, host = results["config"], results.get("host", {})
     counts = cfg.get("flows") or [1]
+    settings = sweep_settings(results)
+    swept = bool(cfg.get("pause") or cfg.get("offloads"))
     lines = ["# steer sweep", ""]
     lines += [f"Host: {host.get('hostname', '?')}, kernel {host.get('kernel', '?')}, "
               f"{len(topo.online)} online CPUs, {len(topo.sockets)} socket(s), "
@@ -249,12 +322,15 @@ def report_md(results: dict, topo: Topology) -> str:
               f"{cfg['method']}, traffic from {cfg['mode']}"
               + (f"; {counts[0]} flow(s) per cell here, {', '.join(map(str, counts[1:]))} under "
                  "Flows per core." if len(counts) > 1 else
-                 (f"; {counts[0]} flows per cell." if counts[0] > 1 else ".")), ""]
+                 (f"; {counts[0]} flows per cell." if counts[0] > 1 else "."))
+              + (f" The device with {setting_label(settings[0])}"
+                 + (", the other settings under Device settings." if len(settings) > 1 else ".")
+                 if swept else ""), ""]
     if cfg.get("paper"):
         lines += [f"Method: {paper_text(cfg)}.", ""]
     if not results.get("complete", True):
         lines += ["**Incomplete**: the sweep was interrupted; `steer sweep --resume` continues it.", ""]
-    lines += config_md(host.get("config"))
+    lines += config_md(host.get("config"), swept)
     lines += arrival_md(cells, cfg["method"])
 
     lines += ["## Throughput by class", "",
@@ -300,8 +376,11 @@ def report_md(results: dict, topo: Topology) -> str:
                          f"({_gbps(row_best['throughput_bps'])}) | {ratio:.2f} |")
         lines.append("")
 
+    if swept:
+        lines += settings_md(results)
+
     if len(counts) > 1:
-        measured = [c for c in results["cells"] if c.get("throughput_bps") is not None]
+        measured = first_setting_cells(results)
         lines += ["## Flows per core", "",
                   "All of a cell's flows steered to its kernel CPU and read on its app CPU (Cai "
                   "et al., SIGCOMM'21, Fig. 6: throughput per core and L3 misses as flows per "
@@ -323,17 +402,19 @@ def report_md(results: dict, topo: Topology) -> str:
                   "Each side's sampled CPU seconds by category (Cai et al., SIGCOMM'21), in "
                   "percent, over the cell's runs. The profiler ran beside the tracer in these "
                   "cells and cost some of their throughput.", "",
-                  "| kernel CPU | app CPU | flows | class | side | CPU s | samples | "
+                  "| kernel CPU | app CPU | flows | " + ("setting | " if swept else "")
+                  + "class | side | CPU s | samples | "
                   + " | ".join(c.replace("_", " ") for c in CATEGORIES) + " |",
-                  "|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES)]
-        for c in sorted(profiled, key=lambda c: (c.get("flows", 1), c["kernel_cpu"], c["app_cpu"])):
+                  "|---|---|---|---|---|---|---|" + "---|" * (len(CATEGORIES) + swept)]
+        for c in sorted(profiled, key=sweep_order(results)):
             p = c["profile"]
             for side in ("kernel", "app"):
                 shares = p.get(side) or {}
                 cols = " | ".join("-" if shares.get(k) is None else f"{100 * shares[k]:.0f}%"
                                   for k in CATEGORIES)
                 lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c.get('flows', 1)} | "
-                             f"{c['class']} | {side} | {p.get(f'{side}_seconds', 0):.3f} | "
+                             + (f"{setting_label(c.get('setting'))} | " if swept else "")
+                             + f"{c['class']} | {side} | {p.get(f'{side}_seconds', 0):.3f} | "
                              f"{p['samples']} | {cols} |")
         lines.append("")
 

@@ -13,6 +13,10 @@ Two traffic sources:
   XDP; throughput is what the reader got, by the tracer. Each run also records where the flow's
   queue IRQ fired (/proc/interrupts), so that the arrival CPU is never a hidden third CPU.
 
+--pause and --offloads add a dimension: the receiving device's setting (devsettings). Every cell
+is measured under each setting, one setting after another (a change may reset the NIC); the device
+is put back as found afterwards.
+
 results.json is rewritten after every cell, so Ctrl-C keeps what is done and --resume continues.
 """
 from __future__ import annotations
@@ -30,6 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .classify import classify
+from .devsettings import (SettingError, apply_state, read_state, setting_key, setting_label,
+                          setting_problems, settings_of, target_state)
 from .flowspec import FlowSpec
 from .flows import build_snapshot
 from .topology import Topology, format_cpulist, nic_local, nic_sockets
@@ -41,6 +47,9 @@ from .units import hit_ratio, per_gb
 
 RESULTS_VERSION = 1
 SETTLE_SECONDS = 0.5    # after a move, before measuring: the old placement's queues drain
+# after a device setting changed on a host, before measuring: the sender's TCP recovers from what
+# a NIC reset lost (its retransmission timeout is 200 ms at least, and backs off)
+SETTING_SETTLE_SECONDS = 2.0
 CLIENT_WAIT_SECONDS = 60.0   # host mode: for the other machine's client to connect
 
 
@@ -70,9 +79,16 @@ class SweepConfig:
     # --paper: the papers' method where the lab can follow it (PAPER_PRESET)
     paper: bool = False
     sender_cpu: int | None = None   # lab: the iperf3 sender's CPU (None: left to the scheduler)
+    # the receiving device's settings swept (devsettings): pause frames ['on', 'off'], and
+    # offload settings [{'gro': 'on'}, {'gro': 'off'}]; None: left as found
+    pause: list[str] | None = None
+    offloads: list[dict] | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+    def settings(self) -> list[dict]:
+        return settings_of(self.pause, self.offloads)
 
 
 def paper_sender_cpu(swept: list[int], usable: list[int]) -> int | None:
@@ -82,13 +98,15 @@ def paper_sender_cpu(swept: list[int], usable: list[int]) -> int | None:
     return spare[-1] if spare else None
 
 
-def cells_of(cfg: SweepConfig) -> list[tuple[int, int, int]]:
-    """(kernel CPU, app CPU, flows) of every cell, the one-flow matrix first."""
-    return [(k, a, n) for n in cfg.flows for k in cfg.cpus for a in cfg.cpus]
+def cells_of(cfg: SweepConfig) -> list[tuple[int, int, int, dict]]:
+    """(kernel CPU, app CPU, flows, device setting) of every cell: setting after setting, and in
+    each the one-flow matrix first."""
+    return [(k, a, n, s) for s in cfg.settings() for n in cfg.flows
+            for k in cfg.cpus for a in cfg.cpus]
 
 
-def cell_key(cell: dict) -> tuple[int, int, int]:
-    return cell["kernel_cpu"], cell["app_cpu"], cell.get("flows", 1)
+def cell_key(cell: dict) -> tuple[int, int, int, str]:
+    return cell["kernel_cpu"], cell["app_cpu"], cell.get("flows", 1), setting_key(cell.get("setting"))
 
 
 def host_info(topo: Topology, cfg: SweepConfig | None = None) -> dict:
@@ -122,6 +140,8 @@ def load_results(path: str, cfg: SweepConfig) -> dict:
     old_cfg.setdefault("profile", False)   # and before --profile
     old_cfg.setdefault("paper", False)     # and before --paper
     old_cfg.setdefault("sender_cpu", None)
+    old_cfg.setdefault("pause", None)      # and before --pause and --offloads
+    old_cfg.setdefault("offloads", None)
     if old.get("version") != RESULTS_VERSION or old_cfg != cfg.as_dict():
         raise SweepError(f"--resume: {path} was made with other settings "
                          f"({old.get('config')}); use another --out or the same options")
@@ -141,17 +161,20 @@ def _median(vals):
 
 
 def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
-              nic: tuple[int, ...] | None = None, flows: int = 1) -> dict:
-    """A cell of FLOWS parallel flows: its class, its medians over RUNS, and whether each side sat
-    on a socket of the receiving NIC (NIC: its sockets; None leaves nic_local unknown)."""
+              nic: tuple[int, ...] | None = None, flows: int = 1, setting: dict | None = None) -> dict:
+    """A cell of FLOWS parallel flows under the device SETTING: its class, its medians over RUNS,
+    and whether each side sat on a socket of the receiving NIC (NIC: its sockets; None leaves
+    nic_local unknown)."""
     p = classify(kernel_cpu, app_cpu, topo)
-    cell = {"kernel_cpu": kernel_cpu, "app_cpu": app_cpu, "flows": flows, "class": p.cls,
+    cell = {"kernel_cpu": kernel_cpu, "app_cpu": app_cpu, "flows": flows,
+            "setting": setting or {}, "class": p.cls,
             "shared_llc": p.shared_llc, "smt_sibling": p.smt_sibling,
             "nic_local": {"kernel": nic_local(topo, nic, kernel_cpu),
                           "app": nic_local(topo, nic, app_cpu)},
             "runs": runs}
     for key in ("throughput_bps", "kernel_seconds_per_gb", "app_seconds_per_gb",
-                "llc_misses_kernel_per_gb", "llc_misses_app_per_gb", *COUNTER_KEYS):
+                "llc_misses_kernel_per_gb", "llc_misses_app_per_gb", "packets_per_skb",
+                "unattributed_seconds_per_gb", *COUNTER_KEYS):
         cell[key] = _median(r.get(key) for r in runs)
     cell["throughput_per_flow_bps"] = cell["throughput_bps"] / flows \
         if cell["throughput_bps"] is not None else None
@@ -251,12 +274,20 @@ def measure_flow(tracer: Tracer, before, after, topo, match, app_cpu: int | None
         return {}
     rx, app = sum(f.rx_bytes for f in flows), sum(f.app_bytes for f in flows)
     nbytes = rx or app
+    packets, skbs = sum(f.rx_packets for f in flows), sum(f.rx_skbs for f in flows)
     out = {"rx_bytes": rx, "app_bytes": app, "traced_flows": len(flows),
+           "rx_packets": packets, "rx_skbs": skbs,
+           # wire packets per skb up the stack: what GRO or LRO aggregated (1: nothing)
+           "packets_per_skb": packets / skbs if skbs else None,
            "tracer_throughput_bps": app * 8 / snap.duration if snap.duration else None,
            "kernel_seconds_per_gb": per_gb(sum(f.kernel_seconds for f in flows), nbytes),
            "app_seconds_per_gb": per_gb(sum(f.app_seconds for f in flows), nbytes),
            "llc_misses_kernel_per_gb": per_gb(_total(f.llc_misses_kernel for f in flows), nbytes),
            "llc_misses_app_per_gb": per_gb(_total(f.llc_misses_app for f in flows), nbytes),
+           # NET_RX time charged to no flow, host-wide: where a device's NAPI and GRO run on an
+           # arrival CPU and RPS sends the skbs up the stack elsewhere, their time is here
+           "unattributed_seconds_per_gb": per_gb(sum(c.net_rx_unattributed_seconds
+                                                     for c in snap.cpus), nbytes),
            **counter_figures(flows, before, after, topo, app_cpu, nbytes)}
     for side in ("kernel", "stack", "app"):
         out[f"measured_{side}_cpu"], out[f"measured_{side}_share"] = _dominant_of(
@@ -296,8 +327,23 @@ class LabRunner:
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
         self.profiler = profiler
         self.device_config: dict | None = None   # the receiving veth's, read by the first run
+        self.found: dict | None = None   # its offloads as a fresh lab has them (with --offloads)
 
-    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1) -> dict:
+    def _set_device(self, lab, setting: dict) -> dict:
+        """The receiving veth of LAB under SETTING (a fresh lab's veth is as found): its state."""
+        if self.found is None:
+            self.found = read_state(lab.rx_dev, lab.rx_netns)
+            problems = setting_problems(f"the lab's {lab.rx_dev}", self.found, self.cfg.settings())
+            if problems:
+                raise SweepError("; ".join(problems))
+        try:
+            return apply_state(lab.rx_dev, lab.rx_netns,
+                               target_state(setting, self.found, self.cfg.settings()),
+                               self.should_stop)
+        except SettingError as e:
+            raise SweepError(f"{setting_label(setting)}: {e}") from None
+
+    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1, setting: dict | None = None) -> dict:
         from .lab import Lab, LabFlow
         from .affinity import set_rps
         from .hostconfig import host_config
@@ -305,10 +351,14 @@ class LabRunner:
         ports = [self.cfg.port + i for i in range(flows)]
         omit = PAPER_PRESET["omit_seconds"] if self.cfg.paper else 0
         extra = (*PAPER_PRESET["iperf3"], "-O", str(omit)) if self.cfg.paper else ()
+        # with --offloads the sender's packets come wire-sized, as a NIC receives them, so that
+        # the receiving veth's GRO has something to aggregate
         with Lab([LabFlow(self.cfg.sender_cpu, app_cpu, p) for p in ports],
-                 seconds=self.cfg.seconds + omit, client_args=extra) as lab:
+                 seconds=self.cfg.seconds + omit, client_args=extra,
+                 wire_sized=bool(self.cfg.offloads)) as lab:
             if self.device_config is None:   # as it is before this sweep changes its RPS
                 self.device_config = host_config(lab.rx_dev, lab.rx_netns)["device"]
+            state = self._set_device(lab, setting) if setting else None
             steering = None
             try:
                 if self.cfg.method == "rps":
@@ -357,6 +407,8 @@ class LabRunner:
         run["receiver_tcp"] = counter_delta(tcp0, tcp1)
         if flows > 1:
             run["throughput_per_flow_bps"] = [e["sum_received"]["bits_per_second"] for e in ends]
+        if state:
+            run["device_state"] = state
         return run
 
     def close(self):
@@ -377,6 +429,10 @@ class HostRunner:
         self.client_seen = False
         self.steering = None
         self.irq_before: dict[int, str] = {}   # the receive IRQs' affinity before the sweep
+        self.found: dict | None = None     # the device's settings before the sweep changed them
+        self.state: dict | None = None     # as the current setting left them
+        self.setting: str | None = None    # that setting's key
+        self.touched = False               # the sweep asked for a change: put it back after
         # the device's receive IRQs, to see where the flow's fired (any method) and to move
         # them (irq); none for a virtual device
         from .affinity import receive_irqs
@@ -388,14 +444,22 @@ class HostRunner:
             problems = irq_method_problems(host_config(cfg.dev, cfg.netns))
             if problems:
                 raise SweepError("--method irq: " + "; ".join(problems))
-        else:
-            self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
-        self.spec = FlowSpec(proto="tcp", dport=cfg.port)
+        if cfg.pause or cfg.offloads:
+            try:
+                self.found = read_state(cfg.dev, netns_path(cfg.netns), pause=bool(cfg.pause))
+            except (SettingError, SteerError) as e:
+                raise SweepError(str(e)) from None
+            problems = setting_problems(cfg.dev, self.found, cfg.settings())
+            if problems:
+                raise SweepError("; ".join(problems))
         try:
             argv = shlex.split(cfg.server_cmd)
         except ValueError as e:
             raise SweepError(f"--server-cmd: {e}") from None
         ns = netns_path(cfg.netns)
+        if cfg.method != "irq":
+            self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
+        self.spec = FlowSpec(proto="tcp", dport=cfg.port)
 
         try:   # the receiver lives where its interface is
             self.server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -424,8 +488,26 @@ class HostRunner:
             err = self.server.stderr.read().decode(errors="replace").strip()
             raise SweepError(f"the server command exited ({self.server.returncode}): {err}")
 
-    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1) -> dict:
+    def _set_device(self, setting: dict) -> None:
+        """The device under SETTING, once per setting: a change may reset the NIC and drop what
+        was in flight, so the sender is given time and must still be connected."""
+        if not setting or setting_key(setting) == self.setting:
+            return
+        from .steering import netns_path
+        self.touched, self.setting = True, None
+        try:
+            self.state = apply_state(self.cfg.dev, netns_path(self.cfg.netns),
+                                     target_state(setting, self.found, self.cfg.settings()),
+                                     self.should_stop)
+        except SettingError as e:
+            raise SweepError(f"{setting_label(setting)}: {e}") from None
+        self.setting = setting_key(setting)
+        _sleep(SETTING_SETTLE_SECONDS, self.should_stop)
+        self.client_seen = False
+
+    def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1, setting: dict | None = None) -> dict:
         from .affinity import set_app_affinity
+        self._set_device(setting)
         if not self.client_seen:
             self.wait_for_client()
         self._check_server()
@@ -469,6 +551,8 @@ class HostRunner:
         # the sender is another host: its retransmits are seen here only as the receiver sees
         # them, namespace-wide (receiver_tcp)
         run["receiver_tcp"] = counter_delta(tcp0, tcp1)
+        if setting:
+            run["device_state"] = self.state
         return run
 
     def close(self):
@@ -477,12 +561,25 @@ class HostRunner:
         if self.irq_before:
             from .affinity import restore_irqs
             restore_irqs(self.irq_before)
+        if self.touched:
+            self._restore_device()
         if self.server.poll() is None:
             os.killpg(self.server.pid, signal.SIGTERM)
             try:
                 self.server.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(self.server.pid, signal.SIGKILL)
+
+
+    def _restore_device(self) -> None:
+        from .steering import SteerError, netns_path
+        want = target_state({}, self.found, self.cfg.settings())   # everything swept, as found
+        try:
+            apply_state(self.cfg.dev, netns_path(self.cfg.netns), want)
+        except (SettingError, SteerError) as e:
+            raise SweepError(f"{self.cfg.dev} could not be put back as found "
+                             f"({setting_label(want)}): {e}") from None
+        self.touched = False
 
 
 def established_ports(pid: int) -> set[int]:
@@ -526,22 +623,23 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
         results = {"version": RESULTS_VERSION, "config": cfg.as_dict(), "host": host_info(topo, cfg),
                    "capabilities": tracer.capabilities.as_dict(), "cells": [], "complete": False}
     done = {cell_key(c) for c in results["cells"]}
-    todo = [c for c in cells_of(cfg) if c not in done]
+    todo = [c for c in cells_of(cfg) if (*c[:3], setting_key(c[3])) not in done]
     runner = (LabRunner if cfg.mode == "lab" else HostRunner)(cfg, tracer, topo, should_stop,
                                                               profiler)
     task = progress.add_task("sweep", total=len(cells_of(cfg)), completed=len(done)) if progress else None
     try:
-        for k, a, n in todo:
+        for k, a, n, s in todo:
             if should_stop():
                 raise SweepStopped
             if progress:
                 progress.update(task, description=f"kernel CPU {k}, app CPU {a}"
-                                                  + (f", {n} flows" if len(cfg.flows) > 1 else ""))
-            runs = [runner.run(k, a, n) for _ in range(cfg.repeat)]
+                                + (f", {n} flows" if len(cfg.flows) > 1 else "")
+                                + (f", {setting_label(s)}" if s else ""))
+            runs = [runner.run(k, a, n, s) for _ in range(cfg.repeat)]
             config = results["host"].setdefault("config", {})
             if runner.device_config is not None and "device" not in config:
                 config["device"] = runner.device_config
-            results["cells"].append(summarize(k, a, runs, topo, device_sockets(results, topo), n))
+            results["cells"].append(summarize(k, a, runs, topo, device_sockets(results, topo), n, s))
             save_results(path, results)
             if progress:
                 progress.advance(task)
@@ -570,5 +668,7 @@ def describe(cfg: SweepConfig) -> str:
     n = len(cells_of(cfg))
     return (f"{n} cells (CPUs {format_cpulist(cfg.cpus)}) x {cfg.repeat} run(s) x {cfg.seconds:g} s, "
             f"kernel side by {cfg.method}, traffic from {'the lab' if cfg.mode == 'lab' else cfg.dev}"
+            + (f"; device settings: {' / '.join(map(setting_label, cfg.settings()))}"
+               if cfg.pause or cfg.offloads else "")
             + (f"; {paper_text(cfg.as_dict())}" if cfg.paper else ""))
 

@@ -30,6 +30,7 @@ def test_deltas_dominant_cpus_and_class():
     (f,) = snap.flows
     assert snap.duration == 2.0
     assert f.rx_bytes == 10**9 and f.rate_bps == 4e9
+    assert f.rx_skbs == 100 and f.as_json()["rx_skbs"] == 100
     assert f.kernel_cpu == 0 and abs(f.kernel_cpu_share - 0.9) < 1e-9
     assert abs(f.kernel_seconds - 1.0) < 1e-9
     assert f.app_cpu == 1 and f.app_cpu_share == 1.0 and f.app_pid == 42

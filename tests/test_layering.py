@@ -9,7 +9,7 @@ from helpers import ROOT
 PURE = ["steer.samples", "steer.interrupts", "steer.units", "steer.privileges", "steer.topology", "steer.classify",
         "steer.flowspec", "steer.flows", "steer.report", "steer.policies", "steer.auto", "steer.view",
         "steer.live", "steer.exporter", "steer.profile",
-        "steer.manual", "steer.irqs"]
+        "steer.manual", "steer.irqs", "steer.devsettings"]
 GATEWAY_AND_LOADERS = ["steer.kernel", "steer.counters", "steer.tracer", "steer.steering", "steer.affinity", "steer.lab",
                        "steer.sweep", "steer.netdevs"]
 

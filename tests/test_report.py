@@ -193,6 +193,50 @@ def test_flows_per_core_section_figure_and_csv(xeon, tmp_path):
     assert rows[0].split(",")[:3] == ["kernel_cpu", "app_cpu", "flows"] and len(rows) == 19
 
 
+def test_device_settings_section_csv_and_resume(xeon, tmp_path):
+    """--offloads gro=on,gro=off: the matrix, class tables and figures are of the first setting;
+    a section gives each setting by class with its packets per skb; the CSV names each row's
+    setting; a resumed sweep knows a cell by its setting too."""
+    from steer.sweep import cell_key, cells_of
+    r = synthetic(xeon)
+    r["config"]["offloads"] = [{"gro": "on"}, {"gro": "off"}]
+    for c in r["cells"]:
+        c.update(setting={"offloads": {"gro": "on"}}, packets_per_skb=30.0,
+                 unattributed_seconds_per_gb=0.25)
+    for c in list(r["cells"]):
+        r["cells"].append(dict(c, setting={"offloads": {"gro": "off"}}, packets_per_skb=1.0,
+                               unattributed_seconds_per_gb=None,
+                               throughput_bps=c["throughput_bps"] / 2))
+    md = report_md(r, xeon)
+    assert "The device with gro on, the other settings under Device settings." in md
+    assert "| same-core | 3 | 21.00 | 21.00 | 21.00 |" in md          # the first setting's matrix
+    assert "| gro on | same-socket | 2 | 37.00 | 37.00 | 37.00 | 0.050 | 0.200 | 0.250 | 30.0 |" in md, md
+    assert "| gro off | same-socket | 2 | 18.50 | 18.50 | 18.50 | 0.050 | 0.200 | - | 1.0 |" in md
+    assert "In the lab the sender's TSO was off" in md
+    write_figures(r, str(tmp_path), xeon)
+    assert svg_cells(tmp_path / "throughput.svg") == 9
+    rows = list(csv.DictReader(io.StringIO(to_csv(r))))
+    assert [x["setting"] for x in rows] == ["gro on"] * 9 + ["gro off"] * 9   # in sweep order
+    assert rows[0]["packets_per_skb"] == "30.0"
+    # resume: the cells of gro off are done, those of gro on are not
+    cfg = SweepConfig(**r["config"])
+    done = {cell_key(c) for c in r["cells"] if c["setting"] == {"offloads": {"gro": "off"}}}
+    todo = [c for c in cells_of(cfg) if cell_key({"kernel_cpu": c[0], "app_cpu": c[1],
+                                                  "flows": c[2], "setting": c[3]}) not in done]
+    assert len(cells_of(cfg)) == 18 and len(todo) == 9
+    assert all(c[3] == {"offloads": {"gro": "on"}} for c in todo)
+    # results of a steer before the settings resume as one setting, "as found"
+    old = synthetic(xeon)
+    for c in old["cells"]:
+        c.pop("setting", None)
+    del old["config"]["pause"], old["config"]["offloads"]
+    path = str(tmp_path / "results.json")
+    save_results(path, old)
+    assert load_results(path, SweepConfig(**synthetic(xeon)["config"]))
+    assert "Device settings" not in report_md(old, xeon)
+    assert list(csv.DictReader(io.StringIO(to_csv(old))))[0]["setting"] == "as found"
+
+
 def test_profiled_cells_combine_runs_and_reach_the_report(xeon):
     """a cell's profile is the shares of its runs' summed seconds (a run with more samples weighs
     more), and the report shows each side's shares"""

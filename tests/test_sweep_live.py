@@ -44,7 +44,7 @@ def _check_outputs(out, stand_ins=False):
     assert dev["locality"] == "none: a virtual device" and dev["numa_node"] is None
     assert dev["mtu"] == 1500 and dev["rps"]["state"] == "off" and dev["rx_queues"] >= 1
     assert dev["congestion_control"] in open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
-    assert set(dev["offloads"]) == {"gro", "gso", "tso", "lro"}
+    assert set(dev["offloads"]) == {"gro", "gro-hw", "lro", "tso", "gso"}
     assert dev["channels"]["current"]["rx"] >= 1                  # veth answers ethtool -l
     assert dev["pause"].startswith("unsupported")                 # and has no pause frames
     assert r["host"]["config"]["irqbalance"] in ("not running",) or \
@@ -139,33 +139,51 @@ def test_the_irq_method_refuses_a_device_without_irqs(tmp_path):
     assert not (tmp_path / "s" / "results.json").exists()
 
 
+def _host_sweep(lab, out, *options, stop_after_a_cell=False):
+    """`steer sweep --dev veth-rx` as on a real host, the 'other machine' being LAB's sending
+    namespace, whose client keeps sending from when the server listens: (exit code, stderr).
+    STOP_AFTER_A_CELL: SIGTERM once results.json holds a cell."""
+    from steer.lab import _in_netns
+    sweep = subprocess.Popen(
+        [*STEER, "sweep", "--out", out, "--dev", "veth-rx", "--netns", lab.rx, "--port", "5301",
+         "--server-cmd", "iperf3 -s -p 5301 -B 198.18.0.2", *options],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+    client = None
+    end = time.monotonic() + 30
+    while client is None and time.monotonic() < end and sweep.poll() is None:
+        c = subprocess.Popen(["iperf3", "-c", "198.18.0.2", "-p", "5301", "-t", "40"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=_in_netns(lab.tx, None))
+        time.sleep(1)
+        if c.poll() is None:
+            client = c
+    try:
+        end = time.monotonic() + 60
+        while stop_after_a_cell and sweep.poll() is None and time.monotonic() < end:
+            try:
+                if json.load(open(f"{out}/results.json"))["cells"]:
+                    sweep.send_signal(signal.SIGTERM)
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        _, stderr = sweep.communicate(timeout=120)
+    finally:
+        if client:
+            client.kill()
+            client.wait()
+    return sweep.returncode, stderr
+
+
 def test_real_host_mode_with_an_outside_client(tmp_path):
     """--dev/--server-cmd as on a real host: the 'other machine' is a lab namespace whose client
     keeps sending while the sweep re-pins the receiver and re-steers the flow (XDP) per cell."""
-    from steer.lab import Lab, LabFlow, _in_netns
+    from steer.lab import Lab, LabFlow
     out = str(tmp_path / "host")
     with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
-        sweep = subprocess.Popen(
-            [*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "1.5", "--dev", "veth-rx",
-             "--netns", lab.rx, "--port", "5301", "--server-cmd", "iperf3 -s -p 5301 -B 198.18.0.2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
-        client = None
-        end = time.monotonic() + 30
-        while client is None and time.monotonic() < end:   # until the server listens
-            c = subprocess.Popen(["iperf3", "-c", "198.18.0.2", "-p", "5301", "-t", "40"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 preexec_fn=_in_netns(lab.tx, None))
-            time.sleep(1)
-            if c.poll() is None:
-                client = c
-        try:
-            stdout, stderr = sweep.communicate(timeout=120)
-        finally:
-            if client:
-                client.kill()
-                client.wait()
-    assert sweep.returncode == 0, stderr
+        code, stderr = _host_sweep(lab, out, "--cpus", PAIR, "--seconds", "1.5")
+    assert code == 0, stderr
     r = json.load(open(f"{out}/results.json"))
     assert r["config"]["method"] == "xdp" and r["complete"] and len(r["cells"]) == 4
     for c in r["cells"]:
@@ -178,6 +196,99 @@ def test_real_host_mode_with_an_outside_client(tmp_path):
         assert set(c["receiver_tcp"]) == set(RECEIVER_TCP), c
         assert all(v >= 0 for v in c["receiver_tcp"].values()), c
     assert svg_cells(f"{out}/throughput.svg") == 4
+
+
+MSS = 1500 - 20 - 20 - 12   # the lab veth's MTU less IPv4, TCP and the timestamp option
+
+
+def _gro(cell):
+    return cell["setting"]["offloads"]["gro"]
+
+
+def test_offloads_axis_in_the_lab(tmp_path):
+    """--offloads gro=off,gro=on: each cell under each setting, in that order, the receiving veth
+    showing it (ethtool, read back) and the rest as found. The sender's packets come wire-sized
+    (iperf3's bytes over the tracer's packets: one MSS each) and GRO on aggregates them (several
+    MSS per skb that went up the stack, taken in by the veth's NAPI); GRO off sends every packet
+    up alone, through the backlog."""
+    out = str(tmp_path / "sweep")
+    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", str(A), "--seconds", "2",
+                        "--offloads", "gro=off,gro=on"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.load(open(f"{out}/results.json"))
+    found = {f: v.split()[0] for f, v in res["host"]["config"]["device"]["offloads"].items()}
+    assert res["complete"] and [_gro(c) for c in res["cells"]] == ["off", "on"]
+    for c in res["cells"]:
+        run = c["runs"][0]
+        got = run["iperf3_received_bytes"]
+        print(f"gro {_gro(c)}: {c['throughput_bps'] / 1e9:.2f} Gbit/s, {got / run['rx_packets']:.1f} "
+              f"B a packet, {got / run['rx_skbs']:.1f} B an skb, NAPI polls on "
+              f"{c['measured_poll_cpu']}, kernel CPU-s/GB {c['kernel_seconds_per_gb']:.3f}")
+        assert run["device_state"]["offloads"] == dict(found, gro=_gro(c)), run["device_state"]
+        assert 0.97 * MSS <= got / run["rx_packets"] <= 1.001 * MSS, run
+        assert abs(run["app_bytes"] - got) < 0.005 * got
+        if _gro(c) == "off":
+            assert got / run["rx_skbs"] <= 1.001 * MSS and c["measured_poll_cpu"] is None, run
+        else:
+            assert got / run["rx_skbs"] > 4 * MSS and c["measured_poll_cpu"] is not None, run
+    md = open(f"{out}/report.md").read()
+    assert "The device with gro off, the other settings under Device settings." in md
+    assert "| gro off | same-core | 1 |" in md and "| gro on | same-core | 1 |" in md
+    rows = list(csv.DictReader(open(f"{out}/results.csv")))
+    assert [x["setting"] for x in rows] == ["gro off", "gro on"]
+    assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
+
+
+def test_a_setting_the_device_cannot_take_is_refused(tmp_path):
+    """A veth's driver fixes LRO off and has no pause frames: said in one line before any cell is
+    measured, in the lab and on a host device, and nothing is left running."""
+    r = steer("sweep", "--out", str(tmp_path / "lab"), "--cpus", str(A), "--seconds", "1",
+              "--offloads", "lro=on,lro=off")
+    assert_one_line_error(r, "--offloads: the lab's veth-rx's driver fixes lro off")
+    assert not (tmp_path / "lab" / "results.json").exists()
+    from steer.lab import Lab, LabFlow
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
+        code, stderr = _host_sweep(lab, str(tmp_path / "host"), "--cpus", str(A), "--seconds", "1",
+                                   "--pause", "on,off")
+    assert code == 1 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "--pause: veth-rx has no Ethernet flow control to switch" in stderr
+    assert not (tmp_path / "host" / "results.json").exists()
+    assert subprocess.run(["pgrep", "-f", "iperf3 -s -p 5301"], capture_output=True).returncode == 1
+    assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
+
+
+def test_host_mode_switches_the_offloads_and_puts_them_back(tmp_path):
+    """On a host device the setting changes once per setting, under a flow that keeps going, and
+    the device is put back as found after (read by ethtool, not by steer); so it is when the
+    sweep is stopped with SIGTERM."""
+    from steer.lab import Lab, LabFlow
+
+    def gro(lab):
+        out = subprocess.run(["ip", "netns", "exec", lab.rx, "ethtool", "-k", "veth-rx"],
+                             capture_output=True, text=True, check=True).stdout
+        return next(x.split(":")[1].strip() for x in out.splitlines()
+                    if x.startswith("generic-receive-offload:"))
+    out = str(tmp_path / "host")
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
+        assert gro(lab) == "off"     # a veth's default
+        code, stderr = _host_sweep(lab, out, "--cpus", PAIR, "--seconds", "1",
+                                   "--offloads", "gro=off,gro=on")
+        after = gro(lab)
+    assert code == 0, stderr
+    assert after == "off"
+    res = json.load(open(f"{out}/results.json"))
+    assert res["complete"] and [_gro(c) for c in res["cells"]] == ["off"] * 4 + ["on"] * 4
+    for c in res["cells"]:
+        assert c["runs"][0]["device_state"]["offloads"]["gro"] == _gro(c)
+        assert c["throughput_bps"] > 1e8 and c["measured_app_cpu"] == c["app_cpu"], c
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
+        code, stderr = _host_sweep(lab, str(tmp_path / "stopped"), "--cpus", PAIR, "--seconds",
+                                   "1", "--offloads", "gro=on", stop_after_a_cell=True)
+        after = gro(lab)
+    assert code == 143, stderr
+    assert after == "off"
+    assert 1 <= len(json.load(open(tmp_path / "stopped" / "results.json"))["cells"]) < 4
 
 
 def test_flows_per_core(tmp_path):

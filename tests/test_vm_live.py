@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, STEER, live, steer
+from helpers import ROOT, STEER, assert_one_line_error, live, steer
 from steer.flows import build_snapshot
 from steer.kernel import vmlinux_has_type
 from steer.lab import Lab, LabFlow
@@ -354,6 +354,42 @@ def test_irq_sweep_moves_the_queue_irq_and_the_receive_work_follows(tmp_path):
     assert r.returncode == 0, r.stderr
     assert _affinities(rx.values()) == was
     assert not os.path.exists("/run/steer/restore.json")
+
+
+def _gro(dev):
+    out = subprocess.run(["ethtool", "-k", dev], capture_output=True, text=True, check=True).stdout
+    return next(x.split(":")[1].split()[0] for x in out.splitlines()
+                if x.startswith("generic-receive-offload:"))
+
+
+@fed_nic
+def test_offloads_sweep_switches_the_nic_and_puts_it_back_and_pause_is_refused(tmp_path):
+    """On virtio-net, a driver with GRO to switch and no pause frames: --pause is refused in one
+    line before anything starts; --offloads runs every cell under each GRO setting, in the order
+    given, under the feeder's flow (each run reads the NIC back), with the papers' IRQ method,
+    and leaves GRO as it found it (ethtool's word, after the sweep)."""
+    server = ["--dev", NIC, "--port", FEEDER_PORT, "--server-cmd", f"iperf3 -s -p {FEEDER_PORT}"]
+    r = steer("sweep", "--out", str(tmp_path / "pause"), "--cpus", "1", "--seconds", "1",
+              "--pause", "on,off", *server)
+    assert_one_line_error(r, f"--pause: {NIC} has no Ethernet flow control to switch")
+    assert not (tmp_path / "pause" / "results.json").exists()
+    found = _gro(NIC)
+    flip = "off" if found == "on" else "on"
+    r = steer("sweep", "--out", str(tmp_path / "gro"), "--cpus", "1,2", "--seconds", "1",
+              "--method", "irq", "--offloads", f"gro={found},gro={flip}", *server, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert _gro(NIC) == found
+    res = json.loads((tmp_path / "gro" / "results.json").read_text())
+    assert res["complete"] and len(res["cells"]) == 8
+    for c in res["cells"]:
+        want = c["setting"]["offloads"]["gro"]
+        run = c["runs"][0]
+        print(f"gro {want}: kernel {c['kernel_cpu']} app {c['app_cpu']}, "
+              f"{c['throughput_bps'] / 1e6:.0f} Mbit/s, {run['packets_per_skb']:.1f} packets an "
+              f"skb, NAPI polls on {c['measured_poll_cpu']}")
+        assert run["device_state"]["offloads"]["gro"] == want
+        assert c["measured_poll_cpu"] == c["kernel_cpu"] and c["throughput_bps"] > 0, c
+    assert [c["setting"]["offloads"]["gro"] for c in res["cells"]] == [found] * 4 + [flip] * 4
 
 
 def _feeder_flow(tracer, devices, seconds):
