@@ -112,6 +112,20 @@ def differences(want: dict, state: dict) -> list[str]:
     return out
 
 
+def recorded_state(device: dict | None) -> dict | None:
+    """The state of a device as results.json's host.config recorded it before the sweep's first
+    run (offloads 'on' / 'off [fixed]', pause as ethtool's JSON or why not): what to put back,
+    also when a resumed sweep finds the device as a killed one left it. None: not recorded."""
+    offloads = (device or {}).get("offloads")
+    if not isinstance(offloads, dict):
+        return None
+    state: dict = {"offloads": {f: v.split()[0] for f, v in offloads.items()},
+                   "fixed": [f for f, v in offloads.items() if v.endswith("[fixed]")]}
+    pause = device.get("pause")
+    state["pause"] = _pause_value(pause) if isinstance(pause, dict) else None
+    return state
+
+
 # -- the host -------------------------------------------------------------------------------
 def _pause_value(answer: dict) -> str:
     rx, tx = bool(answer.get("rx")), bool(answer.get("tx"))

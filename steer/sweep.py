@@ -34,8 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .classify import classify
-from .devsettings import (SettingError, apply_state, read_state, setting_key, setting_label,
-                          setting_problems, settings_of, target_state)
+from .devsettings import (SettingError, apply_state, read_state, recorded_state, setting_key,
+                          setting_label, setting_problems, settings_of, target_state)
 from .flowspec import FlowSpec
 from .flows import build_snapshot
 from .topology import Topology, format_cpulist, nic_local, nic_sockets
@@ -421,7 +421,7 @@ class HostRunner:
     def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop,
                  profiler: Tracer | None = None):
         from .hostconfig import host_config
-        from .kernel import enter_netns
+        from .kernel import die_with_parent, enter_netns
         from .steering import SteerError, XdpSteering, netns_path
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
         self.profiler = profiler
@@ -461,10 +461,15 @@ class HostRunner:
             self.steering = XdpSteering(cfg.dev, cfg.netns, pinned=False).open()
         self.spec = FlowSpec(proto="tcp", dport=cfg.port)
 
-        try:   # the receiver lives where its interface is
+        parent = os.getpid()
+
+        def enter():
+            die_with_parent(parent)   # a sweep killed with SIGKILL takes its receiver along
+            if ns:   # the receiver lives where its interface is
+                enter_netns(ns)
+        try:
             self.server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                           start_new_session=True,
-                                           preexec_fn=(lambda: enter_netns(ns)) if ns else None)
+                                           start_new_session=True, preexec_fn=enter)
         except OSError as e:
             if self.steering:
                 self.steering.close()
@@ -626,6 +631,13 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
     todo = [c for c in cells_of(cfg) if (*c[:3], setting_key(c[3])) not in done]
     runner = (LabRunner if cfg.mode == "lab" else HostRunner)(cfg, tracer, topo, should_stop,
                                                               profiler)
+    if cfg.mode == "host" and runner.found:
+        # what to put back is the device as the sweep's first start found it: a resumed sweep may
+        # find it as a killed one left it
+        was = recorded_state(results["host"].get("config", {}).get("device"))
+        if was:
+            runner.found = dict(runner.found, offloads=was["offloads"],
+                                **({"pause": was["pause"]} if cfg.pause else {}))
     task = progress.add_task("sweep", total=len(cells_of(cfg)), completed=len(done)) if progress else None
     try:
         for k, a, n, s in todo:

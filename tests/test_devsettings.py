@@ -79,3 +79,20 @@ def test_what_a_device_cannot_take():
     (pause,) = setting_problems("veth-rx", VETH, settings_of(["on", "off"], None))
     assert pause.startswith("--pause: veth-rx has no Ethernet flow control to switch (unsupported")
     assert setting_problems("eth0", NIC, settings_of(["on", "off"], [{"gro-hw": "off"}])) == []
+
+
+def test_the_state_to_put_back_is_the_one_recorded_before_the_first_run():
+    """host.config's device, as results.json has it: a resumed sweep puts back that, not what a
+    killed sweep left on the device."""
+    from steer.devsettings import recorded_state
+    device = {"offloads": {"gro": "on", "gro-hw": "off [fixed]", "lro": "off [fixed]",
+                           "tso": "on", "gso": "on"},
+              "pause": {"ifname": "eth0", "autonegotiate": True, "rx": True, "tx": False,
+                        "statistics": {"tx_pause_frames": 0, "rx_pause_frames": 12}}}
+    assert recorded_state(device) == {
+        "offloads": {"gro": "on", "gro-hw": "off", "lro": "off", "tso": "on", "gso": "on"},
+        "fixed": ["gro-hw", "lro"], "pause": "rx on, tx off"}
+    veth = dict(device, pause="unsupported by the driver (netlink error: Operation not supported)")
+    assert recorded_state(veth)["pause"] is None
+    assert recorded_state({"offloads": "unavailable: ethtool not installed"}) is None
+    assert recorded_state(None) is None

@@ -139,10 +139,10 @@ def test_the_irq_method_refuses_a_device_without_irqs(tmp_path):
     assert not (tmp_path / "s" / "results.json").exists()
 
 
-def _host_sweep(lab, out, *options, stop_after_a_cell=False):
+def _host_sweep(lab, out, *options, stop=None):
     """`steer sweep --dev veth-rx` as on a real host, the 'other machine' being LAB's sending
     namespace, whose client keeps sending from when the server listens: (exit code, stderr).
-    STOP_AFTER_A_CELL: SIGTERM once results.json holds a cell."""
+    STOP: a signal sent once results.json holds a cell."""
     from steer.lab import _in_netns
     sweep = subprocess.Popen(
         [*STEER, "sweep", "--out", out, "--dev", "veth-rx", "--netns", lab.rx, "--port", "5301",
@@ -160,10 +160,10 @@ def _host_sweep(lab, out, *options, stop_after_a_cell=False):
             client = c
     try:
         end = time.monotonic() + 60
-        while stop_after_a_cell and sweep.poll() is None and time.monotonic() < end:
+        while stop and sweep.poll() is None and time.monotonic() < end:
             try:
                 if json.load(open(f"{out}/results.json"))["cells"]:
-                    sweep.send_signal(signal.SIGTERM)
+                    sweep.send_signal(stop)
                     break
             except (OSError, ValueError):
                 pass
@@ -261,7 +261,8 @@ def test_a_setting_the_device_cannot_take_is_refused(tmp_path):
 def test_host_mode_switches_the_offloads_and_puts_them_back(tmp_path):
     """On a host device the setting changes once per setting, under a flow that keeps going, and
     the device is put back as found after (read by ethtool, not by steer); so it is when the
-    sweep is stopped with SIGTERM."""
+    sweep is stopped with SIGTERM, and when a sweep killed with SIGKILL, which can put nothing
+    back, is resumed: the state to put back is the one results.json recorded at its start."""
     from steer.lab import Lab, LabFlow
 
     def gro(lab):
@@ -284,11 +285,27 @@ def test_host_mode_switches_the_offloads_and_puts_them_back(tmp_path):
         assert c["throughput_bps"] > 1e8 and c["measured_app_cpu"] == c["app_cpu"], c
     with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         code, stderr = _host_sweep(lab, str(tmp_path / "stopped"), "--cpus", PAIR, "--seconds",
-                                   "1", "--offloads", "gro=on", stop_after_a_cell=True)
+                                   "1", "--offloads", "gro=on", stop=signal.SIGTERM)
         after = gro(lab)
     assert code == 143, stderr
     assert after == "off"
     assert 1 <= len(json.load(open(tmp_path / "stopped" / "results.json"))["cells"]) < 4
+    killed = str(tmp_path / "killed")
+    with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
+        options = ("--cpus", PAIR, "--seconds", "1", "--offloads", "gro=on")
+        code, stderr = _host_sweep(lab, killed, *options, stop=signal.SIGKILL)
+        left = gro(lab)
+        # its receiver went with it (else the resumed sweep's could not listen on the port)
+        end = time.monotonic() + 5
+        while subprocess.run(["pgrep", "-f", "iperf3 -s -p 5301"]).returncode == 0:
+            assert time.monotonic() < end, "the killed sweep's server command is still running"
+            time.sleep(0.1)
+        code2, stderr2 = _host_sweep(lab, killed, *options, "--resume")
+        after = gro(lab)
+    assert code == -signal.SIGKILL and left == "on"
+    assert code2 == 0, stderr2
+    assert after == "off"
+    assert len(json.load(open(f"{killed}/results.json"))["cells"]) == 4
 
 
 def test_flows_per_core(tmp_path):
