@@ -114,8 +114,9 @@ def differences(want: dict, state: dict) -> list[str]:
 
 def recorded_state(device: dict | None) -> dict | None:
     """The state of a device as results.json's host.config recorded it before the sweep's first
-    run (offloads 'on' / 'off [fixed]', pause as ethtool's JSON or why not): what to put back,
-    also when a resumed sweep finds the device as a killed one left it. None: not recorded."""
+    run (offloads 'on' / 'off [fixed]', pause as ethtool's JSON or why not): what the settings are
+    checked against and what is put back, also when a resumed sweep finds the device as a killed
+    one left it. Pause None, with why_no_pause, where the driver has none. None: not recorded."""
     offloads = (device or {}).get("offloads")
     if not isinstance(offloads, dict):
         return None
@@ -123,6 +124,8 @@ def recorded_state(device: dict | None) -> dict | None:
                    "fixed": [f for f, v in offloads.items() if v.endswith("[fixed]")]}
     pause = device.get("pause")
     state["pause"] = _pause_value(pause) if isinstance(pause, dict) else None
+    if state["pause"] is None:
+        state["why_no_pause"] = pause or "not recorded"
     return state
 
 
@@ -134,8 +137,8 @@ def _pause_value(answer: dict) -> str:
 
 def read_state(dev: str, netns: str | None, pause: bool = True) -> dict:
     """DEV's offloads ({'gro': 'on', ...}), which of them its driver fixes, and its pause frames
-    ('on', 'off', 'rx on, tx off'; None with why_no_pause where the driver has none), by ethtool
-    in the namespace at path NETNS. PAUSE: read pause too."""
+    ('on', 'off', 'rx on, tx off'; None where the driver has none), by ethtool in the namespace
+    at path NETNS. PAUSE: read pause too."""
     from .hostconfig import ethtool
     out, why = ethtool(["--json", "-k", dev], netns)
     if out is None:
@@ -151,8 +154,6 @@ def read_state(dev: str, netns: str | None, pause: bool = True) -> dict:
         out, why = ethtool(["--json", "-a", dev], netns)
         answer = json.loads(out) if out else []
         state["pause"] = _pause_value(answer[0]) if answer else None
-        if not answer:
-            state["why_no_pause"] = why or "ethtool -a answered nothing"
     return state
 
 

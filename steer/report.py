@@ -108,7 +108,8 @@ def _gbps(bps) -> str:
 
 
 def by_class(cells: list[dict]) -> dict[str, dict]:
-    """Per class: number of cells, median/min/max throughput, median CPU-seconds per GB."""
+    """Per class: number of cells, median/min/max throughput, median CPU-seconds per GB (kernel,
+    app, unattributed) and packets per skb (None where no cell has them)."""
     out = {}
     for cls in CLASSES:
         cs = [c for c in cells if c["class"] == cls and c.get("throughput_bps") is not None]
@@ -121,7 +122,9 @@ def by_class(cells: list[dict]) -> dict[str, dict]:
             return statistics.median(vals) if vals else None
         out[cls] = {"cells": len(cs), "median_bps": statistics.median(t), "min_bps": min(t),
                     "max_bps": max(t), "kernel_seconds_per_gb": med("kernel_seconds_per_gb"),
-                    "app_seconds_per_gb": med("app_seconds_per_gb")}
+                    "app_seconds_per_gb": med("app_seconds_per_gb"),
+                    "unattributed_seconds_per_gb": med("unattributed_seconds_per_gb"),
+                    "packets_per_skb": med("packets_per_skb")}
     return out
 
 
@@ -181,11 +184,16 @@ def config_md(config: dict | None, swept: bool = False) -> list[str]:
     return lines + [""]
 
 
+def setting_cells(results: dict, setting: dict) -> list[dict]:
+    """The measured cells of one device SETTING (every flows count)."""
+    key = setting_key(setting)
+    return [c for c in results["cells"] if c.get("throughput_bps") is not None
+            and setting_key(c.get("setting")) == key]
+
+
 def first_setting_cells(results: dict) -> list[dict]:
     """The measured cells of the sweep's first device setting (every flows count)."""
-    first = setting_key(sweep_settings(results)[0])
-    return [c for c in results["cells"] if c.get("throughput_bps") is not None
-            and setting_key(c.get("setting")) == first]
+    return setting_cells(results, sweep_settings(results)[0])
 
 
 def matrix_cells(results: dict) -> list[dict]:
@@ -200,18 +208,8 @@ def by_setting(results: dict) -> list[tuple[dict, dict[str, dict]]]:
     """(setting, class -> medians) for each device setting in sweep order, over the cells of the
     smallest flows count: throughput, costs per GB, and wire packets per skb (GRO's work)."""
     base = min(results["config"].get("flows") or [1])
-    out = []
-    for setting in sweep_settings(results):
-        key = setting_key(setting)
-        cells = [c for c in results["cells"] if c.get("throughput_bps") is not None
-                 and setting_key(c.get("setting")) == key and c.get("flows", 1) == base]
-        rows = by_class(cells)
-        for cls, row in rows.items():
-            for key in ("packets_per_skb", "unattributed_seconds_per_gb"):
-                vals = [c[key] for c in cells if c["class"] == cls and c.get(key) is not None]
-                row[key] = statistics.median(vals) if vals else None
-        out.append((setting, rows))
-    return out
+    return [(s, by_class([c for c in setting_cells(results, s) if c.get("flows", 1) == base]))
+            for s in sweep_settings(results)]
 
 
 def settings_md(results: dict) -> list[str]:

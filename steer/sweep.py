@@ -34,8 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .classify import classify
-from .devsettings import (SettingError, apply_state, read_state, recorded_state, setting_key,
-                          setting_label, setting_problems, settings_of, target_state)
+from .devsettings import (SettingError, apply_state, recorded_state, setting_key, setting_label,
+                          setting_problems, settings_of, target_state)
 from .flowspec import FlowSpec
 from .flows import build_snapshot
 from .topology import Topology, format_cpulist, nic_local, nic_sockets
@@ -105,8 +105,12 @@ def cells_of(cfg: SweepConfig) -> list[tuple[int, int, int, dict]]:
             for k in cfg.cpus for a in cfg.cpus]
 
 
+def _key(kernel_cpu: int, app_cpu: int, flows: int, setting: dict | None) -> tuple[int, int, int, str]:
+    return kernel_cpu, app_cpu, flows, setting_key(setting)
+
+
 def cell_key(cell: dict) -> tuple[int, int, int, str]:
-    return cell["kernel_cpu"], cell["app_cpu"], cell.get("flows", 1), setting_key(cell.get("setting"))
+    return _key(cell["kernel_cpu"], cell["app_cpu"], cell.get("flows", 1), cell.get("setting"))
 
 
 def host_info(topo: Topology, cfg: SweepConfig | None = None) -> dict:
@@ -311,6 +315,29 @@ def irq_figures(irqs, before: dict, after: dict, queue: int | None) -> dict:
     return {"irq": one.irq if one else None, "measured_irq_cpu": cpu, "irq_count": n}
 
 
+def device_found(cfg: SweepConfig, device: dict | None, name: str) -> dict:
+    """The receiving device as host.config recorded it (DEVICE) before the sweep's first run:
+    what its settings start from and what is put back. SweepError where it was not read or
+    cannot take cfg's settings."""
+    found = recorded_state(device)
+    if found is None:
+        why = (device or {}).get("error") or (device or {}).get("offloads") or "not recorded"
+        raise SweepError(f"{name}: its offloads were not read ({why})")
+    problems = setting_problems(name, found, cfg.settings())
+    if problems:
+        raise SweepError("; ".join(problems))
+    return found
+
+
+def set_device(cfg: SweepConfig, dev: str, netns: str | None, setting: dict, found: dict,
+               should_stop) -> dict:
+    """DEV (in the namespace at path NETNS) under SETTING, from FOUND: its state, read back."""
+    try:
+        return apply_state(dev, netns, target_state(setting, found, cfg.settings()), should_stop)
+    except SettingError as e:
+        raise SweepError(f"{setting_label(setting)}: {e}") from None
+
+
 def _sleep(seconds: float, should_stop) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -327,21 +354,7 @@ class LabRunner:
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
         self.profiler = profiler
         self.device_config: dict | None = None   # the receiving veth's, read by the first run
-        self.found: dict | None = None   # its offloads as a fresh lab has them (with --offloads)
-
-    def _set_device(self, lab, setting: dict) -> dict:
-        """The receiving veth of LAB under SETTING (a fresh lab's veth is as found): its state."""
-        if self.found is None:
-            self.found = read_state(lab.rx_dev, lab.rx_netns)
-            problems = setting_problems(f"the lab's {lab.rx_dev}", self.found, self.cfg.settings())
-            if problems:
-                raise SweepError("; ".join(problems))
-        try:
-            return apply_state(lab.rx_dev, lab.rx_netns,
-                               target_state(setting, self.found, self.cfg.settings()),
-                               self.should_stop)
-        except SettingError as e:
-            raise SweepError(f"{setting_label(setting)}: {e}") from None
+        self.found: dict | None = None   # its settings as a fresh lab has them (with --offloads)
 
     def run(self, kernel_cpu: int, app_cpu: int, flows: int = 1, setting: dict | None = None) -> dict:
         from .lab import Lab, LabFlow
@@ -358,7 +371,12 @@ class LabRunner:
                  wire_sized=bool(self.cfg.offloads)) as lab:
             if self.device_config is None:   # as it is before this sweep changes its RPS
                 self.device_config = host_config(lab.rx_dev, lab.rx_netns)["device"]
-            state = self._set_device(lab, setting) if setting else None
+            state = None
+            if setting:   # a fresh lab's veth is as found
+                self.found = self.found or device_found(self.cfg, self.device_config,
+                                                        f"the lab's {lab.rx_dev}")
+                state = set_device(self.cfg, lab.rx_dev, lab.rx_netns, setting, self.found,
+                                   self.should_stop)
             steering = None
             try:
                 if self.cfg.method == "rps":
@@ -419,7 +437,8 @@ class HostRunner:
     """A receiver started once, fed from another machine; re-pinned and re-steered per cell."""
 
     def __init__(self, cfg: SweepConfig, tracer: Tracer, topo: Topology, should_stop,
-                 profiler: Tracer | None = None):
+                 profiler: Tracer | None = None, device: dict | None = None):
+        """DEVICE: the device's part of host.config, as the sweep's first start recorded it."""
         from .hostconfig import host_config
         from .kernel import die_with_parent, enter_netns
         from .steering import SteerError, XdpSteering, netns_path
@@ -429,7 +448,7 @@ class HostRunner:
         self.client_seen = False
         self.steering = None
         self.irq_before: dict[int, str] = {}   # the receive IRQs' affinity before the sweep
-        self.found: dict | None = None     # the device's settings before the sweep changed them
+        self.found: dict | None = None     # the device's settings before the sweep's first run
         self.state: dict | None = None     # as the current setting left them
         self.setting: str | None = None    # that setting's key
         self.touched = False               # the sweep asked for a change: put it back after
@@ -445,13 +464,8 @@ class HostRunner:
             if problems:
                 raise SweepError("--method irq: " + "; ".join(problems))
         if cfg.pause or cfg.offloads:
-            try:
-                self.found = read_state(cfg.dev, netns_path(cfg.netns), pause=bool(cfg.pause))
-            except (SettingError, SteerError) as e:
-                raise SweepError(str(e)) from None
-            problems = setting_problems(cfg.dev, self.found, cfg.settings())
-            if problems:
-                raise SweepError("; ".join(problems))
+            # a resumed sweep may find the device as a killed one left it: put back the first
+            self.found = device_found(cfg, device, cfg.dev)
         try:
             argv = shlex.split(cfg.server_cmd)
         except ValueError as e:
@@ -500,12 +514,8 @@ class HostRunner:
             return
         from .steering import netns_path
         self.touched, self.setting = True, None
-        try:
-            self.state = apply_state(self.cfg.dev, netns_path(self.cfg.netns),
-                                     target_state(setting, self.found, self.cfg.settings()),
-                                     self.should_stop)
-        except SettingError as e:
-            raise SweepError(f"{setting_label(setting)}: {e}") from None
+        self.state = set_device(self.cfg, self.cfg.dev, netns_path(self.cfg.netns), setting,
+                                self.found, self.should_stop)
         self.setting = setting_key(setting)
         _sleep(SETTING_SETTLE_SECONDS, self.should_stop)
         self.client_seen = False
@@ -628,16 +638,12 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
         results = {"version": RESULTS_VERSION, "config": cfg.as_dict(), "host": host_info(topo, cfg),
                    "capabilities": tracer.capabilities.as_dict(), "cells": [], "complete": False}
     done = {cell_key(c) for c in results["cells"]}
-    todo = [c for c in cells_of(cfg) if (*c[:3], setting_key(c[3])) not in done]
-    runner = (LabRunner if cfg.mode == "lab" else HostRunner)(cfg, tracer, topo, should_stop,
-                                                              profiler)
-    if cfg.mode == "host" and runner.found:
-        # what to put back is the device as the sweep's first start found it: a resumed sweep may
-        # find it as a killed one left it
-        was = recorded_state(results["host"].get("config", {}).get("device"))
-        if was:
-            runner.found = dict(runner.found, offloads=was["offloads"],
-                                **({"pause": was["pause"]} if cfg.pause else {}))
+    todo = [c for c in cells_of(cfg) if _key(*c) not in done]
+    if cfg.mode == "lab":
+        runner = LabRunner(cfg, tracer, topo, should_stop, profiler)
+    else:
+        runner = HostRunner(cfg, tracer, topo, should_stop, profiler,
+                            device=results["host"].get("config", {}).get("device"))
     task = progress.add_task("sweep", total=len(cells_of(cfg)), completed=len(done)) if progress else None
     try:
         for k, a, n, s in todo:
