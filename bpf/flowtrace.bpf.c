@@ -103,7 +103,9 @@ struct cpu_state {
 	__u32 hint_len;
 	__u32 hint_headlen;
 	__u16 hint_proto;	/* Ethernet protocol, network order */
-	__u8 hint_pad[6];
+	__u8 run_counted;	/* the skbs with skb->hash == run_hash are of a counted transport */
+	__u8 hint_pad[1];
+	__u32 run_hash;		/* sampled timing: skb->hash of the last skb parsed (0: none) */
 	__u64 sample_llc;	/* sampled timing: the LLC counter at the previous sample */
 	__u64 sample_events[FT_EVENTS];	/* and the other events' */
 	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock
@@ -222,6 +224,12 @@ static __always_inline struct ft_flow_stats *flow_entry(const struct ft_flow_key
 	if (!st)
 		__sync_fetch_and_add(&tot->flow_failures, 1);
 	return st;
+}
+
+/* sampled timing: whether ft_skb_hint counts the skbs of transport PROTO (cfg.skb_count) */
+static __always_inline int skb_counted_proto(__u8 proto)
+{
+	return cfg.skb_count & (proto == IPPROTO_TCP ? FT_COUNT_TCP : FT_COUNT_UDP);
 }
 
 /* Where a flow's packets come in (device, namespace, RX queue, NAPI instance), for its NIC's
@@ -639,6 +647,19 @@ int BPF_PROG(ft_napi_poll, struct napi_struct *napi, int work, int budget)
 	return 0;
 }
 
+/* the bytes and wire packets of SKB, whose transport payload is PAYLOAD bytes, into its entry */
+static __always_inline void count_payload(struct ft_flow_stats *st, struct sk_buff *skb,
+					  __u64 payload)
+{
+	__u16 segs;
+
+	note_rx_path_skb(st, skb);
+	st->rx_bytes += payload;
+	/* a GRO aggregate stands for gso_segs wire packets (skb_shinfo: head + end offset) */
+	segs = BPF_CORE_READ((struct skb_shared_info *)(skb->head + skb->end), gso_segs);
+	st->rx_packets += segs ? segs : 1;
+}
+
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 {
@@ -649,27 +670,12 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	__u32 cpu = bpf_get_smp_processor_id();
 	__u64 now = bpf_ktime_get_ns(), payload = 0, llc;
 	int parsed, second_pass = 0;
-	__u16 segs;
 	__u8 kctx;
 
 	if (!s || !tot)
 		return 0;
 	s->skb_counted = 0;
 	parsed = skb_flow(skb, &k, &payload) == 0;
-
-	if (cfg.timing == FT_TIMING_SAMPLED) {
-		/* loaded with sampled timing only where no receive hook counts the bytes: count them
-		 * here, leave the time to the sampler */
-		set_hint(s, skb);
-		st = parsed ? flow_entry(&k, cpu, tot) : 0;
-		if (!st)
-			return 0;
-		st->rx_skbs++;
-		st->last_seen_ns = now;
-		if (skb->skb_iif && current_kthread_ctx() == CTX_KTHREAD)
-			return 0;	/* generic XDP counted it on the arrival CPU */
-		goto count;
-	}
 
 	if (s->ctx == CTX_NONE && s->softirq_start == 0) {
 		kctx = current_kthread_ctx();
@@ -707,12 +713,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	st->last_seen_ns = now;
 	if (second_pass)
 		return 0;	/* bytes and packets were counted on the arrival CPU */
-count:
-	note_rx_path_skb(st, skb);
-	st->rx_bytes += payload;
-	/* a GRO aggregate stands for gso_segs wire packets (skb_shinfo: head + end offset) */
-	segs = BPF_CORE_READ((struct skb_shared_info *)(skb->head + skb->end), gso_segs);
-	st->rx_packets += segs ? segs : 1;
+	count_payload(st, skb, payload);
 	return 0;
 }
 
@@ -1006,6 +1007,8 @@ static __always_inline void flush_sock(struct sock *sk, struct sock_state *ss)
 		bytes = advance(&ss->flushed_bytes, ss->read_bytes);
 		calls = advance(&ss->flushed_calls, ss->read_calls);
 	}
+	if (cfg.skb_count & FT_COUNT_TCP)
+		rx = segs = 0;	/* ft_skb_hint counts them, skb by skb */
 	if (!bytes && !calls && !rx)
 		return;	/* segments without payload (ACKs, a FIN) make no entry */
 	if (cfg.app_counters) {
@@ -1031,7 +1034,8 @@ static __always_inline void flush_sock(struct sock *sk, struct sock_state *ss)
 }
 
 /* sampled timing, a UDP socket or a kprobe's untyped pointer (no socket storage): what the read
- * was handed is what the socket received, counted in the flow map at once */
+ * was handed is counted in the flow map at once, and taken for what the socket received unless
+ * ft_skb_hint counts the transport's skbs */
 static __always_inline void count_read_direct(struct sock *sk, struct ft_flow_key *k, int ret)
 {
 	struct ft_cpu_stats *tot = totals();
@@ -1046,7 +1050,7 @@ static __always_inline void count_read_direct(struct sock *sk, struct ft_flow_ke
 	count_read(st, ret);
 	if (s)
 		st->last_seen_ns = s->clock_ns;
-	if (ret > 0) {
+	if (ret > 0 && !skb_counted_proto(k->proto)) {
 		st->rx_bytes += ret;
 		st->rx_packets++;
 	}
@@ -1165,9 +1169,12 @@ int ft_flush_socks(struct bpf_iter__bpf_sk_storage_map *ctx)
 	return 0;
 }
 
-/* socket counters: run by userspace once when the tracer starts, in each network namespace (a
- * TCP iterator walks its own), over the TCP sockets there, each under its lock: a connection open
- * before tracing began gets its storage here, and is counted from now on */
+/* run by userspace in each network namespace (a TCP iterator walks its own), over the TCP sockets
+ * there, each under its lock. With socket counters, once when the tracer starts: a connection open
+ * before tracing began gets its storage here, and is counted from now on. Where the kernel refused
+ * ft_flush_socks or ft_tcp_state, also before each read of the flow map: it flushes the sockets
+ * that have storage in ft_flush_socks' place, and gives the connections opened since the last walk
+ * their storage in ft_tcp_state's (counted from then) */
 SEC("iter/tcp")
 int ft_tcp_sockets(struct bpf_iter__tcp *ctx)
 {
@@ -1183,6 +1190,11 @@ int ft_tcp_sockets(struct bpf_iter__tcp *ctx)
 	if (!tp)
 		return 0;	/* request and timewait sockets: nothing to read, no storage */
 	sk = (struct sock *)tp;
+	ss = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (ss) {
+		flush_sock(sk, ss);
+		return 0;
+	}
 	state = sk->__sk_common.skc_state;
 	if (!cfg.app_counters || state == TCP_LISTEN || state == TCP_CLOSE || state == TCP_SYN_SENT)
 		return 0;	/* ft_tcp_state sees a SYN_SENT socket open */
@@ -1533,13 +1545,47 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_el
 	return w < period * MAX_SAMPLE_WEIGHT_PERIODS ? w : period * MAX_SAMPLE_WEIGHT_PERIODS;
 }
 
+/* Sampled timing's per-skb program: the hint for the sampler and, for the transports in
+ * cfg.skb_count, the skb's bytes and packets. skb->hash (the NIC's RSS hash, or the one the
+ * sending socket put on it) tells an skb of the same flow as the one before it on this CPU without
+ * a look at its headers, so a run of skbs of a transport not counted here (TCP, where the sockets
+ * count it) costs two loads and a compare; a change of flow, or no hash, costs the headers' parse.
+ * Two flows whose hashes collide, one after the other, are counted as the first is (1 in 2^32). */
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 {
 	struct cpu_state *s = this_cpu_state();
+	struct ft_flow_key k = {};
+	struct ft_cpu_stats *tot;
+	struct ft_flow_stats *st;
+	__u32 hash;
+	__u64 payload = 0;
 
-	if (s)
-		set_hint(s, skb);
+	if (!s)
+		return 0;
+	set_hint(s, skb);
+	if (!cfg.skb_count)
+		return 0;
+	hash = skb->hash;
+	if (hash && hash == s->run_hash && !s->run_counted)
+		return 0;
+	if (skb_flow(skb, &k, &payload)) {
+		s->run_hash = 0;
+		return 0;
+	}
+	s->run_hash = hash;
+	s->run_counted = skb_counted_proto(k.proto) != 0;
+	tot = totals();
+	if (!s->run_counted || !tot)
+		return 0;
+	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
+	if (!st)
+		return 0;
+	st->rx_skbs++;
+	st->last_seen_ns = bpf_ktime_get_ns();
+	if (skb->skb_iif && current_kthread_ctx() == CTX_KTHREAD)
+		return 0;	/* generic XDP counted it on the arrival CPU */
+	count_payload(st, skb, payload);
 	return 0;
 }
 

@@ -138,6 +138,14 @@ enum ft_timing {
 	FT_TIMING_SAMPLED,	/* a cpu-clock sample per period, charged to what the CPU is doing */
 };
 
+/* sampled timing: the transports whose bytes and packets ft_skb_hint counts skb by skb
+ * (ft_config.skb_count): UDP always, since no socket keeps a count of them; TCP where the kernel
+ * refused the socket programs that count it from the sockets' own counters */
+enum ft_count {
+	FT_COUNT_TCP = 1,
+	FT_COUNT_UDP = 2,
+};
+
 /* written into .rodata before load */
 struct ft_config {
 	__u32 llc_enabled;	/* a per-CPU counter was put in the llc_counters array */
@@ -149,7 +157,7 @@ struct ft_config {
 				 * counters, no program runs per read (--app-hook counters) */
 	__u32 profile_ranges;	/* steer profile: entries of profile_text (0: not profiling) */
 	__u32 events;		/* 1 << FT_EVENT_* for each event array userspace filled */
-	__u32 pad;
+	__u32 skb_count;	/* sampled timing: FT_COUNT_* bits */
 	__u64 text[FT_TEXT_RANGES][2];
 };
 

@@ -98,17 +98,21 @@ def _bounded_int(lo: int, hi: int):
 def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
     """TIMING: this command's default timing mode, where it is not the always-on one."""
     from .counters import MODES as COUNTER_MODES
-    from .tracer import (APP_HOOK_CHOICES, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS,
-                         DEFAULT_SAMPLE_HZ, DEFAULT_TIMING, MAX_SAMPLE_HZ, TIMINGS)
+    from .programs import HOOK_CHOICES, TIMING_CHOICES
+    from .tracer import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ,
+                         DEFAULT_TIMING, MAX_SAMPLE_HZ)
     g = p.add_argument_group("tracer")
-    g.add_argument("--timing", choices=TIMINGS, default=timing or DEFAULT_TIMING,
+    g.add_argument("--timing", choices=TIMING_CHOICES, default=timing or DEFAULT_TIMING,
                    help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
                         "1/--sample-hz s, charged to the flow the CPU works on; per-flow seconds "
                         "are estimates, bytes are exact, and nothing runs on unrelated system "
                         "calls (cheap enough to leave on). exact: clock reads at every softirq, "
                         "skb and receive syscall; exact to the nanosecond, but it hooks every "
                         "system call of the host (about 2x the cost of a trivial one) and every "
-                        "packet (README, Performance) (default: %(default)s)")
+                        "packet (README, Performance). counts: bytes, packets and the CPUs that "
+                        "processed them, no CPU time. auto: the first of sampled, exact, counts "
+                        "whose core programs this kernel runs (capabilities and `steer check` "
+                        "say which it took, and why) (default: %(default)s)")
     g.add_argument("--sample-hz", type=_bounded_int(1, MAX_SAMPLE_HZ), default=DEFAULT_SAMPLE_HZ,
                    metavar="HZ",
                    help="samples per second per busy CPU with --timing sampled; more is more "
@@ -127,7 +131,7 @@ def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> No
                    metavar="SECONDS",
                    help="drop a flow's entries after this long without packets or reads (they are "
                         "reported one last time first)")
-    g.add_argument("--app-hook", choices=APP_HOOK_CHOICES, default="auto",
+    g.add_argument("--app-hook", choices=HOOK_CHOICES, default="auto",
                    help="how the reader's bytes are counted. counters (sampled timing): no "
                         "program per read; a TCP reader's bytes are its socket's own count, its "
                         "CPU and process come from the samples, UDP reads are counted by fexit on "
@@ -621,9 +625,11 @@ def cmd_demo(args) -> int:
     for s in summary:
         t = s["traced"]
         if t:
+            read = "the reader's bytes not counted here (steer check)" \
+                if t["app_bytes"] is None else f"{t['app_bytes']:,} B read"
             console.print(f"lab flow {s['lab_kernel_cpu']}:{s['lab_app_cpu']} (port {s['port']}): "
                           f"iperf3 received {s['iperf3_received_bytes']:,} B, steer saw "
-                          f"{t['rx_bytes']:,} B in the kernel and {t['app_bytes']:,} B read; "
+                          f"{t['rx_bytes']:,} B in the kernel and {read}; "
                           f"kernel CPU {t['kernel_cpu']}, app CPU {t['app_cpu']}: {t['class']}")
         else:
             console.print(f"lab flow {s['lab_kernel_cpu']}:{s['lab_app_cpu']}: {s['error']}")

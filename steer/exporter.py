@@ -25,6 +25,7 @@ from . import __version__
 from .classify import CLASSES
 from .flows import (SIDE_EVENTS, SIDES, FlowTotals, PlacementMemory, ServiceTotals, Snapshot,
                     build_snapshot, by_side, side_events)
+from .programs import SECTIONS
 from .topology import Topology, read_int
 from .samples import TraceSample, TraceSource
 
@@ -303,8 +304,28 @@ class SteerCollector(Collector):
                                 "Tracing mechanisms: state is available or unavailable (value 1).",
                                 labels=["mechanism", "state", "detail"])
         for name, text in caps.as_dict().items():
-            cap.add_metric([name, *_capability_state(text)], 1)
+            if isinstance(text, str) and name != "mode":
+                cap.add_metric([name, *_capability_state(text)], 1)
         yield cap
+        mode = GaugeMetricFamily("steer_timing_mode_info",
+                                 "The timing mode the tracer runs in on this kernel (value 1).",
+                                 labels=["mode"])
+        mode.add_metric([caps.mode], 1)
+        yield mode
+        fig = GaugeMetricFamily("steer_figure_info",
+                                "Each figure steer shows: state is works, degraded or missing on "
+                                "this kernel, why names the refused programs behind it (value 1).",
+                                labels=["figure", "state", "why"])
+        for name, f in caps.figures.items():
+            fig.add_metric([name, f["state"], f["why"]], 1)
+        yield fig
+        refused = GaugeMetricFamily("steer_program_refused",
+                                    "A tracer program this kernel refused or lacks (value 1); the "
+                                    "figures that depend on it are in steer_figure_info.",
+                                    labels=["program", "hook", "reason"])
+        for prog, why in caps.refused.items():
+            refused.add_metric([prog, SECTIONS.get(prog, ""), why], 1)
+        yield refused
         if bpf_stats_enabled():
             runtime = CounterMetricFamily("steer_bpf_program_run_seconds",
                                           "Time spent in each steer BPF program (bpf_stats_enabled).",

@@ -133,9 +133,11 @@ class FlowReport:
     def llc_hit_ratio_app(self) -> float | None:
         return hit_ratio(self.llc_misses_app, self.llc_references_app)
 
-    def as_json(self) -> dict:
+    def as_json(self, caps: Capabilities | None = None) -> dict:
+        """The flow as JSON; with CAPS, the fields of the figures this kernel does not measure
+        are null (CAPS' figures say why)."""
         f = self.flow
-        return {
+        out = {
             "proto": f.proto, "src": f.src, "sport": f.sport, "dst": f.dst, "dport": f.dport,
             "rx_bytes": self.rx_bytes, "rx_packets": self.rx_packets, "rx_skbs": self.rx_skbs,
             "rx_drops": self.rx_drops, "last_drop_reason": self.last_drop_reason,
@@ -168,6 +170,37 @@ class FlowReport:
                 **(self.rx_device or {})},
             "nic_local": self.nic_local,
         }
+        return _null_missing(out, caps, f"{f.proto}_", FLOW_FIELDS) if caps else out
+
+
+# the JSON fields that each figure (steer.programs.FIGURES) stands behind, for a flow and for a
+# CPU: null where the kernel refused what measures it, so that no one reads a 0 as a measurement
+# ("{proto}_": the figure of the flow's own transport)
+FLOW_FIELDS = {
+    "kernel_time": ("kernel_seconds", "kernel_seconds_per_gb", "kernel_cpus"),
+    "kthread_time": ("kernel_kthread_seconds",),
+    "{proto}_app_bytes": ("app_bytes",),
+    "reader": ("app_cpu", "app_cpu_share", "app_pid", "app_comm"),
+    "app_time": ("app_seconds", "app_nested_softirq_seconds", "app_seconds_per_gb", "app_cpus"),
+    "drops": ("rx_drops", "last_drop_reason"),
+}
+CPU_FIELDS = {
+    "kernel_time": ("net_rx_seconds", "net_rx_unattributed_seconds", "napi_thread_seconds"),
+    "kthread_time": ("kthread_seconds",),
+    "app_time": ("app_seconds",),
+    "drops": ("rx_drops",),
+    "hardirqs": ("hardirq_seconds", "hardirqs"),
+    "napi_polls": ("napi_polls", "napi_packets", "napi_full_polls"),
+}
+
+
+def _null_missing(out: dict, caps: Capabilities, proto: str, fields: dict) -> dict:
+    for figure, names in fields.items():
+        if caps.missing(figure.replace("{proto}_", proto)):
+            out.update(dict.fromkeys(names))
+    if "rx" in out and out["rx"] and caps.missing("napi_polls"):
+        out["rx"]["poll_cpus"] = None
+    return out
 
 
 def _r(v, digits=9):
@@ -195,8 +228,8 @@ class CpuReport:
     # core; with llc_hit_ratio where both LLC events are counted (None: no PMU events)
     whole_cpu: dict | None = None
 
-    def as_json(self) -> dict:
-        return {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
+    def as_json(self, caps: Capabilities | None = None) -> dict:
+        out = {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
                 "net_rx_seconds": _r(self.net_rx_seconds),
                 "net_rx_unattributed_seconds": _r(self.net_rx_unattributed_seconds),
                 "napi_thread_seconds": _r(self.napi_thread_seconds),
@@ -206,6 +239,7 @@ class CpuReport:
                 "napi_full_polls": self.napi.full_polls,
                 "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
                 "events": self.events, "whole_cpu": self.whole_cpu}
+        return _null_missing(out, caps, "", CPU_FIELDS) if caps else out
 
 
 @dataclass(frozen=True)
@@ -225,8 +259,8 @@ class Snapshot:
         return {
             "duration": round(self.duration, 3),
             "capabilities": self.capabilities.as_dict(),
-            "flows": [f.as_json() for f in self.flows],
-            "cpus": [c.as_json() for c in self.cpus],
+            "flows": [f.as_json(self.capabilities) for f in self.flows],
+            "cpus": [c.as_json(self.capabilities) for c in self.cpus],
             "napi": [{"netns_inode": k.netns, "ifindex": k.ifindex, "napi_id": k.napi_id,
                       "backlog": not k.ifindex,
                       **{f: {str(c): getattr(n, f) for c, n in sorted(cpus.items())}

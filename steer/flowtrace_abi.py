@@ -54,6 +54,7 @@ FT_TIMING_EXACT, FT_TIMING_SAMPLED = range(2)
 FT_CATEGORY_NONE, FT_CATEGORY_OTHER = range(2)
 FT_SIDE_KERNEL, FT_SIDE_KTHREAD, FT_SIDE_APP = range(3)
 FT_EVENT_REFERENCES, FT_EVENT_INSTRUCTIONS, FT_EVENT_CYCLES, FT_EVENTS = range(4)
+FT_COUNT_TCP, FT_COUNT_UDP = 1, 2
 ENUMS = {"ft_timing": {"FT_TIMING_EXACT": FT_TIMING_EXACT, "FT_TIMING_SAMPLED": FT_TIMING_SAMPLED}}
 HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX,
                     "FT_TEXT_NAPI_THREAD": FT_TEXT_NAPI_THREAD, "FT_TEXT_SOFTIRQ": FT_TEXT_SOFTIRQ,
@@ -62,13 +63,14 @@ HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX
                     "FT_SIDE_KERNEL": FT_SIDE_KERNEL, "FT_SIDE_KTHREAD": FT_SIDE_KTHREAD,
                     "FT_SIDE_APP": FT_SIDE_APP, "FT_EVENT_REFERENCES": FT_EVENT_REFERENCES,
                     "FT_EVENT_INSTRUCTIONS": FT_EVENT_INSTRUCTIONS,
-                    "FT_EVENT_CYCLES": FT_EVENT_CYCLES, "FT_EVENTS": FT_EVENTS}
+                    "FT_EVENT_CYCLES": FT_EVENT_CYCLES, "FT_EVENTS": FT_EVENTS,
+                    "FT_COUNT_TCP": FT_COUNT_TCP, "FT_COUNT_UDP": FT_COUNT_UDP}
 
 
 class Config(ctypes.Structure):
     _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32),
                 ("softirq_stacks", u32), ("app_counters", u32), ("profile_ranges", u32),
-                ("events", u32), ("pad", u32), ("text", u64 * 2 * FT_TEXT_RANGES)]
+                ("events", u32), ("skb_count", u32), ("text", u64 * 2 * FT_TEXT_RANGES)]
 
 
 class TextCategory(ctypes.Structure):

@@ -42,11 +42,13 @@ def bpf_dir() -> Path:
 
 
 class KernelError(Exception):
-    """A kernel or libbpf operation failed; str() is one line a user can act on."""
+    """A kernel or libbpf operation failed; str() is one line a user can act on. `program`: the
+    BPF program it failed on, where libbpf's log or the operation names one."""
 
-    def __init__(self, message: str, err: int = 0):
+    def __init__(self, message: str, err: int = 0, program: str | None = None):
         super().__init__(message)
         self.errno = err
+        self.program = program
 
 
 _lib = None
@@ -178,14 +180,33 @@ def _last_libbpf_error() -> str:
 ENOTSUPP = 524     # kernel-internal, leaks to userspace (no BPF trampoline, for one); not in errno
 
 
-def _fail(what: str, err: int) -> KernelError:
+# libbpf names the program a load failed on ("prog 'ft_x': BPF program load failed: ...", "prog
+# 'ft_x': failed to find kernel BTF type ID of ...") before it sums up for the whole object
+_FAILED_PROGRAM = re.compile(r"prog '([^']+)': .*fail")
+
+
+def _failed_program() -> str | None:
+    """The program libbpf's latest failure line names, if any."""
+    for line in reversed(_libbpf_log):
+        m = _FAILED_PROGRAM.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _fail(what: str, err: int, program: str | None = None) -> KernelError:
     err = abs(err) or ctypes.get_errno()
     detail = _last_libbpf_error()
     reason = "not supported by this kernel (ENOTSUPP)" if err == ENOTSUPP else os.strerror(err)
     msg = f"{what}: {reason}"
     if detail:
         msg += f" ({detail})"
-    return KernelError(msg, err)
+    return KernelError(msg, err, program)
+
+
+def errno_name(err: int) -> str:
+    """EPERM for 1; ENOTSUPP, which errno does not know, for the kernel's 524."""
+    return "ENOTSUPP" if err == ENOTSUPP else errno.errorcode.get(err, f"errno {err}")
 
 
 def possible_cpus() -> int:
@@ -440,7 +461,8 @@ class BpfObject:
                     lib.bpf_map__set_pin_path(m, None)
             rc = lib.bpf_object__load(self._obj)
             if rc < 0:
-                raise _fail(f"cannot load {os.path.basename(path)} into the kernel", rc)
+                raise _fail(f"cannot load {os.path.basename(path)} into the kernel", rc,
+                            _failed_program())
         except BaseException:
             self.close()
             raise
@@ -477,7 +499,7 @@ class BpfObject:
         lib = _libbpf()
         link = lib.bpf_program__attach(self._prog_handle(name))
         if not link:
-            raise _fail(f"cannot attach {name}", ctypes.get_errno())
+            raise _fail(f"cannot attach {name}", ctypes.get_errno(), name)
         self._links.append((name, link))
 
     def attach_all(self) -> None:
@@ -490,7 +512,7 @@ class BpfObject:
         lib = _libbpf()
         link = lib.bpf_program__attach_perf_event(self._prog_handle(name), perf_fd)
         if not link:
-            raise _fail(f"cannot attach {name} to a perf event", ctypes.get_errno())
+            raise _fail(f"cannot attach {name} to a perf event", ctypes.get_errno(), name)
         self._links.append((name, link))
 
     def attach_iter(self, name: str, map_name: str) -> None:
@@ -501,7 +523,7 @@ class BpfObject:
                                link_info_len=ctypes.sizeof(info))
         link = lib.bpf_program__attach_iter(self._prog_handle(name), ctypes.byref(opts))
         if not link:
-            raise _fail(f"cannot attach the iterator {name}", ctypes.get_errno())
+            raise _fail(f"cannot attach the iterator {name}", ctypes.get_errno(), name)
         self._links.append((name, link))
 
     def run_iter(self, name: str) -> bytes:
@@ -510,12 +532,15 @@ class BpfObject:
         link = next(link for n, link in self._links if n == name)
         fd = lib.bpf_iter_create(lib.bpf_link__fd(link))
         if fd < 0:
-            raise _fail(f"cannot run the iterator {name}", -fd)
+            raise _fail(f"cannot run the iterator {name}", -fd, name)
         try:
             out = []
             while chunk := os.read(fd, 65536):
                 out.append(chunk)
             return b"".join(out)
+        except OSError as e:
+            raise KernelError(f"cannot run the iterator {name}: {e.strerror}", e.errno,
+                              name) from None
         finally:
             os.close(fd)
 

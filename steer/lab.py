@@ -62,7 +62,8 @@ def traced_results(results: list[FlowResult], snap) -> list[dict]:
                       and f.flow.dport == r.flow.port), None)
         out.append({"lab_kernel_cpu": r.flow.kernel_cpu, "lab_app_cpu": r.flow.app_cpu,
                     "port": r.flow.port, "iperf3_received_bytes": r.received_bytes,
-                    "error": r.error, "traced": match.as_json() if match else None})
+                    "error": r.error,
+                    "traced": match.as_json(snap.capabilities) if match else None})
     return out
 
 

@@ -120,9 +120,18 @@ class CpuSample:
     backlog_full_polls: int = 0
 
 
+def lost_to_kernel(figures: dict) -> dict:
+    """Of FIGURES (name -> {state, how, why}), those not working because of what the kernel
+    refused or lacks (steer.tracer words those reasons so), not because of an option."""
+    return {n: f for n, f in figures.items() if f["state"] != "works"
+            and ("refused" in f["why"] or "this kernel" in f["why"])}
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    """Each mechanism: 'available ...' or 'unavailable: why'."""
+    """Each mechanism: 'available ...' or 'unavailable: why'; and what the kernel let the tracer
+    run: the timing mode it took, each figure's state (steer.programs.FIGURES: figure ->
+    {state: works | degraded | missing, how, why}) and the programs it refused (name -> why)."""
     kernel_side: str
     app_side: str
     cpumap_context: str
@@ -132,6 +141,19 @@ class Capabilities:
     drops: str = "unavailable: not traced"
     counters: str = "unavailable: not opened"   # the PMU events counted per CPU (steer.counters)
     counters_per_flow: str = "unavailable: not opened"   # references, instructions, cycles
+    mode: str = "exact"
+    figures: dict = field(default_factory=dict)
+    refused: dict = field(default_factory=dict)
+
+    def missing(self, figure: str) -> bool:
+        """Whether FIGURE (steer.programs.FIGURES) is not measured at all on this kernel."""
+        return self.figures.get(figure, {}).get("state") == "missing"
+
+    @property
+    def lost(self) -> dict:
+        """The figures this kernel's refusals cost, not those an option left out: name ->
+        {state: degraded or missing, how, why}."""
+        return lost_to_kernel(self.figures)
 
     @property
     def llc_available(self) -> bool:
@@ -146,7 +168,10 @@ class Capabilities:
         return self.app_calls.startswith("available")
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out["figures"] = {n: dict(f) for n, f in self.figures.items()}
+        out["refused"] = dict(self.refused)
+        return out
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 from . import flowtrace_abi as abi
 from .counters import EVENTS, CounterError, CounterSet
 from .kernel import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, KernelError,
-                     PerfCounter, bpf_dir,
+                     PerfCounter, bpf_dir, errno_name,
                      BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
                      possible_cpus, vmlinux_func_params, vmlinux_has_type)
+from .programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED, HOOKS,
+                       RECV_FUNCS,
+                       SECTIONS, TCP_ITERATOR, TIMING_CHOICES, Figure, Plan, PlanError,
+                       forced_refusals, plan)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
 from .topology import read_int
 from .samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
@@ -33,39 +37,8 @@ _EVENT_BITS = {"llc_references": abi.FT_EVENT_REFERENCES, "instructions": abi.FT
                "cycles": abi.FT_EVENT_CYCLES}
 
 
-# How the application side learns which socket a read was from and how many bytes it got:
-# - counters (sampled timing only): no program per read. A TCP reader's bytes are the socket's
-#   own account (copied_seq against bytes_received, read at each flush), the reader's CPU and
-#   process come from the samples; UDP reads by fexit on udp(v6)_recvmsg where the kernel allows
-#   it (no cost to TCP and other reads), else not at all;
-# - the sock_recv_length tracepoint (6.3+): one program per receive call of every socket of the
-#   host; else the exit of the protocols' recvmsg functions by fexit (BPF trampolines), else by
-#   kretprobe. These count calls, and the exact mode times the syscalls around them.
-RECV_FUNCS = ("tcp_recvmsg", "udp_recvmsg", "udpv6_recvmsg")
-UDP_RECV_FUNCS = ("udp_recvmsg", "udpv6_recvmsg")
-APP_HOOKS = {
-    "counters": tuple(f"ft_{f}_exit" for f in UDP_RECV_FUNCS),
-    "tracepoint": ("ft_sock_recv_length",),
-    "fexit": tuple(f"ft_{f}_exit" for f in RECV_FUNCS),
-    "kprobe": tuple(p for f in RECV_FUNCS for p in (f"ft_{f}_entry", f"ft_{f}_return")),
-}
-SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit", "ft_sched_switch")
-# How CPU time is measured. exact: clock reads at every softirq, skb and receive syscall (the
-# syscall programs run on every system call of the host). sampled: a cpu-clock sample per CPU every
-# 1/sample_hz seconds, charged to the flow the CPU is working on; per packet one store, per receive
-# call two additions in the socket's storage, nothing on other syscalls.
-EXACT_PROGRAMS = ("ft_softirq_entry", "ft_softirq_exit", "ft_netif_receive_skb", "ft_xdp_redirect",
-                  "ft_xdp_cpumap_kthread", *SYSCALL_PROGRAMS)
-# sampled timing: a TCP socket's counts wait in its storage until flushed (flowtrace.bpf.c,
-# sock_state): at TCP_CLOSE, at destroy, and by the iterator over the socket storage that sample()
-# runs before it reads the flow map. With socket counters, the connections already open when the
-# tracer starts get their storage from an iterator over each network namespace's TCP sockets.
-FLUSH_ITERATOR = "ft_flush_socks"
-OPEN_SOCKETS_ITERATOR = "ft_tcp_sockets"
-SAMPLED_PROGRAMS = ("ft_skb_hint", "ft_sample", "ft_tcp_state", "ft_tcp_destroy", FLUSH_ITERATOR,
-                    OPEN_SOCKETS_ITERATOR)
-TIMINGS = ("sampled", "exact")
-DEFAULT_TIMING = "sampled"
+REFUSE_ENV = "STEER_TEST_REFUSE"   # programs to treat as refused by the kernel (tests)
+DEFAULT_TIMING = "auto"    # sampled where the kernel runs its core, else exact, else counts
 DEFAULT_SAMPLE_HZ = 99     # per CPU, as always-on profilers sample (99, not 100: out of step with
                            # work on a 100 Hz beat). Each sample costs a timer interrupt and
                            # ~2.5 us of program on this VM (bench.event_cost; a stack walk, where
@@ -77,10 +50,6 @@ MAX_SAMPLE_HZ = 20000      # the kernel throttles perf sampling well before 100 
 TEXT_SYMBOLS = {abi.FT_TEXT_NET_RX: ["net_rx_action"],
                 abi.FT_TEXT_NAPI_THREAD: ["napi_threaded_poll_loop", "napi_threaded_poll"],
                 abi.FT_TEXT_SOFTIRQ: ["handle_softirqs", "__do_softirq"]}
-APP_HOOK_LABELS = {"counters": "the TCP sockets' own counters",
-                   "tracepoint": "sock:sock_recv_length",
-                   "fexit": "fexit on " + "/".join(RECV_FUNCS),
-                   "kprobe": "kretprobe on " + "/".join(RECV_FUNCS)}
 # tcp_recvmsg's parameter count -> index of `flags`: (sk, msg, len, nonblock, flags, addr_len)
 # before 5.19, (sk, msg, len, flags, addr_len) until 6.17, (sk, msg, len, flags) since
 RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
@@ -91,19 +60,23 @@ def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
     return read_int(path) == 1
 
 
-def _hooked(program: str) -> str:
-    """ft_udpv6_recvmsg_exit -> udpv6_recvmsg"""
-    return program.removeprefix("ft_").rsplit("_", 1)[0]
+def refusal(program: str, e: KernelError) -> str:
+    """Why PROGRAM is not running, from the kernel's or libbpf's answer, in users' terms."""
+    code = f"{errno_name(e.errno)}: {os.strerror(e.errno)}" if e.errno else str(e)
+    return f"the kernel refused {SECTIONS[program]} ({code})"
 
 
-def _short(e: KernelError) -> str:
-    """The kernel's answer without the object's path, for a list of reasons."""
-    return str(e).split(" (failed to load object")[0].replace(
-        "cannot load flowtrace.bpf.o into the kernel: ", "")
+# the figures that make up the app side's line, as it names them
+FIGURE_WORDS = {"tcp_app_bytes": "TCP bytes:", "udp_app_bytes": "UDP bytes:",
+                "reader": "reader:", "app_time": "time:"}
 
 
-APP_HOOK_CHOICES = ("auto", *APP_HOOKS, "off")
-DEFAULT_SAMPLED_APP_HOOK = "counters"   # what --app-hook auto takes with sampled timing
+def _legacy(f: Figure) -> str:
+    """A figure as the one-line mechanism states of Capabilities: 'available (...)' or
+    'unavailable: why'."""
+    if f.state == "missing":
+        return f"unavailable: {f.how}" + (f" ({f.why})" if f.why else "")
+    return f"available ({f})"
 
 
 class TracerError(Exception):
@@ -134,8 +107,8 @@ class Tracer:
     counters: str = "auto"      # PMU events: one of counters.MODES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     btf: str | None = None
-    app_hook: str = "auto"      # one of APP_HOOK_CHOICES
-    timing: str = DEFAULT_TIMING   # one of TIMINGS
+    app_hook: str = "auto"      # one of programs.HOOK_CHOICES
+    timing: str = DEFAULT_TIMING   # one of programs.TIMING_CHOICES
     sample_hz: int = DEFAULT_SAMPLE_HZ
     profile: bool = False       # steer profile: each sample's kernel stack by category (sampled)
     capabilities: Capabilities | None = field(default=None, init=False)
@@ -156,11 +129,19 @@ class Tracer:
         # CPU, not an instance
         self._max_sender_cpu = possible_cpus()
         self._lock = threading.RLock()
-        self.app_hook_used: str | None = None    # which of APP_HOOKS (or "off") start() chose
-        self.unreached_namespaces = 0   # counters: namespaces whose open connections go uncounted
+        self._flags_arg = 0     # index of tcp_recvmsg's flags (fexit, kprobe)
+        self.plan: Plan | None = None    # what start() loaded
+        self.refused: dict[str, str] = {}   # program -> why it is not running, as start() found
+        self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
+        self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
+        """Load and attach what this kernel runs of the mode and hook asked for. Each program
+        the kernel refuses (at load, at attach, or at an iterator's first run) is named from
+        libbpf's answer and left out of the next attempt, which programs.plan() makes without it:
+        one attempt per refusal at most, and only a refused core, or a mode or hook asked for by
+        name, ends in an error."""
         require_caps([CAP_BPF, CAP_PERFMON], "tracing")
         if self.max_flows < 1:
             raise TracerError(f"--max-flows must be at least 1, not {self.max_flows}")
@@ -173,183 +154,204 @@ class Tracer:
         if not obj_path.exists():
             raise TracerError(f"{obj_path} is not built: run `make` in the steer checkout "
                               "(needs clang, bpftool and libbpf-dev)")
-        if self.app_hook not in APP_HOOK_CHOICES:
+        if self.app_hook not in HOOK_CHOICES:
             raise TracerError(f"unknown app hook {self.app_hook!r}: choose from "
-                              f"{', '.join(APP_HOOK_CHOICES)}")
-        if self.timing not in TIMINGS:
-            raise TracerError(f"unknown timing {self.timing!r}: choose from {', '.join(TIMINGS)}")
-        sampled = self.timing == "sampled"
-        if self.app_hook == "counters" and not sampled:
-            raise TracerError("--app-hook counters needs --timing sampled: exact timing brackets "
-                              "each receive call, which takes a program per read")
-        if sampled and not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:
+                              f"{', '.join(HOOK_CHOICES)}")
+        if self.timing not in TIMING_CHOICES:
+            raise TracerError(f"unknown timing {self.timing!r}: choose from "
+                              f"{', '.join(TIMING_CHOICES)}")
+        if self.timing in ("auto", "sampled") and not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:
             raise TracerError(f"--sample-hz must be from 1 to {MAX_SAMPLE_HZ}, not {self.sample_hz}")
-        disable = {p for progs in APP_HOOKS.values() for p in progs}
-        disable |= set(EXACT_PROGRAMS if sampled else SAMPLED_PROGRAMS)
-        cpumap = "available (xdp:xdp_cpumap_kthread)"
-        if sampled:
-            cpumap = "available (cpumap kthreads recognised in the samples)"
-        elif not (vmlinux_has_type("btf_trace_xdp_cpumap_kthread")
-                  and vmlinux_has_type("btf_trace_xdp_redirect")):
-            disable |= {"ft_xdp_cpumap_kthread", "ft_xdp_redirect"}
-            cpumap = "unavailable: kernel lacks the xdp:xdp_cpumap_kthread tracepoint"
-        drops = "available (skb:kfree_skb, with the drop reason)"
-        self._drop_reasons = {}
-        if not vmlinux_has_type("skb_drop_reason", BTF_KIND_ENUM):
-            disable.add("ft_kfree_skb")
-            drops = "unavailable: this kernel's skb:kfree_skb gives no drop reason (Linux 5.17+)"
-        else:
-            self._drop_reasons = drop_reason_names()
-        text = [(0, 0)] * abi.FT_TEXT_RANGES
-        if sampled:
-            try:
-                text = kernel_text_ranges([TEXT_SYMBOLS[i] for i in range(abi.FT_TEXT_RANGES)])
-            except (KernelError, OSError) as e:
-                raise TracerError(f"sampled timing: {e}") from None
-            if not text[abi.FT_TEXT_NET_RX][0]:
-                raise TracerError("sampled timing: /proc/kallsyms has no net_rx_action "
-                                  "(use --timing exact)")
-
+        if self.profile and self.timing not in ("auto", "sampled"):
+            raise TracerError("profiling takes the samples of --timing sampled, not "
+                              f"{self.timing}")
+        try:
+            forced = forced_refusals(os.environ.get(REFUSE_ENV))
+        except PlanError as e:
+            raise TracerError(str(e)) from None
+        refused = self.refused = self._absent()   # filled in as the kernel answers
+        self._drop_reasons = {} if "ft_kfree_skb" in refused else drop_reason_names()
         ranges: list[tuple[int, int]] = []
         if self.profile:
-            if not sampled:
-                raise TracerError("profiling takes the samples of --timing sampled, not exact")
             from .profile import text_categories
             try:
                 ranges = text_categories()
             except (OSError, ValueError) as e:
                 raise TracerError(f"profile: {e}") from None
-        sizes = {"flows": self.max_flows}
-        if ranges:
-            sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
-
         try:
             counters = CounterSet.open(self.counters, _online_cpus())
         except CounterError as e:
             raise TracerError(str(e)) from None
-        events = sum(1 << bit for e, bit in _EVENT_BITS.items() if e in counters.counters) \
-            if sampled else 0
-        clocks: list[PerfCounter] = []
-        tried: list[str] = []
-        udp_why = None   # counters: why UDP reads are not counted
-        for hook, programs, flags_arg, why_not in self._app_hook_candidates():
-            if why_not:
-                if hook == "counters" and programs:
-                    udp_why = why_not
-                else:
-                    tried.append(f"{hook}: {why_not}")
-                continue
-            cfg = abi.Config(llc_enabled=1 if "llc_misses" in counters.counters else 0,
-                             events=events, recv_flags_arg=flags_arg,
-                             timing=abi.FT_TIMING_SAMPLED if sampled else abi.FT_TIMING_EXACT,
-                             softirq_stacks=0 if preempt_rt() else 1,
-                             app_counters=1 if hook == "counters" else 0,
-                             profile_ranges=len(ranges))
-            for i, (lo, hi) in enumerate(text):
-                cfg.text[i][0], cfg.text[i][1] = lo, hi
-            try:
-                # fresh events for each attempt: an attached one belongs to its link, which a
-                # failed attempt destroys
-                clocks = self._open_clocks() if sampled else []
-            except TracerError:
-                counters.close()
-                raise
-            if hook != "off":
-                off = disable - set(programs)
-            elif sampled:
-                # no read is seen, so bytes can only be counted per skb: the exact skb program
-                # does that (and sets the sampler's hint) when it is loaded with sampled timing
-                off = disable - {"ft_netif_receive_skb"} | {"ft_skb_hint"}
-            else:
-                # sched_switch stays: it also closes a cpumap kthread's interval when it sleeps
-                off = disable | (set(SYSCALL_PROGRAMS) - {"ft_sched_switch"})
-            try:
-                self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
-                                      disable=off, btf=self.btf)
-                for event, per_cpu in counters.counters.items():
-                    if event == "llc_misses" or sampled:   # exact timing reads misses alone
-                        m = self._obj.map(EVENTS[event][1])
-                        for c in per_cpu:
-                            m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
-                if ranges:
-                    from .profile import pack_ranges
-                    self._obj.map("profile_text").update_batch(*pack_ranges(ranges))
-                self.app_hook_used = hook
-                self._attach(clocks)
-                break
-            except KernelError as e:
-                for c in clocks:
-                    c.close()
-                self.stop()
-                # kernels refuse a hook they cannot run in several ways (ENOTSUPP, EPERM, EINVAL);
-                # whatever else is wrong fails the last attempt, which loads no hook, as well
-                if hook == "counters" and programs:
-                    udp_why = f"this kernel refused fexit on {'/'.join(UDP_RECV_FUNCS)}: {_short(e)}"
-                    continue   # counters for TCP alone come next
-                if hook != "off" and self.app_hook == "auto":
-                    tried.append(f"{hook}: {_short(e)}")
-                    continue
-                counters.close()
-                for c in clocks:
-                    c.close()
-                if hook != "off":
-                    raise TracerError(f"--app-hook {hook}: this kernel refused the "
-                                      f"{APP_HOOK_LABELS[hook]} programs: {_short(e)}") from None
-                if e.errno == errno.EPERM:
-                    raise TracerError(f"{e} (is a security policy denying BPF?)") from None
-                raise TracerError(str(e)) from None
-        else:
+        try:
+            p = self._load_what_runs(obj_path, refused, forced, counters, ranges)
+        except BaseException:
             counters.close()
-            for c in clocks:
-                c.close()
-            raise TracerError(f"--app-hook {self.app_hook}: " + "; ".join(tried))
-        calls = "available (a program per receive call)"
-        if hook == "off":
-            app = "unavailable: " + ("turned off (--app-hook off)" if self.app_hook == "off"
-                                     else "; ".join(tried))
-            calls = "unavailable: no receive hook"
-        elif hook == "counters":
-            udp = (f"UDP by fexit on {'/'.join(UDP_RECV_FUNCS)}" if udp_why is None else
-                   f"UDP reads not counted ({udp_why}; --app-hook tracepoint counts them, at a "
-                   "program per receive call of every socket)")
-            unreached = (f"; the connections open at start in {self.unreached_namespaces} network "
-                         "namespaces it could not enter are not counted"
-                         if self.unreached_namespaces else "")
-            app = ("available (TCP by the sockets' own counters, no program per read; "
-                   f"{udp}; time and reader by the samples{unreached})")
-            calls = ("unavailable: --app-hook counters runs no program per read "
-                     "(--app-hook tracepoint counts calls)")
-        elif sampled:
-            app = f"available ({APP_HOOK_LABELS[hook]} + sampled receive syscalls)"
-        else:
-            app = f"available ({APP_HOOK_LABELS[hook]} + receive syscalls)"
+            raise
+        self.plan = p
         self._counters = counters
-        self._clocks = clocks
-        self._softirqs0 = net_rx_softirqs() if sampled else None
-        self.app_hook_used = hook
-        if sampled:
-            kernel = "available (cpu-clock samples + net:netif_receive_skb)"
-            timing = (f"available (sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
-                      "estimates, bytes exact; no syscall hooks)")
-        else:
-            kernel = "available (irq:softirq_entry/exit + net:netif_receive_skb)"
-            timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
-                      "hooks every syscall of the host)")
-        if events:
-            per_flow = (f"available ({', '.join(e for e in _EVENT_BITS if e in counters.counters)}"
-                        " per flow and side, charged at each sample)")
-        elif counters.counters and not sampled:
-            per_flow = ("unavailable: exact timing charges LLC misses alone to flows; the other "
-                        "events come with --timing sampled")
-        else:
-            per_flow = counters.status("llc_references")
-        self.capabilities = Capabilities(kernel_side=kernel, app_side=app, cpumap_context=cpumap,
-                                         llc=counters.status("llc_misses"), timing=timing,
-                                         app_calls=calls, drops=drops, counters=counters.summary(),
-                                         counters_per_flow=per_flow)
+        self._softirqs0 = net_rx_softirqs() if p.timing == "sampled" else None
+        self.capabilities = self._capabilities(p, counters)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
         return self
+
+    def _load_what_runs(self, obj_path, refused: dict[str, str], forced: set[str],
+                        counters: CounterSet, ranges) -> Plan:
+        text = None   # sampled timing's kernel text ranges, or why they cannot be had
+        for _ in range(len(ALL_PROGRAMS) + 1):
+            try:
+                p = plan(self.timing, self.app_hook, refused)
+            except PlanError as e:
+                raise TracerError(str(e)) from None
+            if self.profile and p.timing != "sampled":
+                raise TracerError(f"profiling takes the samples of --timing sampled: {p.timing_why}")
+            if p.timing == "sampled" and text is None:
+                text = self._sampler_text()
+                if isinstance(text, str):
+                    refused["ft_sample"] = text
+                    continue
+            fake = sorted(forced & p.programs)
+            if fake:   # as the kernel would: one refusal an attempt
+                refused[fake[0]] = f"the kernel refused {SECTIONS[fake[0]]} ({REFUSE_ENV})"
+                continue
+            try:
+                self._load(obj_path, p, counters, text if p.timing == "sampled" else None, ranges)
+                return p
+            except KernelError as e:
+                self._unload()
+                if e.program not in p.programs or e.program in refused:
+                    # nothing names a program to leave out: the object itself does not load
+                    if e.errno == errno.EPERM:
+                        raise TracerError(f"{e} (is a security policy denying BPF?)") from None
+                    raise TracerError(str(e)) from None
+                refused[e.program] = refusal(e.program, e)
+        raise TracerError("the kernel refused more programs than flowtrace has: "
+                          + "; ".join(refused.values()))
+
+    def _absent(self) -> dict[str, str]:
+        """The programs this kernel has no hook for, by its BTF, each with why: left out before
+        the first load."""
+        out: dict[str, str] = {}
+        if not vmlinux_has_type("btf_trace_sock_recv_length"):
+            out["ft_sock_recv_length"] = "this kernel has no sock:sock_recv_length (Linux 6.3+)"
+        params = {f: vmlinux_func_params(f) for f in RECV_FUNCS}
+        nparams = params["tcp_recvmsg"]
+        self._flags_arg = RECVMSG_FLAGS_ARG.get(nparams, 0)
+        calls = HOOKS["fexit"] + HOOKS["kprobe"]
+        for prog in calls:
+            func = HOOKED[prog]
+            if nparams not in RECVMSG_FLAGS_ARG:
+                out[prog] = ("this kernel's BTF has no tcp_recvmsg" if nparams is None else
+                             f"tcp_recvmsg takes {nparams} parameters, a signature steer does "
+                             "not know")
+            elif params[func] is None:
+                out[prog] = f"this kernel's BTF has no {func}" + (
+                    " (IPv6 is a module, not loaded)" if func == "udpv6_recvmsg" else "")
+        if not (vmlinux_has_type("btf_trace_xdp_cpumap_kthread")
+                and vmlinux_has_type("btf_trace_xdp_redirect")):
+            for prog in ("ft_xdp_cpumap_kthread", "ft_xdp_redirect"):
+                out[prog] = "this kernel has no xdp:xdp_cpumap_kthread tracepoint"
+        if not vmlinux_has_type("skb_drop_reason", BTF_KIND_ENUM):
+            out["ft_kfree_skb"] = "this kernel's skb:kfree_skb gives no drop reason (Linux 5.17+)"
+        return out
+
+    @staticmethod
+    def _sampler_text():
+        """The kernel text the sampler tells receive contexts apart by (ft_config.text), or why
+        sampled timing cannot have it."""
+        try:
+            text = kernel_text_ranges([TEXT_SYMBOLS[i] for i in range(abi.FT_TEXT_RANGES)])
+        except (KernelError, OSError) as e:
+            return f"sampled timing cannot read kernel text addresses: {e}"
+        if not text[abi.FT_TEXT_NET_RX][0]:
+            return "sampled timing: /proc/kallsyms has no net_rx_action"
+        return text
+
+    def _load(self, obj_path, p: Plan, counters: CounterSet, text, ranges) -> None:
+        """Load P's programs, fill the maps they read, attach them; KernelError names the
+        program where one failed."""
+        sampled = p.timing == "sampled"
+        events = sum(1 << bit for e, bit in _EVENT_BITS.items() if e in counters.counters) \
+            if sampled else 0
+        cfg = abi.Config(llc_enabled=1 if "llc_misses" in counters.counters else 0,
+                         events=events, recv_flags_arg=self._flags_arg,
+                         timing=abi.FT_TIMING_EXACT if p.timing == "exact" else abi.FT_TIMING_SAMPLED,
+                         softirq_stacks=0 if preempt_rt() else 1,
+                         app_counters=1 if p.hook == "counters" else 0,
+                         profile_ranges=len(ranges) if sampled else 0, skb_count=p.skb_count)
+        for i, (lo, hi) in enumerate(text or ()):
+            cfg.text[i][0], cfg.text[i][1] = lo, hi
+        sizes = {"flows": self.max_flows}
+        if ranges and sampled:
+            sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
+        # fresh events for each attempt: an attached one belongs to its link, which a failed
+        # attempt destroys
+        self._clocks = self._open_clocks() if sampled else []
+        self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
+                              only=set(p.programs), btf=self.btf)
+        for event, per_cpu in counters.counters.items():
+            if event == "llc_misses" or sampled:   # exact timing reads misses alone
+                m = self._obj.map(EVENTS[event][1])
+                for c in per_cpu:
+                    m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+        if ranges and sampled:
+            from .profile import pack_ranges
+            self._obj.map("profile_text").update_batch(*pack_ranges(ranges))
+        self.app_hook_used = p.hook
+        self.plan = p
+        self._attach(self._clocks)
+
+    def _unload(self) -> None:
+        if self._obj:
+            self._obj.close()
+            self._obj = None
+        for c in self._clocks:
+            c.close()
+        self._clocks = []
+
+    def _capabilities(self, p: Plan, counters: CounterSet) -> Capabilities:
+        figures = dict(p.figures)
+        if self.unreached_namespaces:
+            lost = (f"not counted in the {self.unreached_namespaces} network namespaces steer "
+                    "could not enter")
+            for name in ("open_connections", "tcp_app_bytes"):
+                if figures[name].state == "works" and (name == "open_connections" or p.tcp_walk):
+                    figures[name] = Figure("degraded", f"{figures[name].how}; {lost}")
+        sampled = p.timing == "sampled"
+        if sampled:
+            timing = (f"available (sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
+                      "estimates, bytes exact; no syscall hooks)")
+            kernel = "available (cpu-clock samples + net:netif_receive_skb)"
+        elif p.timing == "exact":
+            timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
+                      "hooks every syscall of the host)")
+            kernel = "available (irq:softirq_entry/exit + net:netif_receive_skb)"
+        else:
+            timing = f"unavailable: counts only, no CPU time ({p.timing_why})"
+            kernel = "available (bytes and packets per skb; no time: " + p.timing_why + ")"
+        if p.timing_why:
+            timing += f"; {p.timing_why}"
+        if p.hook == "off":
+            app = "unavailable: " + (p.hook_why or "no receive hook")
+        else:
+            app = "available (" + "; ".join(
+                f"{FIGURE_WORDS[n]} {figures[n]}" for n in
+                ("tcp_app_bytes", "udp_app_bytes", "reader", "app_time")) + ")"
+        if events := [e for e in _EVENT_BITS if e in counters.counters]:
+            per_flow = (f"available ({', '.join(events)} per flow and side, charged at each "
+                        "sample)") if sampled else \
+                ("unavailable: exact timing charges LLC misses alone to flows; the other events "
+                 "come with --timing sampled")
+        else:
+            per_flow = counters.status("llc_references")
+        return Capabilities(kernel_side=kernel, app_side=app,
+                            cpumap_context=_legacy(figures["kthread_time"]),
+                            llc=counters.status("llc_misses"), timing=timing,
+                            app_calls=_legacy(figures["app_calls"]),
+                            drops=_legacy(figures["drops"]), counters=counters.summary(),
+                            counters_per_flow=per_flow, mode=p.timing,
+                            figures={n: f.as_dict() for n, f in figures.items()},
+                            refused=dict(self.refused))
 
     def _reason_name(self, reason: int) -> str:
         if not reason:
@@ -365,20 +367,30 @@ class Tracer:
         for c in clocks:
             self._obj.attach_perf_event("ft_sample", c.fd)
             c.fd = -1   # libbpf's link owns the event now and closes it with the link
-        if self.app_hook_used == "counters":
-            self._count_open_connections()
+        if FLUSH_ITERATOR in self._obj.attached:
+            self._obj.run_iter(FLUSH_ITERATOR)   # where a kernel refuses to run it, it says so now
+        if TCP_ITERATOR in self._obj.attached and (self.app_hook_used == "counters"
+                                                   or self.plan.tcp_walk):
+            self._walk_tcp()
 
-    def _count_open_connections(self) -> None:
-        """Socket counters: the connections open now, in every network namespace, are counted
-        from here on (those that open later, ft_tcp_state counts from their start). A TCP
-        iterator walks the namespace of the thread that runs it, so this thread visits each."""
-        self.unreached_namespaces = 0
-        for path in network_namespaces():
+    def _walk_tcp(self) -> None:
+        """Run ft_tcp_sockets over the TCP sockets of every network namespace: with socket
+        counters at start, the connections open now are counted from here on; with the walk
+        standing in for ft_flush_socks or ft_tcp_state, before each read. A TCP iterator walks
+        the namespace of the thread that runs it, so this thread visits each; its own first,
+        without setns (which an exporter that dropped its capabilities may no longer call), and
+        where that fails, the kernel refused the iterator."""
+        unreached = 0
+        for i, path in enumerate(network_namespaces()):
+            if i == 0:
+                self._obj.run_iter(TCP_ITERATOR)
+                continue
             try:
                 with netns_of(path):
-                    self._obj.run_iter(OPEN_SOCKETS_ITERATOR)
+                    self._obj.run_iter(TCP_ITERATOR)
             except (KernelError, OSError):
-                self.unreached_namespaces += 1   # its last process exited, or setns refused
+                unreached += 1   # its last process exited, or setns refused
+        self.unreached_namespaces = unreached
 
     def detach(self) -> None:
         """Take every program off its hook and leave the maps as they are: what it costs to be
@@ -391,7 +403,10 @@ class Tracer:
         """Put the programs back on their hooks after detach()."""
         if not self._obj or self._obj.attached:
             raise TracerError("attach() follows detach() of a started tracer")
-        clocks = self._open_clocks() if self.timing == "sampled" else []
+        try:
+            clocks = self._open_clocks() if self.plan.timing == "sampled" else []
+        except KernelError as e:
+            raise TracerError(str(e)) from None
         try:
             self._attach(clocks)
         except KernelError as e:
@@ -402,7 +417,8 @@ class Tracer:
         self._clocks = clocks
 
     def _open_clocks(self) -> list[PerfCounter]:
-        """One cpu-clock event per online CPU that overflows every 1/sample_hz seconds."""
+        """One cpu-clock event per online CPU that overflows every 1/sample_hz seconds; a
+        KernelError names ft_sample, whose events they are."""
         period = int(1e9 / self.sample_hz)
         clocks: list[PerfCounter] = []
         try:
@@ -412,52 +428,14 @@ class Tracer:
         except KernelError as e:
             for c in clocks:
                 c.close()
-            raise TracerError(f"sampled timing: cannot open the cpu-clock event: {e}") from None
+            raise KernelError(f"sampled timing: cannot open the cpu-clock event: {e}", e.errno,
+                              "ft_sample") from None
         return clocks
-
-    def _app_hook_candidates(self):
-        """(hook, its programs, flags argument index, why it cannot work here or None), in the
-        order to try; the last one, 'off' (or counters for TCP alone), always loads."""
-        sampled = self.timing == "sampled"
-        if self.app_hook == "auto":
-            names = [DEFAULT_SAMPLED_APP_HOOK] if sampled else \
-                [h for h in APP_HOOKS if h != "counters"]
-        else:
-            names = [] if self.app_hook == "off" else [self.app_hook]
-        params = None     # parameter counts of RECV_FUNCS, read off BTF once, when needed
-        for hook in names:
-            why, flags_arg, programs = None, 0, APP_HOOKS[hook]
-            if hook == "tracepoint":
-                if not vmlinux_has_type("btf_trace_sock_recv_length"):
-                    why = "kernel lacks the sock:sock_recv_length tracepoint (added in 6.3)"
-            else:
-                params = params or {f: vmlinux_func_params(f) for f in RECV_FUNCS}
-                nparams = params["tcp_recvmsg"]
-                if nparams not in RECVMSG_FLAGS_ARG:
-                    why = ("kernel BTF has no tcp_recvmsg" if nparams is None else
-                           f"tcp_recvmsg takes {nparams} parameters, a signature steer does not know")
-                else:
-                    flags_arg = RECVMSG_FLAGS_ARG[nparams]
-                # udpv6_recvmsg is missing where IPv6 is a module: hook what is there
-                programs = tuple(p for p in programs if params[_hooked(p)] is not None)
-                if hook == "counters" and not programs:
-                    why = "kernel BTF has no udp_recvmsg"
-            yield hook, programs or APP_HOOKS[hook], flags_arg, why
-            if hook == "counters":
-                yield hook, (), 0, None   # TCP alone, where the UDP hook cannot load
-                return
-        if self.app_hook in ("auto", "off"):
-            yield "off", (), 0, None
 
     def stop(self) -> None:
         with self._lock:   # not under a sample() of another thread
-            if self._obj:
-                self._obj.close()
-                self._obj = None
+            self._unload()
             self._counters.close()
-            for c in self._clocks:
-                c.close()
-            self._clocks = []
 
     def __enter__(self):
         return self.start()
@@ -502,7 +480,9 @@ class Tracer:
     def _read_maps(self) -> TraceSample:
         if not self._obj:
             raise TracerError("tracer is not running")
-        if FLUSH_ITERATOR in self._obj.attached:
+        if self.plan.tcp_walk:
+            self._walk_tcp()   # in ft_flush_socks' place: the sockets' counts, into flows
+        elif FLUSH_ITERATOR in self._obj.attached:
             self._obj.run_iter(FLUSH_ITERATOR)   # sockets' reads since the last flush, into flows
         # bpf_ktime_get_ns() and time.monotonic_ns() read the same clock (CLOCK_MONOTONIC)
         cutoff = time.monotonic_ns() - int(self.idle_timeout * 1e9)

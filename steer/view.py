@@ -16,6 +16,7 @@ from rich.text import Text
 
 from .classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET
 from .flows import FlowReport, Snapshot
+from .programs import FIGURE_NAMES
 from .samples import FlowId
 from .topology import Topology, format_cpulist
 from .units import figure
@@ -333,6 +334,23 @@ def header_line(snap: Snapshot, topo: Topology, state: ViewState, width: int) ->
     return t
 
 
+def degraded_line(snap: Snapshot, width: int) -> Text | None:
+    """One line where this kernel's refusals cost figures: which, and why; None where none."""
+    lost = snap.capabilities.lost
+    if not lost:
+        return None
+    names = ", ".join(("no " if f["state"] == "missing" else "partial ") + FIGURE_NAMES[n]
+                      for n, f in lost.items())
+    whys: list[str] = []
+    for f in lost.values():
+        if f["why"] not in whys:
+            whys.append(f["why"])
+    t = Text("degraded: ", style="bold yellow")
+    t.append(f"{names} ({'; '.join(whys)}); steer check", style="yellow")
+    t.truncate(width, overflow="ellipsis")
+    return t
+
+
 def footer_lines(snap: Snapshot, state: ViewState, idle: int, filtered: int, more: int,
                  width: int, keys: bool, max_lines: int = 2) -> list[Text]:
     parts = []
@@ -348,7 +366,7 @@ def footer_lines(snap: Snapshot, state: ViewState, idle: int, filtered: int, mor
     caps = snap.capabilities
     if not caps.llc_available:
         parts.append(f"LLC {caps.llc}")
-    if not caps.app_side.startswith("available"):
+    if not caps.app_side.startswith("available") and not caps.lost:   # else degraded_line's
         parts.append(f"app side {caps.app_side}")
     if snap.evictions:
         parts.append(f"{snap.evictions} flow entries evicted (map full)")
@@ -402,6 +420,8 @@ def screen(snap: Snapshot, topo: Topology, state: ViewState, width: int, height:
            history: History | None = None, keys: bool = True) -> Group:
     """The whole live view in WIDTH x HEIGHT: header, CPU bars, flows, footer."""
     head = [header_line(snap, topo, state, width)]
+    if (lost := degraded_line(snap, width)) is not None:
+        head.append(lost)
     bars = cpu_lines(snap, width, max(1, (height - 6) // 3))
     if state.help:
         return Group(*head, help_table())
@@ -432,7 +452,9 @@ def render(snap: Snapshot, topo: Topology, limit: int = DEFAULT_LIMIT, width: in
     title = Text(f"flows over {snap.duration:.1f} s, by {SORTS[state.sort]}", style="bold")
     body = [flow_table(snap, flows, width, None, limit)] if flows else \
         [Text(_nothing(snap, idle, filtered), style="dim")]
-    return Group(header_line(snap, topo, state, width), *cpu_lines(snap, width, 64), title,
+    lost = degraded_line(snap, width)
+    return Group(header_line(snap, topo, state, width), *([lost] if lost else []),
+                 *cpu_lines(snap, width, 64), title,
                  *body, *footer_lines(snap, state, idle, filtered, max(0, len(flows) - limit),
                                       width, keys=False, max_lines=4))
 

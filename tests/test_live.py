@@ -19,7 +19,8 @@ from steer.classify import classify
 from steer.flows import build_snapshot
 from steer.lab import RECEIVER_DEV, Lab, LabFlow, lab_namespaces
 from steer.topology import online_cpus, read_topology
-from steer.tracer import SAMPLED_PROGRAMS, Tracer
+from steer.programs import SOCKET_PROGRAMS
+from steer.tracer import Tracer
 
 pytestmark = live
 
@@ -256,9 +257,10 @@ def test_kill_9_of_top_leaves_nothing_attached():
     p = subprocess.Popen([*STEER, "top", "--duration", "60"], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
     try:
-        # sampled timing with socket counters (the default): its programs, the sampler with one
-        # link per CPU, no receive hook; wait for the links, which come after every program loaded
-        want = len(SAMPLED_PROGRAMS) - 1 + len(online_cpus())
+        # sampled timing with socket counters (the default): at least the per-skb program and
+        # the socket programs, the sampler with one link per CPU; wait for the links, which come
+        # after every program loaded
+        want = 1 + len(SOCKET_PROGRAMS) + len(online_cpus())
         assert _wait_for(lambda: len(_links_of(_our_programs())) >= want), \
             p.stderr.read() if p.poll() else ""
         progs = _our_programs()

@@ -46,7 +46,7 @@ def test_bash_completion_completes_commands_options_and_values():
     assert _complete(script, "to") == ["topology", "top"]
     assert _complete(script, "") == list(OPTIONS) + ["--help", "--version"]
     assert _complete(script, "flows", "--tim") == ["--timing"]
-    assert _complete(script, "flows", "--timing", "") == ["sampled", "exact"]
+    assert _complete(script, "flows", "--timing", "") == ["auto", "sampled", "exact", "counts"]
     assert _complete(script, "top", "--so") == ["--sort"]
     assert "lo" in _complete(script, "pin", "--dev", "")
     assert _complete(script, "flows", "--duration", "") == []   # a number: nothing to offer

@@ -19,7 +19,8 @@ from helpers import CPUS, ROOT, SAMPLE_HZ, live, sampling_bound
 from steer.flows import build_snapshot
 from steer.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.topology import read_topology
-from steer.tracer import APP_HOOKS, SYSCALL_PROGRAMS, Tracer
+from steer.programs import HOOKS as APP_HOOKS, SYSCALL_PROGRAMS
+from steer.tracer import Tracer
 
 pytestmark = live
 

@@ -1,0 +1,171 @@
+"""The load plan (steer.programs): which programs each mode loads on a kernel that refused some,
+what stands in for them, and each figure's state. Pure: no kernel, no root. The live tests
+(tests/test_refusals_live.py) load each plan into this kernel with real traffic."""
+import os
+import re
+
+import pytest
+
+from helpers import ROOT
+from steer.flowtrace_abi import FT_COUNT_TCP, FT_COUNT_UDP
+from steer.programs import (ALL_PROGRAMS, CORE, HOOKS, OPTIONAL, SECTIONS, SOCKET_PROGRAMS,
+                            PlanError, forced_refusals, plan, refusals)
+
+EPERM = "EPERM: Operation not permitted"
+
+
+def refused(*names, code=EPERM) -> dict[str, str]:
+    return {n: f"the kernel refused {SECTIONS[n]} ({code})" for n in names}
+
+
+def states(p) -> dict[str, str]:
+    return {n: f.state for n, f in p.figures.items()}
+
+
+def test_the_section_table_is_the_objects():
+    """Every program of bpf/flowtrace.bpf.c, with its SEC(), and nothing else."""
+    src = open(os.path.join(ROOT, "bpf", "flowtrace.bpf.c")).read()
+    found = {m.group(2): m.group(1) for m in re.finditer(
+        r'SEC\("([^"]+)"\)\s*\n\s*int\s+(?:BPF_PROG\(|BPF_KRETPROBE\()?(\w+)', src)}
+    assert found == SECTIONS
+
+
+def test_every_program_is_a_core_or_optional():
+    cores = {p for c in CORE.values() for p in c}
+    assert cores.isdisjoint(OPTIONAL) and cores | set(OPTIONAL) == set(ALL_PROGRAMS)
+    assert "ft_sample" in CORE["sampled"] and "ft_flush_socks" in OPTIONAL
+
+
+def test_a_kernel_that_runs_everything_gets_the_default_mode():
+    p = plan("auto", "auto", {})
+    assert (p.timing, p.hook, p.tcp_walk, p.skb_count) == ("sampled", "counters", False,
+                                                           FT_COUNT_UDP)
+    assert {"ft_sample", "ft_skb_hint", *SOCKET_PROGRAMS, *HOOKS["counters"]} <= p.programs
+    assert "ft_netif_receive_skb" not in p.programs and "ft_sys_enter" not in p.programs
+    assert {n for n, s in states(p).items() if s != "works"} == {"app_calls"}   # by choice
+
+
+def test_without_the_flush_iterator_a_walk_of_iter_tcp_flushes_the_sockets():
+    p = plan("auto", "auto", refused("ft_flush_socks"))
+    assert p.tcp_walk and p.skb_count == FT_COUNT_UDP
+    f = p.figures["tcp_app_bytes"]
+    assert f.state == "works" and "iter/tcp" in f.how and "iter/bpf_sk_storage_map" in f.why
+
+
+def test_without_the_state_program_new_connections_come_from_the_walk():
+    p = plan("auto", "auto", refused("ft_tcp_state"))
+    assert p.tcp_walk
+    f = p.figures["tcp_app_bytes"]
+    assert f.state == "degraded" and "inet_sock_set_state" in f.why
+
+
+def test_without_any_live_flush_tcp_bytes_are_counted_per_skb():
+    p = plan("auto", "auto", refused("ft_flush_socks", "ft_tcp_sockets"))
+    assert not p.tcp_walk and p.skb_count == FT_COUNT_TCP | FT_COUNT_UDP
+    assert p.figures["tcp_rx_bytes"].state == "works"
+    assert "per skb" in p.figures["tcp_rx_bytes"].how
+    assert p.figures["tcp_app_bytes"].state == "degraded"
+    assert "closes" in p.figures["tcp_app_bytes"].how
+    assert p.figures["open_connections"].state == "missing"
+
+
+def test_every_optional_program_refused_leaves_the_core_and_its_figures():
+    every = refused(*OPTIONAL)
+    p = plan("auto", "auto", every)
+    assert p.timing == "sampled" and p.programs == frozenset(CORE["sampled"])
+    assert p.skb_count == FT_COUNT_TCP | FT_COUNT_UDP
+    s = states(p)
+    for works in ("kernel_time", "kthread_time", "tcp_rx_bytes", "udp_rx_bytes", "reader",
+                  "app_time"):
+        assert s[works] == "works", works
+    for lost in ("tcp_app_bytes", "udp_app_bytes", "drops", "napi_polls", "hardirqs"):
+        assert s[lost] == "missing", lost
+        assert "the kernel refused" in p.figures[lost].why
+
+
+def test_exact_takes_the_first_receive_hook_the_kernel_runs():
+    assert plan("exact", "auto", {}).hook == "tracepoint"
+    p = plan("exact", "auto", refused("ft_sock_recv_length"))
+    assert p.hook == "fexit" and "sock_recv_length" in p.hook_why
+    p = plan("exact", "auto", refused("ft_sock_recv_length", "ft_tcp_recvmsg_exit"))
+    assert p.hook == "kprobe"
+    p = plan("exact", "auto", refused("ft_sock_recv_length", "ft_tcp_recvmsg_exit",
+                                      "ft_tcp_recvmsg_entry"))
+    assert p.hook == "off" and not p.programs & {"ft_sys_enter", "ft_sys_exit"}
+    assert states(p)["reader"] == states(p)["tcp_app_bytes"] == "missing"
+    assert "fexit/tcp_recvmsg" in p.figures["tcp_app_bytes"].why
+
+
+def test_a_hook_keeps_tcp_where_only_its_udp_programs_are_refused():
+    p = plan("exact", "fexit", refused("ft_udpv6_recvmsg_exit"))
+    assert p.hook == "fexit" and states(p)["tcp_app_bytes"] == "works"
+    assert p.figures["udp_app_bytes"].state == "degraded"
+    assert states(plan("exact", "fexit", refused("ft_udp_recvmsg_exit")))["udp_app_bytes"] == \
+        "missing"
+
+
+def test_auto_timing_falls_back_and_says_why():
+    p = plan("auto", "auto", refused("ft_sample"))
+    assert p.timing == "exact" and "perf_event" in p.timing_why and p.skb_count == 0
+    assert {"ft_softirq_entry", "ft_sys_enter", "ft_sched_switch"} <= p.programs
+    p = plan("auto", "auto", refused("ft_sample", "ft_softirq_exit"))
+    assert p.timing == "counts" and p.skb_count == FT_COUNT_UDP
+    assert states(p)["kernel_time"] == "missing" and "softirq_exit" in p.figures["kernel_time"].why
+    assert states(p)["tcp_rx_bytes"] == "works"
+
+
+def test_what_was_asked_for_by_name_is_an_error_when_refused():
+    with pytest.raises(PlanError, match="perf_event"):
+        plan("sampled", "auto", refused("ft_sample"))
+    with pytest.raises(PlanError, match=r"--app-hook fexit: .*fexit/tcp_recvmsg"):
+        plan("exact", "fexit", refused("ft_tcp_recvmsg_exit"))
+    with pytest.raises(PlanError, match="needs --timing sampled"):
+        plan("auto", "counters", refused("ft_sample"))
+    with pytest.raises(PlanError, match="softirq_entry"):
+        plan("auto", "auto", refused("ft_sample", "ft_skb_hint", "ft_softirq_entry"))
+
+
+@pytest.mark.parametrize("timing,hook", [("auto", "auto"), ("exact", "auto"),
+                                         ("sampled", "tracepoint"), ("auto", "off")])
+@pytest.mark.parametrize("kernel", ["each optional alone", "every optional"])
+def test_a_refusing_kernel_is_met_in_one_attempt_a_refusal(timing, hook, kernel):
+    """As the tracer meets a kernel: it loads the plan, the kernel refuses one program of it,
+    the next plan goes without it. It ends within one attempt per refusal, and what it ends on
+    loads: none of the refused programs is in it."""
+    refusing = [{p} for p in OPTIONAL] if kernel == "each optional alone" else [set(OPTIONAL)]
+    if hook == "tracepoint":   # asked for by name: its own program must load
+        refusing = [r - {"ft_sock_recv_length"} for r in refusing]
+    for kernel_refuses in refusing:
+        seen: dict[str, str] = {}
+        for attempt in range(len(kernel_refuses) + 1):
+            p = plan(timing, hook, seen)
+            hit = sorted(kernel_refuses & p.programs)
+            if not hit:
+                break
+            seen.update(refused(hit[0]))
+        else:
+            pytest.fail(f"no plan without {kernel_refuses}")
+        assert attempt <= len(kernel_refuses)
+        assert not p.programs & kernel_refuses
+        for name, f in p.figures.items():
+            if f.state != "works":
+                assert f.why, (name, f)
+
+
+def test_refusals_for_one_reason_read_as_one():
+    r = refused("ft_udp_recvmsg_exit", "ft_udpv6_recvmsg_exit") | refused("ft_flush_socks",
+                                                                          code="EINVAL: x")
+    assert refusals(["ft_udp_recvmsg_exit", "ft_udpv6_recvmsg_exit", "ft_flush_socks"], r) == (
+        f"the kernel refused fexit/udp_recvmsg, fexit/udpv6_recvmsg ({EPERM}); "
+        "the kernel refused iter/bpf_sk_storage_map (EINVAL: x)")
+    assert refusals(["ft_sock_recv_length"], {"ft_sock_recv_length": "no such hook"}) == \
+        "no such hook"
+
+
+def test_the_tests_stand_in_for_a_refusing_kernel():
+    assert forced_refusals(None) == set() and forced_refusals("") == set()
+    assert forced_refusals("ft_flush_socks, ft_tcp_state") == {"ft_flush_socks", "ft_tcp_state"}
+    assert forced_refusals("optional") == set(OPTIONAL)
+    assert forced_refusals("optional,ft_sample") == set(OPTIONAL) | {"ft_sample"}
+    with pytest.raises(PlanError, match="names no program ft_nope"):
+        forced_refusals("ft_nope")
