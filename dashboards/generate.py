@@ -59,6 +59,27 @@ def dashboard(uid, title, description, panels, templating, links=()):
             "panels": panels}
 
 
+# a figure the kernel's refusals cost, not one an option turned off (steer.samples.lost_to_kernel)
+LOST = 'state!="works", why=~".*(refused|this kernel).*"'
+
+
+def degraded_table(pid, x, y):
+    """The hosts whose kernel refused programs steer needs, each figure lost and why."""
+    return {"id": pid, "type": "table", "title": "Hosts whose kernel limits steer",
+            "datasource": DS,
+            "description": "Each figure a host's kernel costs steer (degraded: partly measured; "
+                           "missing: not at all) and why: the BPF programs it refused or lacks. "
+                           "`steer check` on the host says what would change it. Empty: every "
+                           "host measures everything.",
+            "gridPos": {"x": x, "y": y, "w": 24, "h": 7},
+            "targets": [target(f"steer_figure_info{{{INST}, {LOST}}}", "", "A", format="table",
+                               instant=True)],
+            "transformations": [{"id": "organize", "options": {
+                "excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True},
+                "indexByName": {"instance": 0, "figure": 1, "state": 2, "why": 3}}}],
+            "fieldConfig": {"defaults": {}, "overrides": []}, "options": {"showHeader": True}}
+
+
 def overview():
     by_class_bytes = f"sum by (class) (rate(steer_class_rx_bytes_total{{{INST}}}[{RATE}]))"
     panels = [
@@ -119,6 +140,7 @@ def overview():
             description="Instructions retired in each side's receive work per byte of payload "
                         "(the follow-up's instructions per Gbps). Needs a PMU and --timing "
                         "sampled."),
+        degraded_table(12, 0, 32),
     ]
     return dashboard("steer-overview", "steer: receive placement overview",
                      "Per-class receive throughput and cost, per-CPU time, steering actions.",

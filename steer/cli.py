@@ -432,6 +432,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="kernel BTF for CO-RE relocations, for kernels without "
                          "/sys/kernel/btf/vmlinux (default: the running kernel's)")
 
+    ck = sub.add_parser("check", formatter_class=fmt,
+                        help="what this kernel lets steer measure, tried, and what to change",
+                        description="Load and attach each timing mode and receive hook as the "
+                        "commands would (then detach them: nothing stays attached), open the PMU "
+                        "events and the steering program, and print per figure whether it works, "
+                        "is degraded or is missing on this host, why, and what would change it; "
+                        "then every BPF program and whether the kernel runs it. Exit status 0 "
+                        "when the default mode runs here, 1 when not even its core loads.")
+    ck.add_argument("--json", action="store_true", help="the report as JSON, for fleets")
+
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
                    "RPS settings steer changed, and remove lab namespaces of dead processes.")
@@ -987,6 +997,20 @@ def cmd_reset(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    import shutil
+    from .check import run_checks, text_lines
+    report = run_checks()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print("\n".join(text_lines(report, max(60, shutil.get_terminal_size().columns))))
+    if not report["default"]["runs"]:
+        print(f"steer check: error: {report['default']['error']}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
 def cmd_completion(args) -> int:
     from .manual import bash_completion
     sys.stdout.write(bash_completion(build_parser()))
@@ -1002,7 +1026,7 @@ def cmd_manpage(args) -> int:
 COMMANDS = {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "demo": cmd_demo,
             "pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app,
             "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "export": cmd_export, "sweep": cmd_sweep,
-            "profile": cmd_profile, "reset": cmd_reset, "completion": cmd_completion, "manpage": cmd_manpage}
+            "profile": cmd_profile, "check": cmd_check, "reset": cmd_reset, "completion": cmd_completion, "manpage": cmd_manpage}
 
 
 _STOP_SIGNAL = [signal.SIGINT]   # the signal that last asked this process to stop
