@@ -18,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .kernel import die_with_parent, enter_netns
 
@@ -34,13 +34,22 @@ class LabError(Exception):
     pass
 
 
+UDP_DATAGRAM = 1400   # iperf3 -l for UDP flows: a datagram that fits a 1500-byte MTU unfragmented
+
+
 @dataclass(frozen=True)
 class LabFlow:
-    """One iperf3 TCP flow: the sender's CPU (where the receive softirq runs unless RPS or XDP
-    moves it; None leaves the sender to the scheduler) and the reader's."""
+    """One iperf3 flow: the sender's CPU (where the receive softirq runs unless RPS or XDP moves
+    it; None leaves the sender to the scheduler) and the reader's. TCP, or with UDP_RATE (iperf3's
+    -b: "300M") UDP datagrams of UDP_DATAGRAM bytes at that rate."""
     kernel_cpu: int | None
     app_cpu: int
     port: int = 0   # 0: assigned in order from BASE_PORT
+    udp_rate: str | None = None
+
+    @property
+    def proto(self) -> str:
+        return "udp" if self.udp_rate else "tcp"
 
 
 @dataclass
@@ -59,7 +68,7 @@ def traced_results(results: list[FlowResult], snap) -> list[dict]:
     out = []
     for r in results:
         match = next((f for f in snap.flows if f.flow.sport == r.sender_port
-                      and f.flow.dport == r.flow.port), None)
+                      and f.flow.dport == r.flow.port and f.flow.proto == r.flow.proto), None)
         out.append({"lab_kernel_cpu": r.flow.kernel_cpu, "lab_app_cpu": r.flow.app_cpu,
                     "port": r.flow.port, "iperf3_received_bytes": r.received_bytes,
                     "error": r.error,
@@ -197,7 +206,7 @@ class Lab:
         self._clients: dict[int, subprocess.Popen] = {}
         self._up = False
         self.napi_pids: list[int] = []   # with threaded_napi: the receiving veth's pollers
-        self.flows = [f if f.port else LabFlow(f.kernel_cpu, f.app_cpu, BASE_PORT + i)
+        self.flows = [f if f.port else replace(f, port=BASE_PORT + i)
                       for i, f in enumerate(self.flows)]
 
     # -- network -----------------------------------------------------------------------------
@@ -302,9 +311,10 @@ class Lab:
     def start_clients(self, seconds: float | None = None) -> None:
         secs = max(1, round(seconds or self.seconds))
         for f in self.flows:
+            udp = ["-u", "-b", f.udp_rate, "-l", str(UDP_DATAGRAM)] if f.udp_rate else []
             p = subprocess.Popen(["iperf3", "-c", RECEIVER_ADDR, "-p", str(f.port), "-t", str(secs),
-                                  *self.client_args, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 preexec_fn=_in_netns(self.tx, f.kernel_cpu))
+                                  *udp, *self.client_args, "--json"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, preexec_fn=_in_netns(self.tx, f.kernel_cpu))
             self._procs.append(p)
             self._clients[f.port] = p
 

@@ -236,8 +236,14 @@ def plan(timing: str, app_hook: str, refused: dict[str, str]) -> Plan:
         sockets = hook in SOCKET_HOOKS
         tcp_walk = sockets and TCP_ITERATOR in programs and (
             FLUSH_ITERATOR not in programs or (hook == "counters" and "ft_tcp_state" not in programs))
-        if not (sockets and (FLUSH_ITERATOR in programs or tcp_walk)):
-            skb_count |= FT_COUNT_TCP   # no socket's count comes in while the flow runs
+        live = sockets and (FLUSH_ITERATOR in programs or tcp_walk)
+        # with socket counters a connection is counted from when its storage is made: at its
+        # opening by ft_tcp_state, else only from the first walk that finds it
+        whole = hook != "counters" or "ft_tcp_state" in programs
+        if not (live and whole) or mode == "counts":
+            # the sockets' counts would come late, or not at all; without time, the skbs are
+            # also the only sign of where a flow's kernel work runs
+            skb_count |= FT_COUNT_TCP
     figures = _figures(mode, hook, programs, refused, skb_count, tcp_walk,
                        timing_why, hook_why or ("--app-hook off" if app_hook == "off" else ""))
     return Plan(mode, hook, programs, skb_count, tcp_walk, figures, timing_why, hook_why)

@@ -134,6 +134,7 @@ class Tracer:
         self.refused: dict[str, str] = {}   # program -> why it is not running, as start() found
         self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
         self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
+        self._unreached_why = ""        # and the first such namespace's error
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -312,11 +313,13 @@ class Tracer:
     def _capabilities(self, p: Plan, counters: CounterSet) -> Capabilities:
         figures = dict(p.figures)
         if self.unreached_namespaces:
+            # setns needs CAP_SYS_ADMIN, which `steer export` drops after start unless told not
             lost = (f"not counted in the {self.unreached_namespaces} network namespaces steer "
-                    "could not enter")
+                    f"could not enter")
             for name in ("open_connections", "tcp_app_bytes"):
                 if figures[name].state == "works" and (name == "open_connections" or p.tcp_walk):
-                    figures[name] = Figure("degraded", f"{figures[name].how}; {lost}")
+                    figures[name] = Figure("degraded", f"{figures[name].how}; {lost}",
+                                           self._unreached_why)
         sampled = p.timing == "sampled"
         if sampled:
             timing = (f"available (sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
@@ -380,7 +383,7 @@ class Tracer:
         the namespace of the thread that runs it, so this thread visits each; its own first,
         without setns (which an exporter that dropped its capabilities may no longer call), and
         where that fails, the kernel refused the iterator."""
-        unreached = 0
+        unreached, why = 0, ""
         for i, path in enumerate(network_namespaces()):
             if i == 0:
                 self._obj.run_iter(TCP_ITERATOR)
@@ -388,9 +391,13 @@ class Tracer:
             try:
                 with netns_of(path):
                     self._obj.run_iter(TCP_ITERATOR)
-            except (KernelError, OSError):
+            except (KernelError, OSError) as e:
                 unreached += 1   # its last process exited, or setns refused
-        self.unreached_namespaces = unreached
+                why = why or str(e)
+        if (unreached, why) != (self.unreached_namespaces, self._unreached_why):
+            self.unreached_namespaces, self._unreached_why = unreached, why
+            if self.capabilities is not None:   # a walk before each read: say what it reaches
+                self.capabilities = self._capabilities(self.plan, self._counters)
 
     def detach(self) -> None:
         """Take every program off its hook and leave the maps as they are: what it costs to be

@@ -254,3 +254,24 @@ def test_napi_polls_per_cpu_split_into_device_and_backlog():
     assert _get(m, "steer_cpu_napi_polls_total", cpu=1, source="backlog") == 30
     assert (("steer_cpu_napi_polls_total", frozenset({("cpu", "1"), ("source", "device")}))
             not in m)
+
+
+def test_the_kernels_refusals_are_series_a_fleet_can_alert_on():
+    """steer_timing_mode_info, a steer_figure_info per figure with its state and why, a
+    steer_program_refused per refused program with its hook: the dashboards' degraded table and
+    SteerKernelLimitsTracing read them."""
+    from test_flows import refusing_caps
+    tracer = FakeTracer([_sample(0, []), _sample(1, [])])
+    tracer.capabilities = refusing_caps("ft_flush_socks", "ft_sample")
+    c = SteerCollector(tracer, read_topology(VM))
+    m = _scrape(c)
+    assert _get(m, "steer_timing_mode_info", mode="exact") == 1
+    why = tracer.capabilities.figures["kthread_time"]["why"]
+    assert _get(m, "steer_figure_info", figure="kernel_time", state="works", why="") == 1
+    refused = {dict(l)["program"]: dict(l) for (n, l), _ in m.items()
+               if n == "steer_program_refused"}
+    assert set(refused) == {"ft_flush_socks", "ft_sample"}
+    assert refused["ft_sample"]["hook"] == "perf_event" and "EPERM" in refused["ft_sample"]["reason"]
+    assert not why   # exact timing measures kthreads by its own programs
+    figures = {dict(l)["figure"] for (n, l), _ in m.items() if n == "steer_figure_info"}
+    assert figures == set(tracer.capabilities.figures)

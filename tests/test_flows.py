@@ -226,3 +226,36 @@ def test_napi_polls_give_each_flow_its_arrival_cpu_and_each_cpu_its_polls():
     (f,) = build_snapshot(sample(0, []), sample(10**9, [FlowCpuSample(A, 1, **v)]),
                           read_topology(VM), CAPS).flows
     assert f.rx_poll_cpus is None and f.as_json()["rx"] is None
+
+
+def refusing_caps(*refused_programs: str) -> Capabilities:
+    """The capabilities of a kernel that refused REFUSED_PROGRAMS, as the tracer makes them."""
+    from steer.programs import SECTIONS, plan
+    refused = {p: f"the kernel refused {SECTIONS[p]} (EPERM: Operation not permitted)"
+               for p in refused_programs}
+    p = plan("auto", "auto", refused)
+    return replace(CAPS, mode=p.timing, refused=refused,
+                   figures={n: f.as_dict() for n, f in p.figures.items()})
+
+
+def test_the_fields_of_a_figure_the_kernel_refused_are_null_not_zero():
+    """A flow's reader bytes where the kernel refused every socket program, drops and NAPI polls
+    where it refused their tracepoints: null in the JSON, the reason in capabilities.figures;
+    what does not depend on them (UDP's reader bytes by fexit, the kernel side) stays."""
+    caps = refusing_caps("ft_tcp_state", "ft_tcp_destroy", "ft_flush_socks", "ft_tcp_sockets",
+                         "ft_kfree_skb", "ft_napi_poll")
+    after = sample(NS, [FlowCpuSample(A, 0, rx_bytes=10**6, rx_skbs=10, kernel_ns=NS // 10),
+                        FlowCpuSample(A, 1, app_ns=NS // 5, app_pid=7, app_comm="iperf3"),
+                        FlowCpuSample(B, 0, rx_bytes=1000, rx_skbs=1, app_bytes=1000,
+                                      app_calls=1)])
+    snap = build_snapshot(sample(0, []), after, read_topology(VM), caps)
+    j = snap.as_json()
+    tcp, udp = (next(f for f in j["flows"] if f["proto"] == p) for p in ("tcp", "udp"))
+    assert tcp["app_bytes"] is None and tcp["rx_drops"] is None
+    assert tcp["rx_bytes"] == 10**6 and tcp["app_cpu"] == 1 and tcp["kernel_seconds"] == 0.1
+    assert udp["app_bytes"] == 1000
+    assert all(c["napi_polls"] is None and c["rx_drops"] is None for c in j["cpus"])
+    why = j["capabilities"]["figures"]["tcp_app_bytes"]["why"]
+    assert "inet_sock_set_state, iter/tcp" in why and "EPERM" in why
+    assert sorted(caps.lost) == ["drops", "napi_polls", "open_connections", "tcp_app_bytes"]
+    assert snap.flows[0].as_json()["app_bytes"] is not None   # without caps: as counted

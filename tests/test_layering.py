@@ -6,7 +6,7 @@ import sys
 
 from helpers import ROOT
 
-PURE = ["steer.samples", "steer.interrupts", "steer.units", "steer.privileges", "steer.topology", "steer.classify",
+PURE = ["steer.samples", "steer.programs", "steer.check", "steer.interrupts", "steer.units", "steer.privileges", "steer.topology", "steer.classify",
         "steer.flowspec", "steer.flows", "steer.report", "steer.policies", "steer.auto", "steer.view",
         "steer.live", "steer.exporter", "steer.profile",
         "steer.manual", "steer.irqs", "steer.devsettings"]

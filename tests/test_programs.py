@@ -53,8 +53,11 @@ def test_without_the_flush_iterator_a_walk_of_iter_tcp_flushes_the_sockets():
 
 
 def test_without_the_state_program_new_connections_come_from_the_walk():
+    """Their reads from the first walk that finds them; what they received, per skb, whole."""
     p = plan("auto", "auto", refused("ft_tcp_state"))
-    assert p.tcp_walk
+    assert p.tcp_walk and p.skb_count == FT_COUNT_TCP | FT_COUNT_UDP
+    assert "per skb" in p.figures["tcp_rx_bytes"].how
+    assert "inet_sock_set_state" in p.figures["tcp_rx_bytes"].why
     f = p.figures["tcp_app_bytes"]
     assert f.state == "degraded" and "inet_sock_set_state" in f.why
 
@@ -109,7 +112,7 @@ def test_auto_timing_falls_back_and_says_why():
     assert p.timing == "exact" and "perf_event" in p.timing_why and p.skb_count == 0
     assert {"ft_softirq_entry", "ft_sys_enter", "ft_sched_switch"} <= p.programs
     p = plan("auto", "auto", refused("ft_sample", "ft_softirq_exit"))
-    assert p.timing == "counts" and p.skb_count == FT_COUNT_UDP
+    assert p.timing == "counts" and p.skb_count == FT_COUNT_TCP | FT_COUNT_UDP
     assert states(p)["kernel_time"] == "missing" and "softirq_exit" in p.figures["kernel_time"].why
     assert states(p)["tcp_rx_bytes"] == "works"
 

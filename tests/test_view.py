@@ -190,3 +190,16 @@ def test_an_smt_sibling_placement_is_shown_apart_from_same_core(tmp_path):
     labels = {f.flow: class_label(f)[0] for f in snap.flows}
     assert labels == {A: "same-core/smt", B: "same-core"}
     assert {f.flow: f.as_json()["smt_sibling"] for f in snap.flows} == {A: True, B: False}
+
+
+def test_a_kernel_that_refused_programs_gets_one_line_naming_the_figures_and_why():
+    from test_flows import refusing_caps
+    from dataclasses import replace
+    snap = replace(_snapshot(DATA), capabilities=refusing_caps("ft_flush_socks", "ft_tcp_sockets",
+                                                               "ft_udp_recvmsg_exit"))
+    lines = _screen(snap, 80, 24)
+    (line,) = [l for l in lines if l.startswith("degraded:")]
+    assert line.index("degraded:") == 0 and len(line) <= 80
+    assert "partial TCP app bytes" in line and lines.index(line) == 1
+    assert "degraded:" in _text(snap) and "iter/bpf_sk_storage_map" in _text(snap)
+    assert not [l for l in _screen(_snapshot(DATA), 80, 24) if "degraded" in l]

@@ -1,0 +1,64 @@
+"""`steer check`'s report laid out for a terminal, and the remedies it gives, on fixture reports
+made as run_checks makes them (tests/test_refusals_live.py runs the command itself)."""
+from steer.check import headline, program_rows, remedy, text_lines
+from steer.programs import ALL_PROGRAMS, FIGURES, SECTIONS, plan
+
+
+def report(refused: dict[str, str]) -> dict:
+    p = plan("auto", "auto", refused)
+    return {
+        "kernel": "6.18.0", "machine": "x86_64", "privileges": {"missing": []}, "btf": True,
+        "default": {"runs": True, "mode": p.timing, "hook": p.hook, "why": p.timing_why,
+                    "error": None},
+        "figures": {n: dict(f.as_dict(), what=FIGURES[n], fix=remedy(f.why)) for n, f in
+                    p.figures.items()},
+        "programs": {n: {"hook": SECTIONS[n], "state": "refused" if n in refused else "works",
+                         "why": refused.get(n, ""), "fix": remedy(refused.get(n, ""))}
+                     for n in ALL_PROGRAMS},
+        "counters": {"llc_misses": "unavailable: no hardware PMU (perf_event_open: ENOENT)"},
+        "steering": "available (XDP program and cpumap)"}
+
+
+EPERM = {p: f"the kernel refused {SECTIONS[p]} (EPERM: Operation not permitted)"
+         for p in ("ft_flush_socks", "ft_udp_recvmsg_exit", "ft_udpv6_recvmsg_exit")}
+
+
+def test_the_report_names_what_is_lost_why_and_what_would_change_it():
+    r = report(EPERM)
+    lines = text_lines(r, width=100)
+    assert lines[0] == headline(r)
+    assert "runs as sampled timing; degraded: UDP app bytes" in lines[0]
+    assert all(len(l) <= 100 for l in lines[1:])
+    udp = next(i for i, l in enumerate(lines) if l.startswith("UDP app bytes"))
+    block = " ".join(" ".join(lines[udp:udp + 8]).split())   # the wrapped lines as one
+    assert "missing" in block and "fexit/udp_recvmsg, fexit/udpv6_recvmsg (EPERM" in block
+    assert "-> a security policy denies it" in block
+    # the walk stands in for the flush iterator: TCP's reader bytes still work, and say how
+    tcp = next(l for l in lines if l.startswith("TCP app bytes"))
+    assert "works" in tcp
+    assert "25 of 28 BPF programs run here" in "\n".join(lines)
+
+
+def test_programs_refused_for_one_reason_are_one_row():
+    rows = program_rows(report(EPERM))
+    assert [r[0] for r in rows] == ["iter/bpf_sk_storage_map, fexit/udp_recvmsg, "
+                                    "fexit/udpv6_recvmsg"]
+    assert rows[0][2] == "the kernel refused them (EPERM: Operation not permitted)"
+
+
+def test_a_host_where_nothing_loads_says_so_first():
+    r = report({})
+    r["default"] = {"runs": False, "error": "tracing needs CAP_BPF and CAP_PERFMON: run as root"}
+    assert headline(r).endswith("steer cannot trace here: tracing needs CAP_BPF and CAP_PERFMON: "
+                                "run as root")
+
+
+def test_remedies_follow_the_kernels_answer():
+    assert "CONFIG_KPROBES" in remedy("the kernel refused kprobe/tcp_recvmsg (ENOENT: No such "
+                                      "file or directory)")
+    assert "6.3" in remedy("this kernel has no sock:sock_recv_length (Linux 6.3+)")
+    assert "lockdown" in remedy("the kernel refused fexit/tcp_recvmsg (EPERM: x)")
+    assert "trampolines" in remedy("the kernel refused fexit/tcp_recvmsg (ENOTSUPP: x)")
+    assert "PMU" in remedy("unavailable: no hardware PMU (perf_event_open: ENOENT)")
+    assert "STEER_TEST_REFUSE" in remedy("the kernel refused iter/tcp (STEER_TEST_REFUSE)")
+    assert remedy("") == ""

@@ -1,0 +1,234 @@
+"""Live tier: a kernel that refuses programs. STEER_TEST_REFUSE makes the loader treat the programs
+it names as refused by the kernel, so these run alike on kernels that accept everything and on
+those that refuse some (fexit and iter/bpf_sk_storage_map differ between VMs of one kind): each
+optional program of each mode refused alone, then all of them at once, with real TCP and UDP
+traffic between the lab's namespaces. What does not depend on a refused program stays right
+against iperf3's byte counts and the CPUs the test pinned; what does is null, with its reason."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from helpers import CPU_A, CPU_B, SAMPLE_HZ, live, steer, two_cpus
+from steer.classify import classify
+from steer.flows import build_snapshot
+from steer.lab import UDP_DATAGRAM, Lab, LabFlow
+from steer.programs import CORE, OPTIONAL, forced_refusals, plan
+from steer.topology import read_topology
+from steer.tracer import REFUSE_ENV, Tracer
+
+pytestmark = [live, two_cpus]
+
+SECONDS = 2
+UDP_RATE = "200M"
+COOKIE = 37          # iperf3's stream cookie: on the data connection, not in its byte count
+UDP_CONNECT = 4      # iperf3's UDP "connect" datagram: on the data flow, not in its byte count
+TCP_RX_SLACK = 1.03  # per-skb counts see retransmitted and dropped segments too (+2.3% seen)
+
+
+def optional_of(mode: str) -> list[str]:
+    """The optional programs the mode loads on a kernel that refuses nothing."""
+    return sorted(plan(mode, "auto", {}).programs - set(CORE[mode]))
+
+
+CASES = [(m, p) for m in ("sampled", "exact") for p in optional_of(m)] + \
+    [("sampled", "optional"), ("exact", "optional")]
+
+
+def _traffic(tracer: Tracer):
+    """A TCP and a UDP flow, both sent from CPU_B and read on CPU_A, traced whole."""
+    flows = [LabFlow(CPU_B, CPU_A), LabFlow(CPU_B, CPU_A, udp_rate=UDP_RATE)]
+    with Lab(flows, seconds=SECONDS) as lab:
+        lab.start_servers()
+        before = tracer.sample()
+        lab.start_clients()
+        results = lab.wait(timeout=SECONDS + 30)
+        time.sleep(0.2)   # the readers' last reads and the sockets' close
+        after = tracer.sample()
+    for r in results:
+        assert r.error is None, r.error
+    return results, build_snapshot(before, after, read_topology(), tracer.capabilities)
+
+
+def _flow(snap, r) -> dict:
+    (f,) = [f for f in snap.flows if f.flow.proto == r.flow.proto
+            and f.flow.sport == r.sender_port and f.flow.dport == r.flow.port]
+    return f.as_json(snap.capabilities)
+
+
+@pytest.mark.parametrize("mode,refuse", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_a_refused_program_costs_only_its_own_figures(mode, refuse, monkeypatch):
+    monkeypatch.setenv(REFUSE_ENV, refuse)
+    tracer = Tracer(timing=mode, sample_hz=SAMPLE_HZ).start()   # no refusal makes it fail
+    try:
+        attached = set(tracer.attached_programs)
+        results, snap = _traffic(tracer)
+    finally:
+        tracer.stop()
+    caps = snap.capabilities
+    forced = forced_refusals(refuse)
+    assert caps.mode == mode
+    assert not attached & forced, attached & forced
+    for p in forced & set(optional_of(mode)):
+        assert REFUSE_ENV in caps.refused[p], (p, caps.refused)
+    figures = caps.figures
+    for name, f in figures.items():
+        if f["state"] != "works":
+            assert f["why"], (name, f)
+    tcp_r, udp_r = results
+    tcp, udp = _flow(snap, tcp_r), _flow(snap, udp_r)
+    print(f"{mode} without {refuse}: TCP iperf3 {tcp_r.received_bytes} rx {tcp['rx_bytes']} "
+          f"app {tcp['app_bytes']}; UDP iperf3 {udp_r.received_bytes} rx {udp['rx_bytes']} "
+          f"app {udp['app_bytes']}; CPUs {tcp['kernel_cpu']}/{tcp['app_cpu']} {tcp['class']}; "
+          f"lost {sorted(caps.lost)}")
+
+    # bytes on the kernel side: every kernel counts them, per skb or by the sockets' counters
+    assert tcp_r.received_bytes <= tcp["rx_bytes"] <= tcp_r.received_bytes * TCP_RX_SLACK + COOKIE
+    lost = udp_r.raw["end"]["sum_received"]["lost_packets"]
+    assert udp_r.received_bytes <= udp["rx_bytes"] <= \
+        udp_r.received_bytes + lost * UDP_DATAGRAM + UDP_CONNECT
+    # what the readers got: exact where counted, null where the kernel refused what counts it
+    for flow, r, extra, figure in ((tcp, tcp_r, COOKIE, "tcp_app_bytes"),
+                                   (udp, udp_r, UDP_CONNECT, "udp_app_bytes")):
+        state = figures[figure]["state"]
+        if state == "works":
+            assert r.received_bytes <= flow["app_bytes"] <= r.received_bytes + extra, figure
+        elif state == "degraded":
+            assert 0 <= flow["app_bytes"] <= r.received_bytes + extra, figure
+        else:
+            assert flow["app_bytes"] is None, figure
+    # where the work ran
+    if figures["kernel_time"]["state"] != "missing":
+        assert tcp["kernel_cpu"] == CPU_B and tcp["kernel_seconds"] > 0
+    if figures["reader"]["state"] == "works":
+        assert tcp["app_cpu"] == CPU_A and udp["app_cpu"] == CPU_A
+        assert tcp["class"] == classify(CPU_B, CPU_A, read_topology()).cls
+        assert tcp["app_comm"] == "iperf3"
+    else:
+        assert tcp["app_cpu"] is None and tcp["app_pid"] is None
+    if figures["app_time"]["state"] == "missing":
+        assert tcp["app_seconds"] is None
+    else:
+        assert tcp["app_seconds"] > 0
+    for figure, field in (("drops", "rx_drops"), ("hardirqs", "hardirq_seconds"),
+                          ("napi_polls", "napi_polls")):
+        cpus = snap.as_json()["cpus"]
+        if figures[figure]["state"] == "missing":
+            assert all(c[field] is None for c in cpus), figure
+        else:
+            assert all(c[field] is not None for c in cpus), figure
+
+
+@pytest.mark.parametrize("refuse", ["optional",
+                                    "ft_flush_socks,ft_udp_recvmsg_exit,ft_udpv6_recvmsg_exit"])
+def test_flows_on_a_refusing_kernel_shows_bytes_reader_and_class_and_names_the_refusals(refuse):
+    """The issue's user: `steer flows --json` in the default mode, on a kernel that refuses every
+    optional program, or what one VM of this kind refused (fexit, iter/bpf_sk_storage_map): the
+    TCP flow's bytes within 2% of iperf3's, its reader's CPU and class, the refused programs
+    named; where the walk of iter/tcp stands in for the flush iterator, the reader's bytes too."""
+    env = {REFUSE_ENV: refuse}
+    flows = subprocess.Popen(
+        [*__import__("helpers").STEER, "flows", "--duration", str(SECONDS + 4), "--json",
+         "--sample-hz", str(SAMPLE_HZ)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=__import__("helpers").ROOT, **env))
+    try:
+        time.sleep(1.5)   # the tracer is loaded before the traffic starts
+        with Lab([LabFlow(CPU_B, CPU_A)], seconds=SECONDS) as lab:
+            lab.start()
+            (r,) = lab.wait(timeout=SECONDS + 30)
+        out, err = flows.communicate(timeout=60)
+    finally:
+        flows.kill()
+    assert flows.returncode == 0, err
+    j = json.loads(out)
+    caps = j["capabilities"]
+    assert caps["mode"] == "sampled"
+    for p in forced_refusals(refuse) & set(optional_of("sampled")):
+        assert p in caps["refused"], (p, caps["refused"])
+    (f,) = [f for f in j["flows"] if f["sport"] == r.sender_port and f["dport"] == r.flow.port]
+    print(f"{refuse}: iperf3 {r.received_bytes} B, steer {f['rx_bytes']} B, "
+          f"app {f['app_bytes']}, CPUs {f['kernel_cpu']}/{f['app_cpu']} {f['class']}")
+    assert abs(f["rx_bytes"] / r.received_bytes - 1) < 0.02
+    assert f["app_cpu"] == CPU_A and f["kernel_cpu"] == CPU_B
+    assert f["class"] == classify(CPU_B, CPU_A, read_topology()).cls
+    app = caps["figures"]["tcp_app_bytes"]
+    if app["state"] == "missing":
+        assert f["app_bytes"] is None and app["why"]
+    elif app["state"] == "degraded":   # a connection no walk saw open is not counted
+        assert 0 <= f["app_bytes"] <= r.received_bytes + COOKIE and app["why"]
+    else:
+        assert f["app_bytes"] == r.received_bytes + COOKIE
+
+
+def test_check_names_each_refused_program_and_runs():
+    r = steer("check", "--json", env={REFUSE_ENV: "optional"}, timeout=180)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["default"]["runs"] and report["default"]["mode"] == "sampled"
+    for name in OPTIONAL:
+        p = report["programs"][name]
+        assert p["state"] in ("refused", "absent", "not tried"), (name, p)
+        if p["state"] == "refused":
+            assert REFUSE_ENV in p["why"] and "STEER_TEST_REFUSE" in p["fix"]
+    for name in CORE["sampled"] + CORE["exact"]:
+        assert report["programs"][name]["state"] == "works", name
+    assert report["figures"]["tcp_app_bytes"]["state"] == "missing"
+    assert report["figures"]["kernel_time"]["state"] == "works"
+    text = steer("check", env={REFUSE_ENV: "optional"}, timeout=180)
+    assert text.returncode == 0 and "degraded: " in text.stdout.splitlines()[0]
+
+
+def test_check_fails_in_one_line_where_no_mode_loads():
+    r = steer("check", env={REFUSE_ENV: "optional,ft_sample,ft_skb_hint,ft_softirq_entry"},
+              timeout=180)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "steer check: error:" in r.stderr
+    assert "softirq_entry" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_auto_falls_back_to_exact_and_counts_and_says_why(monkeypatch):
+    """The sampler refused: --timing auto takes exact; exact's core refused too: counts, bytes
+    without time. Each says which refusal made it so."""
+    for refuse, mode in (("ft_sample", "exact"), ("ft_sample,ft_softirq_exit", "counts")):
+        monkeypatch.setenv(REFUSE_ENV, refuse)
+        tracer = Tracer().start()
+        try:
+            results, snap = _traffic(tracer)
+        finally:
+            tracer.stop()
+        caps = snap.capabilities
+        assert caps.mode == mode and "perf_event" in caps.timing
+        tcp = _flow(snap, results[0])
+        assert results[0].received_bytes <= tcp["rx_bytes"] <= \
+            results[0].received_bytes * TCP_RX_SLACK + COOKIE
+        if mode == "counts":
+            assert tcp["kernel_seconds"] is None and caps.figures["kernel_time"]["state"] == "missing"
+            assert tcp["kernel_cpu"] == CPU_B   # where its skbs went up the stack
+        else:
+            assert tcp["kernel_seconds"] > 0 and tcp["app_cpu"] == CPU_A
+
+
+def test_the_exporter_serves_what_the_kernel_refused():
+    from test_exporter_live import ENV, free_port, http_get, wait_http
+    from helpers import ROOT, STEER
+    port = free_port()
+    p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}"],
+                         env=dict(ENV, **{REFUSE_ENV: "ft_flush_socks,ft_napi_poll"}), cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_http(url, p)
+        body = http_get(url).decode()
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+    assert 'steer_timing_mode_info{mode="sampled"} 1.0' in body
+    assert ('steer_program_refused{hook="iter/bpf_sk_storage_map",program="ft_flush_socks",'
+            'reason="the kernel refused iter/bpf_sk_storage_map (STEER_TEST_REFUSE)"} 1.0') in body
+    assert 'steer_figure_info{figure="napi_polls",state="missing",why="the kernel refused ' \
+           'tp_btf/napi_poll (STEER_TEST_REFUSE)"} 1.0' in body
+    assert 'steer_figure_info{figure="tcp_app_bytes",state="works",why="the kernel refused ' \
+           'iter/bpf_sk_storage_map (STEER_TEST_REFUSE)"} 1.0' in body
