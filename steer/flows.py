@@ -413,6 +413,12 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             acalls[p.cpu] += p.app_calls
         kernel_cpu, kshare = _dominant(kcpu)
         stack_cpu, stack_share = _dominant({c: max(0.0, n) for c, n in kskb.items()})
+        if stack_cpu is None:
+            # no skb of the flow counted (sampled timing counts TCP's by its sockets): the stack
+            # ran where its kernel time did, in its cpumap kthread where it was steered (the
+            # arrival CPU then runs XDP and, with generic XDP, the skb's linearising)
+            kth = {p.cpu: p.kthread_ns for p in parts if p.kthread_ns}
+            stack_cpu, stack_share = _dominant(kth) if kth else (kernel_cpu, kshare)
         if kernel_cpu is None:
             kernel_cpu, kshare = stack_cpu, stack_share
         app_cpu, ashare = _dominant(acpu)

@@ -259,3 +259,20 @@ def test_the_fields_of_a_figure_the_kernel_refused_are_null_not_zero():
     assert "inet_sock_set_state, iter/tcp" in why and "EPERM" in why
     assert sorted(caps.lost) == ["drops", "napi_polls", "open_connections", "tcp_app_bytes"]
     assert snap.flows[0].as_json()["app_bytes"] is not None   # without caps: as counted
+
+
+def test_without_counted_skbs_the_stack_cpu_is_where_the_kernel_time_was():
+    """Sampled timing counts no TCP skb: a steered flow's stack ran in its cpumap kthread (CPU 1)
+    though its arrival CPU (0, XDP and linearising) took more time; an unsteered one's where its
+    softirq time was. Counted skbs, where there are some, decide as before."""
+    steered = sample(NS, [FlowCpuSample(A, 0, rx_bytes=10**6, kernel_ns=NS // 2),
+                          FlowCpuSample(A, 1, kthread_ns=NS // 4)])
+    (f,) = build_snapshot(sample(0, []), steered, read_topology(VM), CAPS).flows
+    assert (f.kernel_cpu, f.stack_cpu, f.stack_cpu_share) == (0, 1, 1.0)
+    plain = sample(NS, [FlowCpuSample(A, 1, rx_bytes=10**6, kernel_ns=NS // 2)])
+    (f,) = build_snapshot(sample(0, []), plain, read_topology(VM), CAPS).flows
+    assert f.stack_cpu == f.kernel_cpu == 1
+    counted = sample(NS, [FlowCpuSample(A, 0, rx_bytes=10**6, rx_skbs=10, kernel_ns=NS // 2),
+                          FlowCpuSample(A, 1, rx_skbs=30, kthread_ns=NS // 4)])
+    (f,) = build_snapshot(sample(0, []), counted, read_topology(VM), CAPS).flows
+    assert (f.stack_cpu, f.stack_cpu_share) == (1, 0.75)

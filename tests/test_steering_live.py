@@ -11,10 +11,12 @@ import pytest
 from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, bpftool_objects, live, steer,
                      two_cpus)
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
+from steer.flows import build_snapshot
 from steer.flowspec import FlowSpec
 from steer.kernel import ensure_tracefs, prog_test_run
 from steer.lab import Lab, LabFlow
 from steer.steering import load_unattached, pin_root
+from steer.topology import read_topology
 from steer.tracer import Tracer
 
 pytestmark = live
@@ -204,6 +206,11 @@ def test_steered_flow_kthread_time_against_schedstat(timing):
     assert truth > 0.1
     assert low < (total + net_rx) / truth - 1 < high
     assert flow > 0.95 * total and unattributed < 0.05 * total
+    # where its protocol stack ran: the kthread's CPU, though its arrival CPU (XDP, and generic
+    # XDP's linearising) may take more time; by counted skbs (exact) or by the kthread's time
+    snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
+    (f,) = [f for f in snap.flows if f.flow.sport == res.sender_port and f.flow.dport == 5201]
+    assert f.stack_cpu == CPU_B and f.stack_cpu_share > 0.9, (f.stack_cpu, f.stack_cpu_share)
 
 
 @two_cpus
