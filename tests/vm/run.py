@@ -258,7 +258,13 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     # a plain CPU model: with `-cpu max` the 6.1 guest stalled on every vCPU (soft lockups) in
     # two runs out of six; the SSE4 flags are what the host's numpy and Python builds expect
     # qemu in the tap's namespace: it attaches to the tap by name there
-    qemu = ["ip", "netns", "exec", NIC_NETNS, "qemu-system-x86_64", "-machine", "q35,accel=tcg",
+    # one host thread runs every vCPU in turn (thread=single): with a thread per vCPU
+    # (multi-threaded TCG, the default), 4 vCPU threads on this host's 2 CPUs, a halted vCPU
+    # missed the wake-up of an IPI now and then and slept on, and the vCPU that sent it waited in
+    # smp_call_function_many_cond until the guest's watchdog saw a soft lockup (twice in a row on
+    # a fresh VM). In turn, a halted vCPU's pending interrupt is seen at its next turn
+    qemu = ["ip", "netns", "exec", NIC_NETNS, "qemu-system-x86_64", "-machine", "q35",
+            "-accel", "tcg,thread=single",
             "-cpu", "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt",
             "-smp", "4,sockets=2,cores=2,threads=1", "-m", "4G",
             "-object", f"memory-backend-memfd,id=m0,size={mem},share=on",
