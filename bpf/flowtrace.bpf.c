@@ -1895,6 +1895,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 				st->kthread_ns += period;
 			else
 				st->kernel_ns += period;
+			st->kernel_samples++;
 			st->llc_kernel += dllc;
 			st->refs_kernel += dev[FT_EVENT_REFERENCES];
 			st->instructions_kernel += dev[FT_EVENT_INSTRUCTIONS];
@@ -1939,6 +1940,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	}
 	if (where == WHERE_TASK) {
 		st->app_ns += period;
+		st->app_samples++;
 		st->llc_app += dllc;
 		st->refs_app += dev[FT_EVENT_REFERENCES];
 		st->instructions_app += dev[FT_EVENT_INSTRUCTIONS];

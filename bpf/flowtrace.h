@@ -48,6 +48,9 @@ struct ft_flow_stats {
 	__u64 instructions_app;
 	__u64 cycles_kernel;
 	__u64 cycles_app;
+	/* sampled timing: the samples kernel_ns + kthread_ns and app_ns rest on (their error bars) */
+	__u64 kernel_samples;
+	__u64 app_samples;
 	__u64 last_seen_ns;	/* bpf_ktime_get_ns() of the last update */
 	__u32 app_pid;		/* tgid of the last reader */
 	/* where the flow's packets come in, for its NIC's locality and queue (0: not known):

@@ -262,12 +262,21 @@ class SteerCollector(Collector):
         drops = CounterMetricFamily("steer_flow_receive_drops",
                                     "Received packets of a top-K flow (or service) the kernel dropped.",
                                     labels=labels)
+        # sampled timing: the samples each seconds counter rests on; over a rate() window the
+        # time's standard error is about seconds / sqrt(samples)
+        samples = CounterMetricFamily("steer_flow_samples",
+                                      "Samples the kernel and app seconds of a top-K flow (or "
+                                      "service) rest on (sampled timing).", labels=labels + ["side"])
+        sampled = self.tracer.capabilities.mode == "sampled"
         for k in top:
             t, values = totals[k], [str(v) for v in k]
             rx.add_metric(values, t.rx_bytes)
             kernel.add_metric(values, t.kernel_ns / 1e9)
             app.add_metric(values, t.app_ns / 1e9)
             drops.add_metric(values, t.rx_drops)
+            if sampled:
+                samples.add_metric(values + ["kernel"], t.kernel_samples)
+                samples.add_metric(values + ["app"], t.app_samples)
         info = GaugeMetricFamily(
             "steer_flow_info", "Placement of the flows of a top-K series: 1 per flow (with "
             "service labels, how many of its flows have that placement).",
@@ -284,7 +293,7 @@ class SteerCollector(Collector):
                     f.app_comm or "")] += 1
         for values, n in placed.items():
             info.add_metric(list(values), n)
-        yield from (rx, kernel, app, drops, info)
+        yield from (rx, kernel, app, drops, samples, info)
 
     def _health_metrics(self, s: TraceSample, caps):
         g = GaugeMetricFamily("steer_tracer_flow_entries", "Live (flow, CPU) entries in the flow map.")

@@ -26,7 +26,8 @@ def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:
         return b   # new, or evicted and re-created since the earlier sample
     fields = {n: getattr(b, n) - getattr(a, n) for n in (
         "rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns", "app_bytes", "app_calls",
-        "app_ns", "app_nested_ns", "llc_kernel", "llc_app", "rx_drops")}
+        "app_ns", "app_nested_ns", "llc_kernel", "llc_app", "rx_drops", "kernel_samples",
+        "app_samples")}
     return replace(b, **fields)
 
 
@@ -109,6 +110,9 @@ class FlowReport:
     rx_poll_cpus: dict[int, int] | None = None
     # skbs that went up the stack: rx_packets / rx_skbs is what GRO (or LRO) aggregated
     rx_skbs: int = 0
+    # sampled timing: the samples kernel_seconds and app_seconds rest on (None: not sampled)
+    kernel_samples: int | None = None
+    app_samples: int | None = None
 
     @property
     def rate_bps(self) -> float:
@@ -116,6 +120,14 @@ class FlowReport:
 
     def _per_gb(self, value: float | None) -> float | None:
         return per_gb(value, self.rx_bytes or self.app_bytes)
+
+    @property
+    def kernel_seconds_stderr(self) -> float | None:
+        return stderr(self.kernel_seconds, self.kernel_samples)
+
+    @property
+    def app_seconds_stderr(self) -> float | None:
+        return stderr(self.app_seconds, self.app_samples)
 
     @property
     def kernel_seconds_per_gb(self) -> float | None:
@@ -148,6 +160,9 @@ class FlowReport:
             "app_cpu": self.app_cpu, "app_cpu_share": _r(self.app_cpu_share),
             "app_seconds": _r(self.app_seconds),
             "app_nested_softirq_seconds": _r(self.app_nested_seconds),
+            "kernel_samples": self.kernel_samples,
+            "kernel_seconds_stderr": _r(self.kernel_seconds_stderr),
+            "app_samples": self.app_samples, "app_seconds_stderr": _r(self.app_seconds_stderr),
             "app_bytes": self.app_bytes, "app_calls": self.app_calls,
             "app_pid": self.app_pid, "app_comm": self.app_comm,
             "class": self.placement.cls, "shared_llc": self.placement.shared_llc,
@@ -177,11 +192,13 @@ class FlowReport:
 # CPU: null where the kernel refused what measures it, so that no one reads a 0 as a measurement
 # ("{proto}_": the figure of the flow's own transport)
 FLOW_FIELDS = {
-    "kernel_time": ("kernel_seconds", "kernel_seconds_per_gb", "kernel_cpus"),
+    "kernel_time": ("kernel_seconds", "kernel_seconds_per_gb", "kernel_cpus", "kernel_samples",
+                    "kernel_seconds_stderr"),
     "kthread_time": ("kernel_kthread_seconds",),
     "{proto}_app_bytes": ("app_bytes",),
     "reader": ("app_cpu", "app_cpu_share", "app_pid", "app_comm"),
-    "app_time": ("app_seconds", "app_nested_softirq_seconds", "app_seconds_per_gb", "app_cpus"),
+    "app_time": ("app_seconds", "app_nested_softirq_seconds", "app_seconds_per_gb", "app_cpus",
+                 "app_samples", "app_seconds_stderr"),
     "drops": ("rx_drops", "last_drop_reason"),
 }
 CPU_FIELDS = {
@@ -201,6 +218,20 @@ def _null_missing(out: dict, caps: Capabilities, proto: str, fields: dict) -> di
     if "rx" in out and out["rx"] and caps.missing("napi_polls"):
         out["rx"]["poll_cpus"] = None
     return out
+
+
+# fewer samples than this and a sampled time is marked rough (~): one standard error is then
+# over a third of it (1/sqrt(n)), and more where tasks share a CPU (up to 1.8x, tests/helpers.py)
+FEW_SAMPLES = 10
+
+
+def stderr(seconds: float, samples: int | None) -> float | None:
+    """One standard error of a sampled time: samples land as a Poisson process on the time they
+    stand for, so SECONDS / sqrt(SAMPLES). None where the time was not sampled, or no sample
+    landed (then it is below one period, not known to be 0)."""
+    if not samples:
+        return None
+    return seconds / samples ** 0.5
 
 
 def _r(v, digits=9):
@@ -399,6 +430,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
 
     llc = caps.llc_available
     per_flow_events = caps.counters_per_flow_available
+    sampled = caps.mode == "sampled"
     napi = napi_deltas(before, after)
     reports = []
     for fid, parts in per_flow.items():
@@ -447,6 +479,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=(rx := RxPath.of(parts)),
             rx_poll_cpus=poll_cpus(napi, rx),
             rx_drops=sum(p.rx_drops for p in parts), last_drop_reason=_last_drop(parts),
+            kernel_samples=sum(p.kernel_samples for p in parts) if sampled else None,
+            app_samples=sum(p.app_samples for p in parts) if sampled else None,
             **(side_events(parts) if per_flow_events else {})))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
 
@@ -559,18 +593,24 @@ class FlowTotal:
     kernel_ns: int = 0   # NET_RX softirq and cpumap kthread
     app_ns: int = 0
     rx_drops: int = 0
+    kernel_samples: int = 0
+    app_samples: int = 0
 
     def add(self, e: FlowCpuSample) -> None:
         self.rx_bytes += e.rx_bytes
         self.kernel_ns += e.kernel_ns + e.kthread_ns
         self.app_ns += e.app_ns
         self.rx_drops += e.rx_drops
+        self.kernel_samples += e.kernel_samples
+        self.app_samples += e.app_samples
 
     def absorb(self, other: "FlowTotal") -> None:
         self.rx_bytes += other.rx_bytes
         self.kernel_ns += other.kernel_ns
         self.app_ns += other.app_ns
         self.rx_drops += other.rx_drops
+        self.kernel_samples += other.kernel_samples
+        self.app_samples += other.app_samples
 
 
 class FlowTotals:

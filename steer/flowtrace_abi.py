@@ -25,7 +25,8 @@ class FlowStats(ctypes.Structure):
                 ("kernel_ns", u64),
                 ("kthread_ns", u64), ("app_bytes", u64), ("app_calls", u64), ("app_ns", u64),
                 ("app_nested_ns", u64), ("llc_kernel", u64), ("llc_app", u64), ("rx_drops", u64),
-                *((name, u64) for name in EVENT_FIELDS), ("last_seen_ns", u64), ("app_pid", u32), ("rx_ifindex", u32),
+                *((name, u64) for name in EVENT_FIELDS), ("kernel_samples", u64),
+                ("app_samples", u64), ("last_seen_ns", u64), ("app_pid", u32), ("rx_ifindex", u32),
                 ("app_comm", ctypes.c_char * FT_COMM_LEN), ("rx_netns", u32), ("rx_napi_id", u32),
                 ("rx_queue", u16), ("pad", u16), ("last_drop_reason", u32)]
 

@@ -60,6 +60,9 @@ class FlowCpuSample:
     instructions_app: int = 0
     cycles_kernel: int = 0
     cycles_app: int = 0
+    # sampled timing: the samples its kernel (with kthread) and app time rest on
+    kernel_samples: int = 0
+    app_samples: int = 0
     last_seen_ns: int = 0
     app_pid: int = 0
     app_comm: str = ""

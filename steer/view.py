@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET
-from .flows import FlowReport, Snapshot
+from .flows import FEW_SAMPLES, FlowReport, Snapshot
 from .programs import FIGURE_NAMES
 from .samples import FlowId
 from .topology import Topology, format_cpulist
@@ -104,6 +104,12 @@ def share_text(fraction: float) -> str:
     return f"{pct:.0f}%" if pct >= 9.95 else f"{pct:.1f}%" if pct >= 0.05 else "0%"
 
 
+def _sampled(fraction: float, samples: int | None) -> str:
+    """A share of a CPU, marked ~ where it rests on so few samples that it is rough."""
+    rough = samples is not None and 0 < samples < FEW_SAMPLES
+    return ("~" if rough else "") + share_text(fraction)
+
+
 def _cpu(cpu: int | None, share: float | None) -> str:
     """The CPU that does most of a side's work, with its part of that work when it is split."""
     if cpu is None:
@@ -181,9 +187,9 @@ def columns(snap: Snapshot, history: History | None) -> list[Column]:
     cols = [
         Column("rate", lambda f: rate_text(f.rate_bps), 0),
         Column("kCPU", lambda f: _cpu(f.kernel_cpu, f.kernel_cpu_share), 0),
-        Column("k%", lambda f: share_text(f.kernel_seconds / d), 0),
+        Column("k%", lambda f: _sampled(f.kernel_seconds / d, f.kernel_samples), 0),
         Column("aCPU", lambda f: _cpu(f.app_cpu, f.app_cpu_share), 0),
-        Column("a%", lambda f: share_text(f.app_seconds / d), 0),
+        Column("a%", lambda f: _sampled(f.app_seconds / d, f.app_samples), 0),
         Column("class", lambda f: class_label(f)[0], 0, "left"),
     ]
     if history is not None:
@@ -398,7 +404,9 @@ HELP = [
     ("", ""),
     ("kCPU, aCPU", "the CPU doing most of the flow's kernel receive work / running its reader, "
                    "with that CPU's part when the work is split"),
-    ("k%, a%", "kernel receive / application receive time, as a share of one CPU"),
+    ("k%, a%", "kernel receive / application receive time, as a share of one CPU; ~: from fewer "
+               f"than {FEW_SAMPLES} samples (sampled timing), so rough: one standard error is "
+               "over a third of it"),
     ("class", "same-core, same-socket (no-llc: no shared last-level cache), cross-socket"),
     ("history", f"the flow's rate over the last {HISTORY} intervals"),
     ("k s/GB, a s/GB", f"CPU seconds per GB received (where {MEANINGFUL_BYTES // 10**6} MB or "

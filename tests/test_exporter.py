@@ -275,3 +275,18 @@ def test_the_kernels_refusals_are_series_a_fleet_can_alert_on():
     assert not why   # exact timing measures kthreads by its own programs
     figures = {dict(l)["figure"] for (n, l), _ in m.items() if n == "steer_figure_info"}
     assert figures == set(tracer.capabilities.figures)
+
+
+def test_sampled_seconds_come_with_the_samples_they_rest_on():
+    from dataclasses import replace
+    flows = _flow(FAST, 1, 10**9, 0, 1)
+    flows = [replace(e, kernel_samples=90 if e.cpu == 0 else 0, app_samples=20 if e.cpu == 1 else 0)
+             for e in flows]
+    tracer = FakeTracer([_sample(0, []), _sample(1, flows)])
+    tracer.capabilities = replace(CAPS, mode="sampled")
+    c = SteerCollector(tracer, read_topology(VM))
+    list(c.collect())
+    m = _scrape(c)
+    tuple5 = dict(proto="tcp", src="198.18.0.1", sport=40000, dst="198.18.0.2", dport=5201)
+    assert _get(m, "steer_flow_samples_total", side="kernel", **tuple5) == 90
+    assert _get(m, "steer_flow_samples_total", side="app", **tuple5) == 20

@@ -276,3 +276,20 @@ def test_without_counted_skbs_the_stack_cpu_is_where_the_kernel_time_was():
                           FlowCpuSample(A, 1, rx_skbs=30, kthread_ns=NS // 4)])
     (f,) = build_snapshot(sample(0, []), counted, read_topology(VM), CAPS).flows
     assert (f.stack_cpu, f.stack_cpu_share) == (1, 0.75)
+
+
+def test_a_sampled_time_carries_its_samples_and_standard_error():
+    """Sampled timing: each side's samples summed over CPUs, one standard error seconds/sqrt(n);
+    exact timing has neither, and a side no sample landed on has no error bar (below a period,
+    not known to be 0)."""
+    after = sample(NS, [FlowCpuSample(A, 0, rx_bytes=10**6, kernel_ns=NS // 4, kernel_samples=20),
+                        FlowCpuSample(A, 1, kernel_ns=NS // 4, kernel_samples=5,
+                                      app_pid=7, app_comm="x")])
+    sampled = replace(CAPS, mode="sampled")
+    (f,) = build_snapshot(sample(0, []), after, read_topology(VM), sampled).flows
+    assert (f.kernel_samples, f.app_samples) == (25, 0)
+    assert abs(f.kernel_seconds_stderr - 0.5 / 5) < 1e-12 and f.app_seconds_stderr is None
+    j = f.as_json()
+    assert j["kernel_samples"] == 25 and j["kernel_seconds_stderr"] == 0.1
+    (g,) = build_snapshot(sample(0, []), after, read_topology(VM), CAPS).flows   # exact
+    assert g.kernel_samples is None and g.kernel_seconds_stderr is None

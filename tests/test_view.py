@@ -203,3 +203,13 @@ def test_a_kernel_that_refused_programs_gets_one_line_naming_the_figures_and_why
     assert "partial TCP app bytes" in line and lines.index(line) == 1
     assert "degraded:" in _text(snap) and "iter/bpf_sk_storage_map" in _text(snap)
     assert not [l for l in _screen(_snapshot(DATA), 80, 24) if "degraded" in l]
+
+
+def test_a_share_resting_on_few_samples_is_marked_rough():
+    from dataclasses import replace
+    snap = _snapshot(DATA)
+    few = replace(snap, capabilities=replace(CAPS, mode="sampled"), flows=[
+        replace(snap.flows[0], kernel_samples=4, app_samples=400)])
+    line = next(l for l in _text(few).splitlines() if "5201" in l)
+    assert "~50%" in line and "~25%" not in line and " 25%" in line
+    assert "~" not in next(l for l in _text(snap).splitlines() if "5201" in l)
