@@ -45,10 +45,13 @@ class KernelError(Exception):
     """A kernel or libbpf operation failed; str() is one line a user can act on. `program`: the
     BPF program it failed on, where libbpf's log or the operation names one."""
 
-    def __init__(self, message: str, err: int = 0, program: str | None = None):
+    def __init__(self, message: str, err: int = 0, program: str | None = None,
+                 map_name: str | None = None):
         super().__init__(message)
         self.errno = err
         self.program = program
+        self.map = map_name
+        self.uses_map = _failed_map(_UNCREATED_MAP) if program else None   # one not created
 
 
 _lib = None
@@ -65,9 +68,13 @@ _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, c
 @called_from_c
 def _libbpf_print(level, fmt, args):
     try:
-        buf = ctypes.create_string_buffer(1 << 20 if os.environ.get("STEER_LIBBPF_DEBUG") else 1024)
+        # a verifier log comes whole in one line, and says why at its end: its tail is kept
+        whole = os.environ.get("STEER_LIBBPF_DEBUG") or b"LOAD LOG" in fmt
+        buf = ctypes.create_string_buffer(1 << 20 if whole else 1024)
         _libc.vsnprintf(buf, len(buf), fmt, args)
         line = buf.value.decode(errors="replace").rstrip()
+        if len(line) > 4096 and not os.environ.get("STEER_LIBBPF_DEBUG"):
+            line = line[:200] + " ... " + line[-3000:]
         if line:
             _libbpf_log.append(line)
         if os.environ.get("STEER_LIBBPF_DEBUG"):
@@ -131,6 +138,7 @@ def _libbpf():
             ("bpf_program__fd", i, [vp]),
             ("bpf_link__destroy", i, [vp]),
             ("bpf_map__set_max_entries", i, [vp, u32]),
+            ("bpf_map__set_autocreate", i, [vp, ctypes.c_bool]),
             ("bpf_map__max_entries", u32, [vp]),
             ("bpf_map__set_initial_value", i, [vp, vp, sz]),
             ("bpf_map__fd", i, [vp]),
@@ -183,6 +191,9 @@ ENOTSUPP = 524     # kernel-internal, leaks to userspace (no BPF trampoline, for
 # libbpf names the program a load failed on ("prog 'ft_x': BPF program load failed: ...", "prog
 # 'ft_x': failed to find kernel BTF type ID of ...") before it sums up for the whole object
 _FAILED_PROGRAM = re.compile(r"prog '([^']+)': .*fail")
+# and the map whose creation failed ("map 'readers': failed to create: ..."): a map type the kernel
+# lacks (task storage came in 5.11), before any program is loaded
+_FAILED_MAP = re.compile(r"map '([^']+)': failed to create")
 
 
 def _failed_program() -> str | None:
@@ -194,14 +205,28 @@ def _failed_program() -> str | None:
     return None
 
 
-def _fail(what: str, err: int, program: str | None = None) -> KernelError:
+# a program that uses a map not created: libbpf puts a marker in the instruction, which the
+# verifier names
+_UNCREATED_MAP = re.compile(r"BPF map '([^']+)' is referenced but wasn't created")
+
+
+def _failed_map(pattern: re.Pattern = _FAILED_MAP) -> str | None:
+    for line in reversed(_libbpf_log):
+        m = pattern.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _fail(what: str, err: int, program: str | None = None,
+          map_name: str | None = None) -> KernelError:
     err = abs(err) or ctypes.get_errno()
     detail = _last_libbpf_error()
     reason = "not supported by this kernel (ENOTSUPP)" if err == ENOTSUPP else os.strerror(err)
     msg = f"{what}: {reason}"
     if detail:
         msg += f" ({detail})"
-    return KernelError(msg, err, program)
+    return KernelError(msg, err, program, map_name)
 
 
 def errno_name(err: int) -> str:
@@ -418,7 +443,8 @@ class BpfObject:
     def __init__(self, path: str, *, rodata: bytes | None = None,
                  max_entries: dict[str, int] | None = None, disable: set[str] = frozenset(),
                  only: set[str] | None = None, btf: str | None = None,
-                 pin_root: str | None = None, no_pin: bool = False):
+                 pin_root: str | None = None, no_pin: bool = False,
+                 no_maps: set[str] = frozenset()):
         lib = _libbpf()
         if not os.path.exists(path):
             raise KernelError(f"BPF object {path} not found: build it with `make`")
@@ -448,6 +474,8 @@ class BpfObject:
                     raise _fail(f"cannot size map {name}", rc)
             for name in disable:
                 lib.bpf_program__set_autoload(self._prog_handle(name), False)
+            for name in no_maps:   # not created: a program that uses one fails to load, named
+                lib.bpf_map__set_autocreate(self._map_handle(name), False)
             if only is not None:
                 for name in set(self.programs()) - set(only):
                     lib.bpf_program__set_autoload(self._prog_handle(name), False)
@@ -461,8 +489,9 @@ class BpfObject:
                     lib.bpf_map__set_pin_path(m, None)
             rc = lib.bpf_object__load(self._obj)
             if rc < 0:
+                failed_map = _failed_map()
                 raise _fail(f"cannot load {os.path.basename(path)} into the kernel", rc,
-                            _failed_program())
+                            None if failed_map else _failed_program(), failed_map)
         except BaseException:
             self.close()
             raise

@@ -61,6 +61,11 @@ SECTIONS = {
     "ft_sched_switch": "tp_btf/sched_switch",
 }
 ALL_PROGRAMS = tuple(SECTIONS)
+# its maps (tests/test_programs.py checks them against the source): a map type the kernel lacks
+# (task storage before 5.11) is not created, and the programs that use it are refused in turn
+MAPS = ("flows", "cpu_totals", "llc_counters", "ref_counters", "instruction_counters",
+        "cycle_counters", "cpu_states", "readers", "napi_polls", "socks", "recv_calls",
+        "sampled_runtime", "stack_scratch", "profile_text", "profile")
 OPTIONAL = tuple(p for p in ALL_PROGRAMS if not any(p in core for core in CORE.values()))
 
 # the per-CPU and per-device figures, in every mode
@@ -368,15 +373,17 @@ def _udp_reads(hook, programs, refused, hook_why) -> Figure:
 
 
 def forced_refusals(spec: str | None) -> set[str]:
-    """The programs STEER_TEST_REFUSE names (comma-separated; 'optional' stands for every program
-    outside the modes' cores): the tests' stand-in for a kernel that refuses them."""
+    """The programs and maps STEER_TEST_REFUSE names (comma-separated; 'optional' stands for every
+    program outside the modes' cores): the tests' stand-in for a kernel that refuses them. A map
+    is not created, and the kernel itself then refuses the programs that use it."""
     if not spec:
         return set()
     names = {n.strip() for n in spec.split(",") if n.strip()}
-    unknown = names - set(ALL_PROGRAMS) - {"optional"}
+    unknown = names - set(ALL_PROGRAMS) - set(MAPS) - {"optional"}
     if unknown:
-        raise PlanError(f"STEER_TEST_REFUSE names no program {', '.join(sorted(unknown))} "
-                        f"(flowtrace's are {', '.join(ALL_PROGRAMS)}, or 'optional')")
+        raise PlanError(f"STEER_TEST_REFUSE names no program or map {', '.join(sorted(unknown))} "
+                        f"(flowtrace's programs are {', '.join(ALL_PROGRAMS)}; its maps "
+                        f"{', '.join(MAPS)}; or 'optional')")
     if "optional" in names:
         names = (names - {"optional"}) | set(OPTIONAL)
     return names

@@ -17,7 +17,7 @@ from .kernel import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, Ker
                      BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
                      possible_cpus, vmlinux_func_params, vmlinux_has_type)
 from .programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED, HOOKS,
-                       RECV_FUNCS,
+                       MAPS, RECV_FUNCS,
                        SECTIONS, TCP_ITERATOR, TIMING_CHOICES, Figure, Plan, PlanError,
                        forced_refusals, plan)
 from .privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
@@ -60,9 +60,11 @@ def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
     return read_int(path) == 1
 
 
-def refusal(program: str, e: KernelError) -> str:
+def refusal(program: str, e: KernelError, refused_maps: dict[str, str] | None = None) -> str:
     """Why PROGRAM is not running, from the kernel's or libbpf's answer, in users' terms."""
     code = f"{errno_name(e.errno)}: {os.strerror(e.errno)}" if e.errno else str(e)
+    if e.uses_map and refused_maps and e.uses_map in refused_maps:
+        code = f"it uses the map {e.uses_map}, which the kernel refused: {refused_maps[e.uses_map]}"
     return f"the kernel refused {SECTIONS[program]} ({code})"
 
 
@@ -132,6 +134,7 @@ class Tracer:
         self._flags_arg = 0     # index of tcp_recvmsg's flags (fexit, kprobe)
         self.plan: Plan | None = None    # what start() loaded
         self.refused: dict[str, str] = {}   # program -> why it is not running, as start() found
+        self.refused_maps: dict[str, str] = {}   # map -> why the kernel would not create it
         self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
         self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
         self._unreached_why = ""        # and the first such namespace's error
@@ -199,7 +202,8 @@ class Tracer:
     def _load_what_runs(self, obj_path, refused: dict[str, str], forced: set[str],
                         counters: CounterSet, ranges) -> Plan:
         text = None   # sampled timing's kernel text ranges, or why they cannot be had
-        for _ in range(len(ALL_PROGRAMS) + 1):
+        self.refused_maps = {m: f"{REFUSE_ENV}" for m in forced & set(MAPS)}
+        for _ in range(len(ALL_PROGRAMS) + len(MAPS) + 1):
             try:
                 p = plan(self.timing, self.app_hook, refused)
             except PlanError as e:
@@ -220,12 +224,17 @@ class Tracer:
                 return p
             except KernelError as e:
                 self._unload()
+                if e.map in MAPS and e.map not in self.refused_maps:
+                    # a map type the kernel lacks: made no more, the programs that use it fail
+                    # to load next time, each named
+                    self.refused_maps[e.map] = f"{errno_name(e.errno)}: {os.strerror(e.errno)}"
+                    continue
                 if e.program not in p.programs or e.program in refused:
                     # nothing names a program to leave out: the object itself does not load
                     if e.errno == errno.EPERM:
                         raise TracerError(f"{e} (is a security policy denying BPF?)") from None
                     raise TracerError(str(e)) from None
-                refused[e.program] = refusal(e.program, e)
+                refused[e.program] = refusal(e.program, e, self.refused_maps)
         raise TracerError("the kernel refused more programs than flowtrace has: "
                           + "; ".join(refused.values()))
 
@@ -289,7 +298,8 @@ class Tracer:
         # attempt destroys
         self._clocks = self._open_clocks() if sampled else []
         self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
-                              only=set(p.programs), btf=self.btf)
+                              only=set(p.programs), btf=self.btf,
+                              no_maps=set(self.refused_maps))
         for event, per_cpu in counters.counters.items():
             if event == "llc_misses" or sampled:   # exact timing reads misses alone
                 m = self._obj.map(EVENTS[event][1])
@@ -560,6 +570,8 @@ class Tracer:
         backlog = {c.cpu: NapiCounts(c.backlog_polls, c.backlog_packets, c.backlog_full_polls)
                    for c in cpus if c.backlog_polls}
         out = {NapiId(0, 0, 0): backlog} if backlog else {}
+        if "napi_polls" in self.refused_maps:
+            return out
         for kraw, per_cpu in self._obj.map("napi_polls").items():
             key = NapiId(*_NAPI_KEY.unpack(kraw))
             counts = {cpu: NapiCounts(*_NAPI_VALUE.unpack(v)) for cpu, v in enumerate(per_cpu)}

@@ -170,5 +170,12 @@ def test_the_tests_stand_in_for_a_refusing_kernel():
     assert forced_refusals("ft_flush_socks, ft_tcp_state") == {"ft_flush_socks", "ft_tcp_state"}
     assert forced_refusals("optional") == set(OPTIONAL)
     assert forced_refusals("optional,ft_sample") == set(OPTIONAL) | {"ft_sample"}
-    with pytest.raises(PlanError, match="names no program ft_nope"):
+    with pytest.raises(PlanError, match="names no program or map ft_nope"):
         forced_refusals("ft_nope")
+
+
+def test_the_map_table_is_the_objects():
+    src = open(os.path.join(ROOT, "bpf", "flowtrace.bpf.c")).read()
+    from steer.programs import MAPS
+    assert tuple(re.findall(r'^\} (\w+) SEC\("\.maps"\);', src, re.M)) == MAPS
+    assert forced_refusals("readers,ft_tcp_state") == {"readers", "ft_tcp_state"}
