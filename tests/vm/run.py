@@ -46,6 +46,8 @@ VIRTIOFSD = "/usr/lib/qemu/virtiofsd"
 # stage 1 (the initramfs) loads these, in this order, to mount the shared root under an overlay
 INITRD_MODULES = ["fuse", "virtio_ring", "virtio", "virtio_pci_modern_dev",
                   "virtio_pci_legacy_dev", "virtio_pci", "virtiofs", "overlay"]
+# split out of virtio_pci in 5.12: absent from older kernels, built into trixie's
+SPLIT_LATER = {"virtio_pci_modern_dev", "virtio_pci_legacy_dev"}
 # what only this guest shows; the other live modules run too (VM_TESTS=...), slowly under TCG
 DEFAULT_TESTS = ["tests/test_vm_live.py"]
 EXIT_MARKER = re.compile(rb"STEER_VM_EXIT=(\d+)")
@@ -69,7 +71,31 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
     return r
 
 
-def fetch_deb(package: str) -> Path:
+# the guest kernels: Debian's cloud kernel of each release, the host's own (bookworm, 6.1) by
+# default; the others through an apt of their own (build/vm/apt-SUITE), its lists fetched once,
+# signed by the host's Debian archive keyring
+KERNELS = {"6.1": None, "5.10": "bullseye", "6.12": "trixie"}
+DEFAULT_KERNEL = "6.1"
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+
+def apt_options(suite: str | None) -> list[str]:
+    """apt-get/apt-cache options for SUITE's own package lists (None: the host's)."""
+    if suite is None:
+        return []
+    root = WORK / f"apt-{suite}"
+    for d in ("lists/partial", "cache/archives/partial"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    sources = root / "sources.list"
+    sources.write_text(f"deb [signed-by={KEYRING}] http://deb.debian.org/debian {suite} main\n")
+    opts = ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
+            "-o", f"Dir::State::Lists={root / 'lists'}", "-o", f"Dir::Cache={root / 'cache'}"]
+    if not any((root / "lists").glob("*_Packages")):
+        run(["apt-get", *opts, "update", "-q"])
+    return opts
+
+
+def fetch_deb(package: str, suite: str | None = None) -> Path:
     """The package's .deb in build/vm/debs (downloaded once, by apt, as the host's own packages)."""
     debs = WORK / "debs"
     debs.mkdir(parents=True, exist_ok=True)
@@ -79,15 +105,15 @@ def fetch_deb(package: str) -> Path:
     # apt's sandbox user cannot write into a root-owned build tree; a 1777 scratch dir it can
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o1777)
-        run(["apt-get", "download", "-q", package], cwd=tmp)
+        run(["apt-get", *apt_options(suite), "download", "-q", package], cwd=tmp)
         (deb,) = Path(tmp).glob(f"{package}_*.deb")
         return Path(shutil.move(str(deb), debs / deb.name))
 
 
-def kernel_package() -> str:
-    """The versioned image package the metapackage points at (the newest 6.1 cloud kernel)."""
-    out = run(["apt-cache", "depends", KERNEL_META]).stdout
-    m = re.search(r"Depends: (linux-image-[\w.-]+-cloud-amd64)", out)
+def kernel_package(suite: str | None = None) -> str:
+    """The versioned image package the metapackage points at (the release's newest cloud kernel)."""
+    out = run(["apt-cache", *apt_options(suite), "depends", KERNEL_META]).stdout
+    m = re.search(r"Depends: (linux-image-[\w.+-]+-cloud-amd64)", out)
     if not m:
         fail(f"apt-cache does not know {KERNEL_META} (run apt-get update)")
     return m.group(1)
@@ -102,17 +128,25 @@ def unpack(deb: Path, dest: Path) -> Path:
     return dest
 
 
-def prepare_kernel() -> tuple[Path, Path, str]:
+def prepare_kernel(kernel: str = DEFAULT_KERNEL) -> tuple[Path, Path, str]:
     """(vmlinuz, the modules tree the guest mounts at /lib/modules, version)."""
-    pkg = kernel_package()
-    tree = unpack(fetch_deb(pkg), WORK / pkg)
-    (version,) = [p.name for p in (tree / "lib/modules").iterdir()]
-    if not (tree / "lib/modules" / version / "modules.dep").exists():
+    suite = KERNELS[kernel]
+    pkg = kernel_package(suite)
+    tree = unpack(fetch_deb(pkg, suite), WORK / pkg)
+    base = tree / "usr" if (tree / "usr/lib/modules").is_dir() else tree   # trixie: /usr/lib
+    (version,) = [p.name for p in (base / "lib/modules").iterdir()]
+    if not (base / "lib/modules" / version / "modules.dep").exists():
         depmod = shutil.which("depmod") or "/usr/sbin/depmod"
         if not os.path.exists(depmod):
             fail("depmod not found (apt-get install kmod, or scripts/setup.sh --vm)")
-        run([depmod, "-b", str(tree), version])
-    return tree / "boot" / f"vmlinuz-{version}", tree / "lib/modules", version
+        run([depmod, "-b", str(base), version])
+    return tree / "boot" / f"vmlinuz-{version}", base / "lib/modules", version
+
+
+def module_bytes(path: Path) -> bytes:
+    """A module's ELF: trixie's kernels ship them xz-compressed, which busybox insmod cannot load."""
+    import lzma
+    return lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes()
 
 
 def cpio_newc(files: list[tuple[str, int, bytes]]) -> bytes:
@@ -139,15 +173,22 @@ def build_initramfs(modules: Path, version: str) -> Path:
     dep = {}
     for line in (modules / version / "modules.dep").read_text().splitlines():
         name, _, _ = line.partition(":")
-        dep[Path(name).name.removesuffix(".ko")] = modules / version / name
+        dep[re.sub(r"\.ko(\.xz)?$", "", Path(name).name)] = modules / version / name
+    builtin = {re.sub(r"\.ko$", "", Path(n).name) for n in
+               (modules / version / "modules.builtin").read_text().split()}
     files = [(d, 0o40755, b"") for d in ("bin", "dev", "proc", "sys", "lower", "rw", "newroot",
                                         "modules")]
     files.append(("bin/busybox", 0o100755, busybox.read_bytes()))
     files.append(("init", 0o100755, (HERE / "init").read_bytes()))
+    order = []
     for m in INITRD_MODULES:
+        if m in builtin or (m in SPLIT_LATER and m not in dep):
+            continue
         if m not in dep:
             fail(f"the guest kernel has no module {m}")
-        files.append((f"modules/{m}.ko", 0o100644, dep[m].read_bytes()))
+        files.append((f"modules/{m}.ko", 0o100644, module_bytes(dep[m])))
+        order.append(m)
+    files.append(("modules/order", 0o100644, "\n".join(order).encode() + b"\n"))
     path = WORK / f"initramfs-{version}.gz"
     path.write_bytes(gzip.compress(cpio_newc(files), compresslevel=1))
     return path
@@ -335,6 +376,9 @@ def main(argv=None) -> int:
     p.add_argument("--boot-timeout", type=float, default=120.0,
                    help="seconds for the guest to boot and start its tests, else it is killed "
                         "(default: %(default)s; a boot takes ~10 s here)")
+    p.add_argument("--kernel", choices=list(KERNELS), default=DEFAULT_KERNEL,
+                   help="the guest's kernel: Debian's cloud kernel of bookworm (6.1), bullseye "
+                        "(5.10) or trixie (6.12) (default: %(default)s)")
     args, rest = p.parse_known_args(argv)
     if os.geteuid() != 0:
         fail("needs root (virtiofsd shares / with the guest; the tests inside need it too)")
@@ -345,7 +389,7 @@ def main(argv=None) -> int:
     if not (ROOT / "build" / "flowtrace.bpf.o").exists():
         fail("BPF objects not built (make)")
     WORK.mkdir(parents=True, exist_ok=True)
-    vmlinuz, modules, version = prepare_kernel()
+    vmlinuz, modules, version = prepare_kernel(args.kernel)
     initrd = build_initramfs(modules, version)
     print(f"test-vm: booting {version} (4 vCPUs as 2 sockets x 2 cores, TCG; a {NIC_QUEUES}-queue "
           f"virtio-net on node {NIC_NUMA_NODE}, its tap in the host's namespace {NIC_NETNS})",
