@@ -4,6 +4,7 @@
 #   make demo       install what is missing, then run `steer demo` on the built-in lab (root)
 #   make test       install what is missing, then run the whole test suite (root for the live tiers)
 #   make test-vm    the live tests again inside a qemu guest: 2 sockets, Debian's 6.1 kernel (root)
+#   make test-kernels  the smoke test in a guest of each of KERNELS, then docs/kernels.md (root)
 #   make deb        the Debian package, $(DIST)/steer_<version>_<arch>.deb (debhelper, dh-python)
 #   make V=1        show the compiler commands
 
@@ -32,7 +33,7 @@ BPF_SRCS := $(wildcard bpf/*.bpf.c)
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
 
-.PHONY: all clean deb demo test test-vm setup
+.PHONY: all clean deb demo test test-kernels test-vm setup
 all: $(BPF_OBJS)
 
 $(BUILD):
@@ -68,6 +69,18 @@ test-vm: setup
 	$(Q)$(PYTHON) tests/vm/run.py $(subst $(comma), ,$(VM_TESTS))
 
 comma := ,
+
+# Debian's cloud kernels of bullseye, bookworm and trixie (tests/vm/run.py KERNELS); each runs
+# tests/test_kernel_smoke.py, which keeps the guest's steer check for the table; one kernel
+# failing does not stop the others, and fails the target at the end
+KERNELS ?= 5.10 6.1 6.12
+test-kernels: setup
+	$(Q)scripts/setup.sh --vm
+	$(Q)failed=; for k in $(KERNELS); do \
+		$(PYTHON) tests/vm/run.py --kernel $$k tests/test_kernel_smoke.py || failed="$$failed $$k"; \
+	done; \
+	$(PYTHON) tests/vm/kernels.py --host > docs/kernels.md && echo "docs/kernels.md written"; \
+	if [ -n "$$failed" ]; then echo "test-kernels: failed on$$failed" >&2; exit 1; fi
 
 # built in a copy of the tree, because dpkg-buildpackage writes beside and inside its source;
 # dpkg-buildpackage names any missing Build-Depends (apt-get build-dep . installs them); the PATH

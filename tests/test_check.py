@@ -62,3 +62,42 @@ def test_remedies_follow_the_kernels_answer():
     assert "PMU" in remedy("unavailable: no hardware PMU (perf_event_open: ENOENT)")
     assert "STEER_TEST_REFUSE" in remedy("the kernel refused iter/tcp (STEER_TEST_REFUSE)")
     assert remedy("") == ""
+
+
+def test_the_kernel_table_has_a_column_per_kernel_and_names_the_refusals(tmp_path, monkeypatch):
+    """docs/kernels.md from the reports make test-kernels keeps (tests/vm/kernels.py)."""
+    import json
+    import sys
+    from helpers import ROOT
+    sys.path.insert(0, f"{ROOT}/tests/vm")
+    import kernels
+    old = report({p: f"the kernel refused {SECTIONS[p]} (EINVAL: Invalid argument)"
+                  for p in ("ft_sample", "ft_sched_switch")})
+    old["kernel"] = "5.10.0-32-cloud-amd64"
+    for name, r in (("5.10", old), ("6.12", report({}))):
+        (tmp_path / f"check-{name}.json").write_text(json.dumps(r))
+    monkeypatch.setattr(kernels, "CHECKS", tmp_path)
+    rep = kernels.reports(host=False)
+    assert list(rep) == ["guest 5.10", "guest 6.12"]
+    lines = kernels.table(rep)
+    assert lines[0] == "| | guest 5.10: Linux 5.10.0-32-cloud-amd64 | guest 6.12: Linux 6.18.0 |"
+    assert "| default mode | exact | sampled |" in lines
+    assert "| kthread time | **missing** | works |" in lines
+    text = "\n".join(kernels.refusals(rep))
+    assert "- `perf_event`: refused: the kernel refused perf_event (EINVAL: Invalid argument)" in text
+    assert "Every program runs." in text
+
+
+def test_the_guests_report_is_taken_off_its_console(tmp_path, monkeypatch):
+    import sys
+    from helpers import ROOT
+    sys.path.insert(0, f"{ROOT}/tests/vm")
+    import run
+    monkeypatch.setattr(run, "WORK", tmp_path)
+    log = tmp_path / "console.log"
+    log.write_bytes(b"[ 1.0] boot\r\n..\r\nSTEER_VM_CHECK={\"kernel\":\"6.12.1\",\"x\":[1]}\r\n"
+                    b"[ 9.0] more\r\n")
+    out = run.keep_check(log, "6.12")
+    assert out == tmp_path / "check-6.12.json" and '"kernel": "6.12.1"' in out.read_text()
+    log.write_bytes(b"no report\n")
+    assert run.keep_check(log, "6.12") is None

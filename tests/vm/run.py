@@ -28,6 +28,7 @@ import argparse
 import ctypes
 import gzip
 import io
+import json
 import os
 import re
 import shutil
@@ -51,6 +52,18 @@ SPLIT_LATER = {"virtio_pci_modern_dev", "virtio_pci_legacy_dev"}
 # what only this guest shows; the other live modules run too (VM_TESTS=...), slowly under TCG
 DEFAULT_TESTS = ["tests/test_vm_live.py"]
 EXIT_MARKER = re.compile(rb"STEER_VM_EXIT=(\d+)")
+# tests/test_kernel_smoke.py's `steer check --json` of the guest, one line on the console
+CHECK_MARKER = re.compile(rb"STEER_VM_CHECK=(\{.*\})\r?$", re.M)
+
+
+def keep_check(log: Path, kernel: str) -> Path | None:
+    """The guest's steer check report, from its console, as build/vm/check-KERNEL.json."""
+    m = CHECK_MARKER.search(log.read_bytes())
+    if not m:
+        return None
+    out = WORK / f"check-{kernel}.json"
+    out.write_text(json.dumps(json.loads(m.group(1)), indent=2) + "\n")
+    return out
 
 NIC_NETNS = "steer-vm-nic"      # the host's end of the guest's NIC: a namespace of its own
 NIC_TAP = "steervm0"
@@ -395,11 +408,15 @@ def main(argv=None) -> int:
           f"virtio-net on node {NIC_NUMA_NODE}, its tap in the host's namespace {NIC_NETNS})",
           flush=True)
     nic_up()
+    log = WORK / f"console-{args.kernel}.log"
     try:
-        return boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout,
-                    WORK / "console.log", args.boot_timeout)
+        status = boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout, log,
+                      args.boot_timeout)
     finally:
         nic_down()
+    if (kept := keep_check(log, args.kernel)) is not None:
+        print(f"test-vm: the guest's steer check is in {kept}")
+    return status
 
 
 if __name__ == "__main__":

@@ -1,0 +1,110 @@
+"""Live tier: the smoke test of every kernel of the matrix (`make test-kernels` runs it in a guest
+of each: tests/vm/run.py --kernel), and of this host's. steer check, flows in the default and the
+exact mode against iperf3's bytes, pin and unpin, a scrape of the exporter. What a kernel refuses
+is the kernel's; the test holds steer to what its own report says works there, and the report of
+each guest goes out on the console (run.py keeps it as build/vm/check-<kernel>.json, the source of
+docs/kernels.md)."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from helpers import CPU_A, CPU_B, ROOT, STEER, live, steer, two_cpus
+from steer.lab import Lab, LabFlow
+
+pytestmark = [live, two_cpus]
+
+COOKIE = 37   # iperf3's stream cookie: on the data connection, not in its byte count
+
+
+@pytest.fixture(scope="module")
+def report():
+    r = steer("check", "--json", timeout=600)
+    report = json.loads(r.stdout)
+    if os.environ.get("STEER_IN_TEST_GUEST"):
+        with open("/dev/console", "w") as console:   # past pytest's capture, to run.py
+            console.write(f"\nSTEER_VM_CHECK={json.dumps(report, separators=(',', ':'))}\n")
+    assert r.returncode == (0 if report["default"]["runs"] else 1), r.stderr
+    return report
+
+
+def test_check_says_what_runs(report):
+    d = report["default"]
+    print(f"Linux {report['kernel']}: default mode {d.get('mode')} ({d.get('why') or 'its own'});"
+          f" programs not run: {[n for n, p in report['programs'].items() if p['state'] != 'works']}")
+    assert d["runs"], d["error"]
+    for name, f in report["figures"].items():
+        assert f["state"] in ("works", "degraded", "missing")
+        if f["state"] != "works":
+            assert f["why"], name
+
+
+@pytest.mark.parametrize("timing", ["auto", "exact"])
+def test_flows_against_iperf3(report, timing):
+    if timing == "exact" and not report["modes"]["exact"]["runs"]:
+        pytest.skip(f"this kernel refuses exact timing's core: {report['modes']['exact']['error']}")
+    flows = subprocess.Popen([*STEER, "flows", "--timing", timing, "--duration", "10", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        time.sleep(3)   # loaded before the traffic starts, also under emulation
+        with Lab([LabFlow(CPU_B, CPU_A)], seconds=3) as lab:
+            lab.start()
+            (r,) = lab.wait(timeout=60)
+        out, err = flows.communicate(timeout=120)
+    finally:
+        flows.kill()
+    assert flows.returncode == 0, err
+    j = json.loads(out)
+    (f,) = [f for f in j["flows"] if f["sport"] == r.sender_port and f["dport"] == r.flow.port]
+    figures = j["capabilities"]["figures"]
+    print(f"{timing} -> {j['capabilities']['mode']}: iperf3 {r.received_bytes} B, steer "
+          f"{f['rx_bytes']} B, read {f['app_bytes']}, CPUs {f['kernel_cpu']}/{f['app_cpu']}")
+    assert r.received_bytes <= f["rx_bytes"] <= 1.03 * r.received_bytes + COOKIE
+    if figures["tcp_app_bytes"]["state"] == "works":
+        assert f["app_bytes"] == r.received_bytes + COOKIE
+    if figures["reader"]["state"] == "works":
+        assert f["app_cpu"] == CPU_A
+    if figures["kernel_time"]["state"] != "missing":
+        assert f["kernel_cpu"] == CPU_B and f["kernel_seconds"] > 0
+
+
+def test_pin_and_unpin(report):
+    if not report["steering"].startswith("available"):
+        pytest.skip(f"steering: {report['steering']}")
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
+        lab.start_servers()
+        where = ("--dev", "veth-rx", "--netns", lab.rx)
+        r = steer("pin", "proto=tcp,dport=5201", "--cpu", str(CPU_B), *where)
+        assert r.returncode == 0, r.stderr
+        lab.start_clients()
+        (res,) = lab.wait(timeout=60)
+        rules = json.loads(steer("rules", "--json").stdout)
+        r = steer("unpin", "proto=tcp,dport=5201", *where)
+        assert r.returncode == 0, r.stderr
+    assert res.error is None
+    (dev,) = [d for d in rules["devices"] if d["dev"] == "veth-rx"]
+    (rule,) = dev["rules"]
+    assert rule["cpu"] == CPU_B and rule["packets"] > 100
+    assert json.loads(steer("rules", "--json").stdout) == {"devices": []}
+
+
+def test_the_exporter_serves_the_mode_and_the_figures(report):
+    from test_exporter_live import free_port, http_get, wait_http
+    port = free_port()
+    p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}"], cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_http(url, p, timeout=120)
+        body = http_get(url, timeout=60).decode()
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    assert f'steer_timing_mode_info{{mode="{report["default"]["mode"]}"}} 1.0' in body
+    for name in report["figures"]:
+        assert f'steer_figure_info{{figure="{name}"' in body, name
+    assert "steer_class_rx_bytes_total" in body
