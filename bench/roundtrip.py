@@ -1,12 +1,16 @@
-"""Round-trip tax: ns per one-byte TCP round trip over loopback (bench/tcp_roundtrip.c, one
-thread plays both ends, pinned) with each tracer mode attached (B) vs none (A), alternated.
+"""Round-trip tax: ns per one-byte TCP (or UDP: --proto udp) round trip over loopback
+(bench/tcp_roundtrip.c, udp_roundtrip.c: one thread plays both ends, pinned) with each tracer mode
+attached (B) vs none (A), alternated.
 
 Per round trip: two sends, two receives, two skbs up the stack, no wake-up: what the tracer adds
 per packet and per read, undiluted and with little noise, where bench.rr (redis) measures what a
 server loses of its rate but varies by 10% from one window to the next on this VM. The two agree
 when rr's ratio is about 1 - (added ns per request) / (ns per request).
 
-    sudo .venv/bin/python -m bench.roundtrip [--pairs 60] [--trips 20000]
+    sudo .venv/bin/python -m bench.roundtrip [--pairs 60] [--trips 20000] [--proto udp]
+
+UDP is the request/response case of DNS, QUIC and memcached: the default mode counts its bytes
+skb by skb (no socket keeps a count of them), so each datagram costs a flow-map update there.
 """
 from __future__ import annotations
 
@@ -22,13 +26,15 @@ def main(argv=None) -> int:
     # at a time, so neighbouring short runs compare what long ones cannot
     p = parser(__doc__.splitlines()[0], pairs=60, modes=True)
     p.add_argument("--trips", type=int, default=20_000, help="round trips per run")
+    p.add_argument("--proto", choices=("tcp", "udp"), default="tcp",
+                   help="the transport of the round trips (default: %(default)s)")
     p.add_argument("--cpu", type=int, default=None,
                    help="CPU the loop is pinned to (default: the last one)")
     args = p.parse_args(argv)
     require_root()
     if args.smoke:
         args.pairs, args.trips = 1, 20_000
-    exe = build_c("tcp_roundtrip")
+    exe = build_c(f"{args.proto}_roundtrip")
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
 
     def run(mode):
@@ -37,7 +43,8 @@ def main(argv=None) -> int:
                                  capture_output=True, text=True, check=True).stdout
         return float(out)
 
-    results, runs = compare_modes(run, args.pairs, "TCP round trip", args.modes)
+    proto = args.proto.upper()
+    results, runs = compare_modes(run, args.pairs, f"{proto} round trip", args.modes)
     base = stats([a for pairs in runs.values() for a, _ in pairs])
     rows = []
     for mode, r in results.items():
@@ -46,12 +53,13 @@ def main(argv=None) -> int:
         rows.append(f"| {mode} | {fmt(base.get('median'), ',.0f')} | {fmt(with_, ',.0f')} | "
                     f"{fmt(added, ',.0f')} | {fmt_ci(r)} |")
     table = "\n".join([
-        f"### Round-trip tax ({args.pairs} pairs x {args.trips:,} one-byte TCP round trips over "
+        f"### Round-trip tax ({args.pairs} pairs x {args.trips:,} one-byte {proto} round trips over "
         f"loopback, one thread on CPU {cpu})", "",
         "| tracer | ns per round trip without | with | added ns (median of pairs) | ratio with/without: median (95% interval) |",
         "|---|---|---|---|---|", *rows])
-    write("roundtrip", args.out, {"pairs": args.pairs, "trips": args.trips, "cpu": cpu,
-                                  "runs": runs, "ratio": results, "smoke": args.smoke}, table)
+    write("roundtrip" if args.proto == "tcp" else f"roundtrip_{args.proto}", args.out,
+          {"pairs": args.pairs, "trips": args.trips, "cpu": cpu, "proto": args.proto,
+           "runs": runs, "ratio": results, "smoke": args.smoke}, table)
     return 0
 
 

@@ -202,7 +202,7 @@ class Tracer:
     def _load_what_runs(self, obj_path, refused: dict[str, str], forced: set[str],
                         counters: CounterSet, ranges) -> Plan:
         text = None   # sampled timing's kernel text ranges, or why they cannot be had
-        self.refused_maps = {m: f"{REFUSE_ENV}" for m in forced & set(MAPS)}
+        self.refused_maps = {m: REFUSE_ENV for m in forced & set(MAPS)}
         for _ in range(len(ALL_PROGRAMS) + len(MAPS) + 1):
             try:
                 p = plan(self.timing, self.app_hook, refused)

@@ -27,6 +27,16 @@ def test_smoke(name, tmp_path):
     assert table.startswith("### ") and "|---" in table
 
 
+def test_smoke_udp_round_trips(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bench.roundtrip", "--smoke", "--proto", "udp",
+                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    data = json.load(open(tmp_path / "roundtrip_udp.json"))
+    assert data["proto"] == "udp" and data["smoke"] is True
+    assert "one-byte UDP round trips" in open(tmp_path / "roundtrip_udp.md").read()
+
+
 def test_what_steer_refuses_ends_a_bench_in_one_line(tmp_path):
     """No iperf3 on PATH: the lab's refusal, in one line and exit 1, not a traceback."""
     r = subprocess.run([sys.executable, "-m", "bench.overhead", "--smoke", "--out", str(tmp_path)],
