@@ -103,9 +103,12 @@ struct cpu_state {
 	__u32 hint_len;
 	__u32 hint_headlen;
 	__u16 hint_proto;	/* Ethernet protocol, network order */
-	__u8 run_counted;	/* the skbs with skb->hash == run_hash are of a counted transport */
+	__u8 skip_next;		/* the slot of skip_hash the next uncounted flow takes */
 	__u8 hint_pad[1];
-	__u32 run_hash;		/* sampled timing: skb->hash of the last skb parsed (0: none) */
+	/* sampled timing: skb->hash of the last two flows parsed whose transport is not counted
+	 * here (0: none): two, because a CPU that takes in a flow's data also takes in the ACKs of
+	 * what it sends, one skb of each in turn */
+	__u32 skip_hash[2];
 	__u64 sample_llc;	/* sampled timing: the LLC counter at the previous sample */
 	__u64 sample_events[FT_EVENTS];	/* and the other events' */
 	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock
@@ -1547,10 +1550,10 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_el
 
 /* Sampled timing's per-skb program: the hint for the sampler and, for the transports in
  * cfg.skb_count, the skb's bytes and packets. skb->hash (the NIC's RSS hash, or the one the
- * sending socket put on it) tells an skb of the same flow as the one before it on this CPU without
- * a look at its headers, so a run of skbs of a transport not counted here (TCP, where the sockets
- * count it) costs two loads and a compare; a change of flow, or no hash, costs the headers' parse.
- * Two flows whose hashes collide, one after the other, are counted as the first is (1 in 2^32). */
+ * sending socket put on it) tells an skb of one of the last two uncounted flows on this CPU
+ * (TCP, where the sockets count it) without a look at its headers: a few loads and compares;
+ * another flow, or no hash, costs the headers' parse. A counted flow whose hash collides with one
+ * of those two goes uncounted while they last (1 in 2^31). */
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 {
@@ -1567,16 +1570,17 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 	if (!cfg.skb_count)
 		return 0;
 	hash = skb->hash;
-	if (hash && hash == s->run_hash && !s->run_counted)
+	if (hash && (hash == s->skip_hash[0] || hash == s->skip_hash[1]))
 		return 0;
-	if (skb_flow(skb, &k, &payload)) {
-		s->run_hash = 0;
+	if (skb_flow(skb, &k, &payload))
+		return 0;
+	if (!skb_counted_proto(k.proto)) {
+		s->skip_hash[s->skip_next & 1] = hash;
+		s->skip_next ^= 1;
 		return 0;
 	}
-	s->run_hash = hash;
-	s->run_counted = skb_counted_proto(k.proto) != 0;
 	tot = totals();
-	if (!s->run_counted || !tot)
+	if (!tot)
 		return 0;
 	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
 	if (!st)

@@ -42,6 +42,18 @@ def sampling_bound(seconds: float, hz: int = SAMPLE_HZ) -> float:
     return 0.10 + 3 * SAMPLE_DISPERSION / (seconds * hz) ** 0.5
 
 
+COOKIE = 37   # iperf3's stream cookie: on the data connection, not in its byte count
+MSS = 1448           # the lab veth's: 1500 less IPv4, TCP and its timestamp option
+
+
+def tcp_rx_bound(r) -> int:
+    """The most the kernel side can count of lab flow R: what iperf3 received, its cookie, every
+    segment its sender retransmitted (counted per skb, a retransmission arrives again) and a full
+    receive buffer (what reached the socket after iperf3's server stopped reading)."""
+    rmem_max = int(open("/proc/sys/net/ipv4/tcp_rmem").read().split()[2])
+    return r.received_bytes + COOKIE + r.raw["end"]["sum_sent"]["retransmits"] * MSS + rmem_max
+
+
 def steer(*args, env=None, timeout=120, prefix=()):
     e = dict(os.environ, PYTHONPATH=ROOT)
     e.update(env or {})
