@@ -58,12 +58,13 @@ def _tracer_run(timing: str, app_hook: str) -> dict:
     try:
         t.start()
     except (TracerError, PrivilegeError) as e:
-        return {"runs": False, "error": str(e), "refused": dict(t.refused), "loaded": []}
+        return {"runs": False, "error": str(e), "refused": dict(t.refused), "loaded": [],
+                "refused_maps": dict(t.refused_maps)}
     try:
         p = t.plan
         return {"runs": True, "mode": p.timing, "hook": p.hook, "why": p.timing_why,
                 "hook_why": p.hook_why, "loaded": sorted(p.programs), "refused": dict(t.refused),
-                "figures": t.capabilities.figures}
+                "refused_maps": dict(t.refused_maps), "figures": t.capabilities.figures}
     finally:
         t.stop()
 
@@ -130,6 +131,8 @@ def run_checks() -> dict:
         programs[prog] = {"hook": SECTIONS[prog], "state": state, "why": "" if loaded else why,
                           "fix": "" if loaded else remedy(why)}
     report["programs"] = programs
+    # the map types the kernel would not create (the programs that use them are refused with it)
+    report["maps"] = {m: why for r in runs.values() for m, why in r["refused_maps"].items()}
     figures = {}
     for name, f in (default.get("figures") or {}).items():
         figures[name] = dict(f, what=FIGURES[name],
@@ -212,6 +215,11 @@ def text_lines(report: dict, width: int = 100) -> list[str]:
     not_run = sum(1 for p in report["programs"].values() if p["state"] != WORKS)
     out += ["", f"{n - not_run} of {n} BPF programs run here" +
             ("; these do not (--json lists each):" if refused else ".")]
+    maps = report.get("maps") or {}
+    if maps:
+        out.extend(textwrap.wrap("maps the kernel would not create (the programs that use them are "
+                                 "refused with them): " + "; ".join(f"{m} ({why})" for m, why in
+                                                                   maps.items()), width))
     for hooks, state, why, fix in refused:
         out.extend(textwrap.wrap(f"{state}: {hooks}", width, subsequent_indent="    "))
         out.extend(textwrap.wrap(why, width, initial_indent="    ", subsequent_indent="    "))

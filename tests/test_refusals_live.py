@@ -176,6 +176,12 @@ def test_check_names_each_refused_program_and_runs():
         assert report["programs"][name]["state"] == "works", name
     assert report["figures"]["tcp_app_bytes"]["state"] == "missing"
     assert report["figures"]["kernel_time"]["state"] == "works"
+    assert report["maps"] == {}
+    old = json.loads(steer("check", "--json", env={REFUSE_ENV: "readers,sampled_runtime"},
+                           timeout=180).stdout)   # a kernel without task storage, as before 5.11
+    assert old["maps"] == {"readers": REFUSE_ENV, "sampled_runtime": REFUSE_ENV}
+    assert old["default"]["mode"] == "exact"
+    assert "it uses the map sampled_runtime" in old["programs"]["ft_sample"]["why"]
     text = steer("check", env={REFUSE_ENV: "optional"}, timeout=180)
     assert text.returncode == 0 and "degraded: " in text.stdout.splitlines()[0]
 
