@@ -183,7 +183,8 @@ def program_rows(report: dict) -> list[tuple[str, str, str, str]]:
             m = _KERNEL_REFUSED.match(p["why"])
             why = f"the kernel refused them ({m.group(1)})" if m else p["why"]
             groups.setdefault((p["state"], why, p["fix"]), []).append(p["hook"])
-    return [(", ".join(hooks), state, why or "not loaded: what they serve was refused, or another hook serves it", fix)
+    return [(", ".join(hooks), state,
+             why or "not loaded: what they serve was refused, or another hook serves it", fix)
             for (state, why, fix), hooks in groups.items()]
 
 
