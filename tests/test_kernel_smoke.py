@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from helpers import CPU_A, CPU_B, COOKIE, ROOT, STEER, live, steer, tcp_rx_bound, two_cpus
+from helpers import (CPU_A, CPU_B, COOKIE, ROOT, STEER, bpftool_objects, live, steer, tcp_rx_bound,
+                     two_cpus)
 from steer.lab import Lab, LabFlow
 
 pytestmark = [live, two_cpus]
@@ -40,6 +41,24 @@ def test_check_says_what_runs(report):
             assert f["why"], name
 
 
+# the programs whose links mean a tracer is attached: the last each mode attaches
+LAST_ATTACHED = {"ft_sample", "ft_softirq_exit", "ft_skb_hint"}
+
+
+def _wait_attached(proc, timeout: float = 120.0) -> None:
+    """Until PROC's tracer has its programs attached: under emulation, and where the kernel
+    refuses programs one attempt at a time, that takes seconds, and traffic before it is missed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        names = {p["id"]: p.get("name", "") for p in bpftool_objects("prog")}
+        if any(names.get(l.get("prog_id"), "") in LAST_ATTACHED for l in bpftool_objects("link")):
+            time.sleep(1)   # its first read of the maps, which the flows are counted from
+            return
+        time.sleep(0.2)
+    raise AssertionError("the tracer did not attach in time")
+
+
 @pytest.mark.parametrize("timing", ["auto", "exact"])
 def test_flows_against_iperf3(report, timing):
     if timing == "exact" and not report["modes"]["exact"]["runs"]:
@@ -48,7 +67,7 @@ def test_flows_against_iperf3(report, timing):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                              env=dict(os.environ, PYTHONPATH=ROOT))
     try:
-        time.sleep(3)   # loaded before the traffic starts, also under emulation
+        _wait_attached(flows)
         with Lab([LabFlow(CPU_B, CPU_A)], seconds=3) as lab:
             lab.start()
             (r,) = lab.wait(timeout=60)
