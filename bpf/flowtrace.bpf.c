@@ -1586,7 +1586,9 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 	if (!st)
 		return 0;
 	st->rx_skbs++;
-	st->last_seen_ns = bpf_ktime_get_ns();
+	/* the sampler's clock, good to a period on a CPU that takes packets in, saves a clock read
+	 * (~50 ns on this VM) an skb; before this CPU's first sample, the clock */
+	st->last_seen_ns = s->clock_ns ? s->clock_ns : bpf_ktime_get_ns();
 	if (skb->skb_iif && current_kthread_ctx() == CTX_KTHREAD)
 		return 0;	/* generic XDP counted it on the arrival CPU */
 	count_payload(st, skb, payload);
