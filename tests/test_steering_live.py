@@ -416,15 +416,18 @@ def test_irq_on_a_virtual_device_says_why():
 
 # The sampled mode keeps one hint per CPU, the last skb of any context, and the ACKs' softirq on
 # top of the kthread overwrites the kthread's own: 88-96% of the kthread stayed the flow's in four
-# runs here (2026-11-25), the ACKs took the rest. Telling the contexts apart needs the CPU's
+# runs alone here (2026-11-25, 0.13-0.16 s of kthread), but in the full suite's run 24% (0.303 of
+# 1.276 s, the ACKs 0.973 s): issue 31's case, open. Telling the contexts apart needs the CPU's
 # preempt count (a per-CPU ksym: CONFIG_KALLSYMS_ALL, which this VM's kernel lacks and Debian's
 # have; pcpu_hot in 6.2-6.14, __preempt_count otherwise); a BPF program's own stack is not the
 # kernel stack since 6.13's private stacks. Issue 31 asks for 90%.
-KEPT = {"exact": 0.95, "sampled": 0.80}
+KEPT = {"exact": 0.95, "sampled": 0.90}
+SAMPLED_ACKS = pytest.mark.xfail(reason="issue 31 item 2: the sampler's one hint per CPU gives the "
+                                 "ACKs' softirq the kthread's samples", strict=False)
 
 
 @two_cpus
-@pytest.mark.parametrize("timing", ["exact", "sampled"])
+@pytest.mark.parametrize("timing", ["exact", pytest.param("sampled", marks=SAMPLED_ACKS)])
 def test_a_flow_steered_to_its_readers_cpu_keeps_its_kthread_time(timing):
     """Sender on CPU A, reader on CPU B, the flow steered to CPU B: the reader's TCP sends its
     ACKs from the kthread's softirqs there, and they come back in on CPU B as a flow of their own
