@@ -1,5 +1,5 @@
 """Round-trip tax: ns per one-byte TCP (or UDP: --proto udp) round trip over loopback
-(bench/tcp_roundtrip.c, udp_roundtrip.c: one thread plays both ends, pinned) with each tracer mode
+(bench/roundtrip.c: one thread plays both ends, pinned) with each tracer mode
 attached (B) vs none (A), alternated.
 
 Per round trip: two sends, two receives, two skbs up the stack, no wake-up: what the tracer adds
@@ -34,12 +34,12 @@ def main(argv=None) -> int:
     require_root()
     if args.smoke:
         args.pairs, args.trips = 1, 20_000
-    exe = build_c(f"{args.proto}_roundtrip")
+    exe = build_c("roundtrip")
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
 
     def run(mode):
         with traced(mode):
-            out = subprocess.run(["taskset", "-c", str(cpu), exe, str(args.trips)],
+            out = subprocess.run(["taskset", "-c", str(cpu), exe, str(args.trips), args.proto],
                                  capture_output=True, text=True, check=True).stdout
         return float(out)
 
