@@ -306,6 +306,24 @@ def _affinities(irqs):
     return {i: open(f"/proc/irq/{i}/smp_affinity_list").read().strip() for i in irqs}
 
 
+def _xps(masks):
+    """Sets the NIC's XPS masks {tx queue: hex CPU mask}; returns the ones it replaced. The set
+    masks go first, so that no CPU is left without a queue between two writes."""
+    base = f"/sys/class/net/{NIC}/queues"
+    was = {q: open(f"{base}/tx-{q}/xps_cpus").read().strip() for q in masks}
+    for q in sorted(masks, key=lambda q: int(masks[q], 16) == 0):
+        with open(f"{base}/tx-{q}/xps_cpus", "w") as f:
+            f.write(masks[q])
+    return was
+
+
+def _send_everything_by(queue):
+    """Every CPU's packets leave by tx queue QUEUE; returns the masks to put back."""
+    txqs = [int(d[3:]) for d in os.listdir(f"/sys/class/net/{NIC}/queues") if d.startswith("tx-")]
+    every = format((1 << os.cpu_count()) - 1, "x")
+    return _xps({q: every if q == queue else "0" for q in txqs})
+
+
 @fed_nic
 @two_sockets
 def test_irq_sweep_moves_the_queue_irq_and_the_receive_work_follows(tmp_path):
@@ -409,9 +427,11 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
     that queue's IRQ (by virtio-net's name for it) and where it may run, with the receive work
     and its NAPI polls there; `steer reset` puts the IRQ back. Read from the default (sampled)
     tracer, whose queue comes from the socket (sk_rx_queue_mapping), not from each packet.
-    The reader is pinned: the tap sends a flow to the guest on the queue its ACKs came from,
-    which XPS picks by the sending CPU, so the flow keeps its queue (unpinned, it moved between
-    queues within the window at times). The tracer is attached before the flow starts and
+    The tap sends a flow to the guest on the queue its ACKs last came from, which XPS picks by
+    the sending CPU; ACKs leave both from the reader's CPU and from the softirq's, so once the IRQ
+    moves, the flow would follow its ACKs to the new CPU's queue (a quirk of the emulated NIC; a
+    real one picks the queue by its RSS hash). XPS sends every CPU's packets by the flow's queue
+    for the test, so the flow keeps it. The tracer is attached before the flow starts and
     detached after it ends: attaching under this load is where the emulated machine has locked
     up."""
     from steer.netdevs import DeviceResolver
@@ -420,6 +440,7 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
     reader = 3
     tracer = Tracer().start()
     devices = DeviceResolver()
+    xps = None
     server = subprocess.Popen(["taskset", "-c", str(reader), "iperf3", "-s", "-p", FEEDER_PORT],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -431,6 +452,7 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
                 break
         assert f and f["rx"]["queue"] is not None, f"no queue for the feeder's flow: {f}"
         queue = f["rx"]["queue"]
+        xps = _send_everything_by(queue)
         target = next(c for c in (2, 1, 0) if was[rx[queue]] != str(c) and c != reader)
         r = steer("irq", "--dev", NIC, "--queue", str(queue), "--cpu", str(target))
         assert r.returncode == 0, r.stderr
@@ -460,5 +482,7 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
         time.sleep(0.5)   # the feeder's flow ends with the server: detach after it
         tracer.stop()
         r = steer("reset")
+        if xps:
+            _xps(xps)
     assert r.returncode == 0, r.stderr
     assert _affinities(rx.values()) == was
