@@ -239,9 +239,21 @@ def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
 BOOTSTRAP = 4000   # resamples for a confidence interval
 
 
+def host() -> dict:
+    """Where a result was measured: the kernel, the CPUs, the hypervisor and the commit."""
+    def out(*cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=10,
+                                  cwd=os.path.dirname(__file__)).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return {"kernel": os.uname().release, "cpus": os.cpu_count(),
+            "virtualization": out("systemd-detect-virt"), "commit": out("git", "rev-parse", "--short", "HEAD")}
+
+
 def write(name: str, out_dir: str, data: dict, table: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
-    data = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
+    data = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": host(), **data}
     with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
         json.dump(data, f, indent=1)
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:

@@ -109,7 +109,7 @@ def _tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> No
                         "calls (cheap enough to leave on). exact: clock reads at every softirq, "
                         "skb and receive syscall; exact to the nanosecond, but it hooks every "
                         "system call of the host (about 2x the cost of a trivial one) and every "
-                        "packet (README, Performance). counts: bytes, packets and the CPUs that "
+                        "packet (docs/performance.md). counts: bytes, packets and the CPUs that "
                         "processed them, no CPU time. auto: the first of sampled, exact, counts "
                         "whose core programs this kernel runs (capabilities and `steer check` "
                         "say which it took, and why) (default: %(default)s)")
@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
                     default=DEFAULT_PROFILE_HZ, metavar="HZ",
                     help="samples per second per busy CPU: a side's split is from its samples "
                          "(a share p out of n samples is good to about sqrt(p(1-p)/n)), and more "
-                         "cost more (README, Performance)")
+                         "cost more (docs/performance.md)")
     pr.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
     pr.add_argument("--svg", metavar="FILE",
                     help="also draw the split as stacked bars, one per flow and side (needs "

@@ -100,7 +100,7 @@ def man_page(parser: argparse.ArgumentParser, date: str | None = None) -> str:
             ".TP", ".I /run/steer",
             _roff("IRQ and RPS settings as steer found them; put back by steer reset"),
             ".SH SEE ALSO", "\\fBtaskset\\fR(1), \\fBbpftool\\fR(8), \\fBip\\fR(8)",
-            ".PP", _roff("README.md of the steer sources: what each command measures, and how.")]
+            ".PP", _roff("README.md and docs/ of the steer sources: what each command measures, and how.")]
     return "\n".join(out) + "\n"
 
 

@@ -183,7 +183,7 @@ class XdpSteering:
         mode = self.mode
         if mode == "auto":
             # native XDP on a veth drops locally generated CHECKSUM_PARTIAL packets unless the
-            # peer's tx checksum offload is off (README, "Steered flows"): generic is safe there
+            # peer's tx checksum offload is off (docs/how-it-measures.md, "Steered flows"): generic is safe there
             mode = "generic" if kind == "veth" else "native"
         prog_fd = self._obj.prog_fd("steer_xdp")
         with netns_of(ns_path):

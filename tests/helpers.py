@@ -99,3 +99,31 @@ def live_skip_reason():
 # the live tier: `pytest -m "not live"` leaves it out; conftest skips it, saying why, where it
 # cannot run (live_skip_reason)
 live = pytest.mark.live
+
+
+SCREENSHOTS = os.path.join(ROOT, "build", "screenshots")
+
+
+def save_screenshot(ansi: str, name: str, width: int, what: str) -> str:
+    """Renders a terminal capture (tmux capture-pane -e) as an SVG under build/screenshots/,
+    trailing blank lines cut, and returns its path. README.md shows docs/img/steer-top.svg, a
+    copy of one made by tests/test_live.py::test_live_view_in_a_terminal on a real run."""
+    import io
+    from rich.console import Console
+    from rich.text import Text
+    lines = ansi.rstrip("\n").splitlines()
+    while lines and not Text.from_ansi(lines[-1]).plain.strip():
+        lines.pop()
+    console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor")
+    for line in lines:
+        console.print(Text.from_ansi(line), overflow="crop", no_wrap=True)
+    os.makedirs(SCREENSHOTS, exist_ok=True)
+    path = os.path.join(SCREENSHOTS, f"{name}.svg")
+    svg = console.export_svg(title=what)
+    stamp = time.strftime("%Y-%m-%d")
+    svg = svg.replace("<svg ", f"<!-- {what}: captured by tests/test_live.py on {stamp}, kernel "
+                               f"{os.uname().release}, {os.cpu_count()} CPUs -->\n<svg ", 1)
+    with open(path, "w") as f:
+        f.write(svg)
+    return path

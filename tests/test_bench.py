@@ -1,5 +1,5 @@
 """The benchmarks' smoke mode: each one runs end to end and writes its JSON and table. The
-measurements themselves are `python -m bench.NAME` without --smoke (README, Performance)."""
+measurements themselves are `python -m bench.NAME` without --smoke (docs/performance.md)."""
 import json
 import os
 import subprocess

@@ -102,13 +102,13 @@ def test_alerts_compare_one_recorded_series():
 
 def test_the_fleet_files_use_the_exporters_default_port():
     """One port everywhere: the exporter's default, the unit, the DaemonSet, the scrape config
-    and the README; and not 9435, Cloudflare ebpf_exporter's default."""
+    and the docs; and not 9435, Cloudflare ebpf_exporter's default."""
     from steer.exporter import DEFAULT_LISTEN
     port = DEFAULT_LISTEN.rsplit(":", 1)[1]
     assert port != "9435"
     files = [f"{DASH}/fleet/{n}" for n in ("steer-exporter.service", "steer-exporter.default",
                                             "daemonset.yaml", "Containerfile", "prometheus.yml")] \
-        + [f"{DASH}/../README.md"]
+        + [f"{DASH}/../docs/commands.md", f"{DASH}/../docs/guide/fleet.md"]
     for path in files:
         text = open(path).read()
         ports = set(re.findall(r"\b(9[0-9]{3})\b", text)) - {"9090"}   # 9090: Prometheus itself

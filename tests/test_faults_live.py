@@ -1,7 +1,7 @@
 """Faults while running, and crash safety: each test makes the fault happen for real (a namespace
 deleted under `steer auto`, a device removed under pinned rules, the reader killed, a scrape
 client that hangs up, a connection flood, SIGKILL at random moments) and then counts what is left
-in the kernel and in /proc. The README's fault table points here."""
+in the kernel and in /proc. The fault table of docs/testing.md points here."""
 import json
 import os
 import random

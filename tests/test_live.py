@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live, steer
+from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live,
+                     save_screenshot, steer)
 from steer.classify import classify
 from steer.flows import build_snapshot
 from steer.lab import RECEIVER_DEV, Lab, LabFlow, lab_namespaces
@@ -326,6 +327,12 @@ def test_live_view_in_a_terminal(width, height):
             if width >= 160:
                 assert "iperf3/" in same_core and "history" in screen
             assert "? help" in screen and ("LLC unavailable" in screen or "LLC k" in screen)
+            if width >= 160:
+                time.sleep(5)   # the picture in README.md: a few seconds of rate history
+            shot = save_screenshot(_tmux("capture-pane", "-p", "-e", "-t", session),
+                                   f"steer-top-{width}x{height}", width,
+                                   f"steer top, two lab flows, {width}x{height}")
+            assert ":5201" in open(shot).read()
 
             _tmux("send-keys", "-t", session, "c")   # by class: same-core before same-socket
             screen = _screen_until(session, lambda s: "sort class" in s, 5)

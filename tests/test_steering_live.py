@@ -218,7 +218,7 @@ def test_native_mode_placement_by_tracefs(tracer):
     """Native XDP redirects before any skb exists, so every netif_receive_skb of the data runs in
     the cpumap kthread of the target CPU: tracefs counts them per CPU, independently of steer."""
     with Lab([LabFlow(CPU_A, CPU_A)], seconds=8) as lab:
-        # the veth native-XDP trap (README, "Steered flows"): without this TCP's checksums are lost
+        # the veth native-XDP trap (docs/how-it-measures.md, "Steered flows"): without this TCP's checksums are lost
         subprocess.run(["ip", "netns", "exec", lab.tx, "ethtool", "-K", "veth-tx", "tx", "off"],
                        check=True, capture_output=True)
         lab.start_servers()

@@ -1,0 +1,103 @@
+"""The docs: README.md a front door under 200 lines, every relative link and anchor of README.md
+and docs/ resolving, every page reachable from README.md, and every table included from
+bench/results/ the current one (python -m bench.include)."""
+import os
+import re
+
+import pytest
+
+from helpers import ROOT
+
+from bench import include
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _pages():
+    return [str(p) for p in include.pages()]
+
+
+def _anchors(path):
+    """GitHub's anchors of a markdown file's headings: lower case, punctuation but - and _ dropped,
+    spaces to -, a repeated heading numbered."""
+    seen, out = {}, set()
+    fence = False
+    for line in open(path):
+        if line.startswith("```"):
+            fence = not fence
+        m = None if fence else re.match(r"#{1,6} (.*)", line)
+        if m:
+            a = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            n = seen.get(a, 0)
+            seen[a] = n + 1
+            out.add(a if n == 0 else f"{a}-{n}")
+    return out
+
+
+def _links(path):
+    text = open(path).read()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+def test_readme_is_a_front_door():
+    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines: move the detail into docs/"
+    text = "\n".join(lines)
+    for cmd in ("sudo make demo", "make test"):
+        assert f"    {cmd}\n" in text + "\n", cmd
+    assert "docs/img/steer-top.svg" in text
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_links_and_anchors_resolve(page):
+    broken = []
+    for target in _links(page):
+        path, _, anchor = target.partition("#")
+        dest = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        if not os.path.exists(dest):
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.endswith(".md") and anchor not in _anchors(dest):
+            broken.append(f"{target}: no heading with that anchor")
+    assert not broken, broken
+
+
+def test_every_page_is_reachable_from_the_readme():
+    readme = os.path.join(ROOT, "README.md")
+    reached, todo = {readme}, [readme]
+    while todo:
+        page = todo.pop()
+        for target in _links(page):
+            path = target.partition("#")[0]
+            if path.endswith(".md"):
+                dest = os.path.normpath(os.path.join(os.path.dirname(page), path))
+                if dest not in reached and os.path.exists(dest):
+                    reached.add(dest)
+                    todo.append(dest)
+    orphans = sorted(os.path.relpath(p, ROOT) for p in _pages() if p not in reached)
+    assert not orphans, f"no link leads to {orphans}"
+
+
+def test_included_tables_are_the_current_results():
+    stale = []
+    for page in _pages():
+        text = open(page).read()
+        for path, body in include.blocks(text):
+            want = open(os.path.join(ROOT, path)).read().rstrip("\n") + "\n"
+            if body != want:
+                stale.append(f"{os.path.relpath(page, ROOT)}: {path}")
+    assert not stale, f"run python -m bench.include: {stale}"
+
+
+def test_the_summary_is_made_from_the_results():
+    from bench import summary
+    assert open(os.path.join(summary.RESULTS, "summary.md")).read() == summary.table(), \
+        "run python -m bench.summary, then python -m bench.include"
+
+
+def test_the_anchor_rule(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# Steer flows by hand\n## By policy: `steer auto`\n## `steer flows --json`\n"
+                    "```\n# not a heading\n```\n## Steer flows by hand\n")
+    assert _anchors(str(page)) == {"steer-flows-by-hand", "by-policy-steer-auto",
+                                   "steer-flows---json", "steer-flows-by-hand-1"}
