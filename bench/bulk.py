@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from steer.lab import Lab
+from steer.experiment.lab import Lab
 
 from .common import (SETTLE_SECONDS, TRACER_MODES, compare_modes, lab_flow, mode_rows, parser,
                      require_root, run, traced, write)

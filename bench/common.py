@@ -59,7 +59,7 @@ def build_c(name: str) -> str:
 def lab_flow():
     """The benches' lab flow: the reader on another core than the sender (where the receive
     softirq runs) where two CPUs are usable, the common placement on real receivers."""
-    from steer.lab import LabFlow, usable_cpus
+    from steer.experiment.lab import LabFlow, usable_cpus
     cpus = usable_cpus()
     return LabFlow(cpus[0], cpus[-1])
 
@@ -67,12 +67,12 @@ def lab_flow():
 def run(main) -> None:
     """A benchmark's entry point: what steer refuses (no iperf3, a CPU this process may not use,
     no BTF...) ends it with steer's one-line message and exit 1, not a traceback."""
-    from steer.kernel import KernelError
-    from steer.lab import LabError
-    from steer.privileges import PrivilegeError
-    from steer.steering import SteerError
-    from steer.tracer import TracerError
-    from steer.interrupts import handle_sigint, interrupt
+    from steer.kernel.gateway import KernelError
+    from steer.experiment.lab import LabError
+    from steer.kernel.privileges import PrivilegeError
+    from steer.steering.xdp import SteerError
+    from steer.trace.tracer import TracerError
+    from steer.kernel.signals import handle_sigint, interrupt
     import signal
 
     def stop(signum, frame):
@@ -98,7 +98,7 @@ def require_root() -> None:
     it was started from had (both ends of bench.rr on one CPU measure something else)."""
     if os.geteuid() != 0:
         sys.exit("benchmarks load BPF programs and make namespaces: run as root")
-    from steer.topology import widen_to_online_cpus
+    from steer.model.topology import widen_to_online_cpus
     line = widen_to_online_cpus()
     if line:
         print(line)
@@ -159,7 +159,7 @@ class traced:
 def load_tracer(mode: str):
     """MODE's tracer, loaded (at the first call) and detached."""
     if mode not in _loaded:
-        from steer.tracer import Tracer
+        from steer.trace.tracer import Tracer
         _loaded[mode] = Tracer(**TRACER_MODES[mode]).start()
         _loaded[mode].detach()
     return _loaded[mode]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import statistics
 
-from steer.kernel import BpfObject, bpf_dir, prog_run_stats
-from steer.lab import Lab
-from steer.tracer import Tracer
+from steer.kernel.gateway import BpfObject, bpf_dir, prog_run_stats
+from steer.experiment.lab import Lab
+from steer.trace.tracer import Tracer
 
 from .common import TRACER_MODES, fmt, lab_flow, parser, require_root, run, write
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from steer.flowspec import FlowSpec
-from steer.kernel import prog_test_run
-from steer.steering import load_unattached
+from steer.model.flowspec import FlowSpec
+from steer.kernel.gateway import prog_test_run
+from steer.steering.xdp import load_unattached
 
 from .common import parser, require_root, run, write
 from .packets import FUZZ_SPECS, fuzz_packets, reference_tuple

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from steer.lab import Lab
-from steer.tracer import Tracer
+from steer.experiment.lab import Lab
+from steer.trace.tracer import Tracer
 
 from .common import (TRACER_MODES, alternate, fmt, lab_flow, parser, ratio_stats,
                      require_root, run, stats, write)

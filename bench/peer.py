@@ -12,9 +12,9 @@ import struct
 import subprocess
 import time
 
-from steer import flowtrace_abi as abi
-from steer.kernel import BpfObject, bpf_dir
-from steer.lab import Lab
+from steer.abi import flowtrace as abi
+from steer.kernel.gateway import BpfObject, bpf_dir
+from steer.experiment.lab import Lab
 
 from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, run, stats,
                      write)

@@ -13,11 +13,11 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from steer import flowtrace_abi as abi
-from steer.exporter import SteerCollector
-from steer.flows import build_snapshot
-from steer.topology import read_topology
-from steer.tracer import Tracer
+from steer.abi import flowtrace as abi
+from steer.present.exporter import SteerCollector
+from steer.model.flows import build_snapshot
+from steer.model.topology import read_topology
+from steer.trace.tracer import Tracer
 
 from .common import fmt, parser, require_root, run, write
 

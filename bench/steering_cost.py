@@ -6,10 +6,10 @@
 """
 from __future__ import annotations
 
-from steer.flowspec import FlowSpec
-from steer.lab import Lab
-from steer.kernel import prog_test_run
-from steer.steering import XdpSteering, load_unattached
+from steer.model.flowspec import FlowSpec
+from steer.experiment.lab import Lab
+from steer.kernel.gateway import prog_test_run
+from steer.steering.xdp import XdpSteering, load_unattached
 
 from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, run, stats,
                      write)

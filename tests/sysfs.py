@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from steer.topology import format_cpulist
+from steer.model.topology import format_cpulist
 
 
 @dataclass

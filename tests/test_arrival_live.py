@@ -13,10 +13,10 @@ import time
 import pytest
 
 from helpers import CPU_A, CPU_B, SAMPLE_HZ, live, two_cpus
-from steer.flows import build_snapshot
-from steer.lab import Lab, LabFlow
-from steer.topology import read_topology
-from steer.tracer import Tracer, net_rx_softirqs
+from steer.model.flows import build_snapshot
+from steer.experiment.lab import Lab, LabFlow
+from steer.model.topology import read_topology
+from steer.trace.tracer import Tracer, net_rx_softirqs
 
 pytestmark = live
 

@@ -47,7 +47,7 @@ def test_what_steer_refuses_ends_a_bench_in_one_line(tmp_path):
 
 def test_sigterm_tears_the_lab_down(tmp_path):
     """A bench run in the background and stopped with kill: its lab goes with it."""
-    from steer.lab import lab_namespaces
+    from steer.experiment.lab import lab_namespaces
     p = subprocess.Popen([sys.executable, "-m", "bench.bulk", "--pairs", "50", "--out", str(tmp_path)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                          env=dict(os.environ, PYTHONPATH=ROOT))
@@ -62,7 +62,7 @@ def test_sigterm_tears_the_lab_down(tmp_path):
         _, err = p.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         # it ran on: kill it and its lab here, or its tracer and flows skew every later test
-        from steer.lab import remove_stale_labs
+        from steer.experiment.lab import remove_stale_labs
         p.kill()
         _, err = p.communicate()
         remove_stale_labs()

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from steer import flowtrace_abi as abi
-from steer import steer_abi
+from steer.abi import flowtrace as abi
+from steer.abi import xdp as steer_abi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ = os.path.join(ROOT, "build", "flowtrace.bpf.o")

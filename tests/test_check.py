@@ -1,7 +1,7 @@
 """`steer check`'s report laid out for a terminal, and the remedies it gives, on fixture reports
 made as run_checks makes them (tests/test_refusals_live.py runs the command itself)."""
-from steer.check import headline, program_rows, remedy, text_lines
-from steer.programs import ALL_PROGRAMS, FIGURES, SECTIONS, plan
+from steer.trace.check import headline, program_rows, remedy, text_lines
+from steer.trace.programs import ALL_PROGRAMS, FIGURES, SECTIONS, plan
 
 
 def report(refused: dict[str, str]) -> dict:

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from steer.classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET, UNKNOWN, classify
-from steer.topology import read_topology
+from steer.model.classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET, UNKNOWN, classify
+from steer.model.topology import read_topology
 from sysfs import epyc_chiplet, sandy_bridge_2s_6c, xeon_2s_smt
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from helpers import ROOT, assert_one_line_error, live, steer
-from steer.topology import parse_cpulist
+from steer.model.topology import parse_cpulist
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -65,7 +65,7 @@ def test_readme_command_table_names_every_command_in_one_table():
     """the README's table of commands is one markdown table (a blank line would end it) with a
     row for every command the parser has"""
     import argparse
-    from steer.cli import build_parser
+    from steer.cli.main import build_parser
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     with open(os.path.join(ROOT, "README.md")) as f:
         lines = f.read().splitlines()
@@ -83,7 +83,7 @@ def test_help_explains_every_option():
     "None"; and `steer COMMAND --help` works."""
     import argparse
     import re
-    from steer.cli import build_parser
+    from steer.cli.main import build_parser
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     problems = []
     for name, parser in sub.choices.items():
@@ -170,7 +170,7 @@ def test_objects_not_built(tmp_path):
 def test_sweep_without_matplotlib_says_how_to_get_it(tmp_path):
     """matplotlib is the [sweep] extra: without it every other command runs, and sweep says in
     one line what to install."""
-    code = ("import sys; sys.modules['matplotlib'] = None; from steer.cli import main; "
+    code = ("import sys; sys.modules['matplotlib'] = None; from steer.cli.main import main; "
             f"sys.exit(main(['sweep', '--out', {str(tmp_path / 'out')!r}]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=ROOT))
@@ -204,7 +204,7 @@ def test_demo_refuses_a_cpu_that_does_not_exist():
 @live
 def test_bpffs_is_mounted_when_missing(tmp_path):
     """ensure_bpffs mounts a bpffs where there is none (in a private mount namespace here)."""
-    code = ("import sys; from steer.kernel import ensure_bpffs, _fs_magic, _BPF_FS_MAGIC; "
+    code = ("import sys; from steer.kernel.gateway import ensure_bpffs, _fs_magic, _BPF_FS_MAGIC; "
             f"p = ensure_bpffs('{tmp_path}/bpf'); assert _fs_magic(p) == _BPF_FS_MAGIC; "
             f"ensure_bpffs('{tmp_path}/bpf'); print('ok')")
     r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", code],

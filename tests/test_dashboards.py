@@ -103,7 +103,7 @@ def test_alerts_compare_one_recorded_series():
 def test_the_fleet_files_use_the_exporters_default_port():
     """One port everywhere: the exporter's default, the unit, the DaemonSet, the scrape config
     and the docs; and not 9435, Cloudflare ebpf_exporter's default."""
-    from steer.exporter import DEFAULT_LISTEN
+    from steer.present.exporter import DEFAULT_LISTEN
     port = DEFAULT_LISTEN.rsplit(":", 1)[1]
     assert port != "9435"
     files = [f"{DASH}/fleet/{n}" for n in ("steer-exporter.service", "steer-exporter.default",
@@ -264,7 +264,7 @@ def test_the_podmonitor_is_valid_for_prometheus_operator():
 def test_every_command_line_of_the_fleet_files_parses():
     """The DaemonSet's args, the image's CMD and the unit's ExecStart (with its defaults file) are
     command lines steer's own parser accepts; the image is Debian 12 with the package of `make deb`."""
-    from steer.cli import build_parser
+    from steer.cli.main import build_parser
     parser = build_parser()
     container = open(f"{DASH}/fleet/Containerfile").read()
     assert re.search(r"^FROM \S+debian:bookworm", container, re.M)   # Debian 12, the package's target

@@ -3,9 +3,9 @@ what each cell's device should show, and what a device cannot take. Pure: no eth
 live tests in test_sweep_live.py switch a real veth)."""
 import pytest
 
-from steer.devsettings import (differences, named_features, parse_offloads, parse_pause,
-                               setting_key, setting_label, setting_problems, settings_of,
-                               target_state)
+from steer.experiment.devsettings import (differences, named_features, parse_offloads, parse_pause,
+                                          setting_key, setting_label, setting_problems, settings_of,
+                                          target_state)
 
 # a veth as ethtool shows it: GRO off, LRO and hardware GRO fixed off, no pause frames
 VETH = {"offloads": {"gro": "off", "gro-hw": "off", "lro": "off", "tso": "on", "gso": "on"},
@@ -84,7 +84,7 @@ def test_what_a_device_cannot_take():
 def test_the_state_to_put_back_is_the_one_recorded_before_the_first_run():
     """host.config's device, as results.json has it: a resumed sweep puts back that, not what a
     killed sweep left on the device."""
-    from steer.devsettings import recorded_state
+    from steer.experiment.devsettings import recorded_state
     device = {"offloads": {"gro": "on", "gro-hw": "off [fixed]", "lro": "off [fixed]",
                            "tso": "on", "gso": "on"},
               "pause": {"ifname": "eth0", "autonegotiate": True, "rx": True, "tx": False,

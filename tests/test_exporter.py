@@ -7,11 +7,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from steer import __version__
-from steer.exporter import SteerCollector
-from steer.flowspec import FlowSpec
-from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
-from steer.steering import DeviceState, RuleView
-from steer.topology import read_topology
+from steer.present.exporter import SteerCollector
+from steer.model.flowspec import FlowSpec
+from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.steering.xdp import DeviceState, RuleView
+from steer.model.topology import read_topology
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available (sock_recv_length)", "available",
@@ -241,7 +241,7 @@ def test_napi_polls_per_cpu_split_into_device_and_backlog():
     """Each CPU's NAPI polls, packets and full polls, the devices' instances added up apart from
     the backlog: a CPU polling a device is where that device's packets arrive."""
     from dataclasses import replace
-    from steer.samples import NapiCounts, NapiId
+    from steer.model.samples import NapiCounts, NapiId
     after = replace(_sample(2, _flow(FAST, 2, 10**9, 0, 1)), napi={
         NapiId(7, 2, 8193): {0: NapiCounts(10, 600, 2)}, NapiId(7, 2, 8194): {0: NapiCounts(5, 5, 0)},
         NapiId(0, 0, 0): {1: NapiCounts(30, 31, 0)}})

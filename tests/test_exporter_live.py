@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 
 from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, live, steer
-from steer.lab import Lab, LabFlow
-from steer.tracer import DEFAULT_SAMPLE_HZ
+from steer.experiment.lab import Lab, LabFlow
+from steer.trace.tracer import DEFAULT_SAMPLE_HZ
 from test_dashboards import DASH, panel_exprs
 
 pytestmark = [live, pytest.mark.skipif(shutil.which("prometheus") is None,

@@ -16,12 +16,12 @@ import urllib.request
 import pytest
 
 from helpers import CPU_A, ROOT, STEER, assert_one_line_error, bpftool_objects, live, steer
-from steer.exporter import SteerCollector
-from steer.flows import build_snapshot
-from steer.lab import RECEIVER_ADDR, Lab, LabFlow, lab_namespaces
-from steer.steering import pin_root, pinned_state
-from steer.topology import read_topology
-from steer.tracer import Tracer
+from steer.present.exporter import SteerCollector
+from steer.model.flows import build_snapshot
+from steer.experiment.lab import RECEIVER_ADDR, Lab, LabFlow, lab_namespaces
+from steer.steering.xdp import pin_root, pinned_state
+from steer.model.topology import read_topology
+from steer.trace.tracer import Tracer
 
 pytestmark = live
 KILLS = 50
@@ -214,7 +214,7 @@ def test_samples_from_several_threads_and_a_stop_under_them():
     """`steer auto --listen` samples from its loop and from scrapes, and a signal stops the tracer
     under them: every sample() returns a whole sample or says the tracer is not running, and
     sequence numbers never repeat (each read is one read)."""
-    from steer.tracer import TracerError
+    from steer.trace.tracer import TracerError
     tracer = Tracer(timing="exact").start()
     seen, errors, stop = [], [], threading.Event()
 
@@ -398,7 +398,7 @@ def _catches_sigterm(pid: int) -> bool:
 
 def test_sigterm_and_ctrl_c_during_the_load_stop_steer_40_times():
     """A stop request in the first moments, while libbpf loads and logs (its print callback runs
-    Python, where ctypes would drop the KeyboardInterrupt: steer.interrupts), stops steer in
+    Python, where ctypes would drop the KeyboardInterrupt: steer.kernel.signals), stops steer in
     one teardown: exit 128 + the signal, no traceback, nothing attached."""
     rng = random.Random(10)
     for i in range(KILLS - 10):

@@ -2,9 +2,9 @@
 import os
 from dataclasses import replace
 
-from steer.flows import NS, PLACEMENT_HALF_LIFE, Intervals, PlacementMemory, build_snapshot
-from steer.topology import read_topology
-from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.flows import NS, PLACEMENT_HALF_LIFE, Intervals, PlacementMemory, build_snapshot
+from steer.model.topology import read_topology
+from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
@@ -197,7 +197,7 @@ def test_pmu_events_per_side_only_when_counted_and_whole_cpu_deltas():
 def test_napi_polls_give_each_flow_its_arrival_cpu_and_each_cpu_its_polls():
     """A flow's poll CPUs are those of the NAPI instance its napi_id names, else of its device's
     instances; the backlog (all-zero id) counts on the CPUs but belongs to no flow."""
-    from steer.samples import NapiCounts, NapiId
+    from steer.model.samples import NapiCounts, NapiId
     eth, veth, backlog = NapiId(7, 2, 8193), NapiId(9, 3, 8200), NapiId(0, 0, 0)
     v = dict(rx_bytes=10**6, rx_skbs=10, kernel_ns=5)
     before = replace(sample(0, []), napi={eth: {0: NapiCounts(100, 900, 1)}})
@@ -230,7 +230,7 @@ def test_napi_polls_give_each_flow_its_arrival_cpu_and_each_cpu_its_polls():
 
 def refusing_caps(*refused_programs: str) -> Capabilities:
     """The capabilities of a kernel that refused REFUSED_PROGRAMS, as the tracer makes them."""
-    from steer.programs import SECTIONS, plan
+    from steer.trace.programs import SECTIONS, plan
     refused = {p: f"the kernel refused {SECTIONS[p]} (EPERM: Operation not permitted)"
                for p in refused_programs}
     p = plan("auto", "auto", refused)

@@ -1,8 +1,8 @@
 """Flow specs and mask order (pure)."""
 import pytest
 
-from steer import steer_abi as abi
-from steer.flowspec import FlowSpec, FlowSpecError, mask_order
+from steer.abi import xdp as abi
+from steer.model.flowspec import FlowSpec, FlowSpecError, mask_order
 
 
 def test_parse_wildcard_and_key():

@@ -1,9 +1,9 @@
 """The host's configuration as a sweep records it, and NIC locality, on built sysfs trees:
 ethtool's text, cpumasks, which sockets a NIC is attached to, and the report's table."""
-from steer.hostconfig import device_config, mask_to_cpus, parse_ethtool_sections
-from steer.report import config_md
-from steer.sweep import device_sockets, summarize
-from steer.topology import nic_local, nic_sockets, read_topology
+from steer.experiment.hostconfig import device_config, mask_to_cpus, parse_ethtool_sections
+from steer.experiment.report import config_md
+from steer.experiment.sweep import device_sockets, summarize
+from steer.model.topology import nic_local, nic_sockets, read_topology
 
 from sysfs import add_nic, xeon_2s_smt
 
@@ -122,7 +122,7 @@ def test_cells_carry_nic_locality_and_the_report_the_configuration(tmp_path):
 def test_devices_by_index_finds_the_nic_under_a_vlan(tmp_path):
     """A VLAN's packets come in on its lower device: the NIC and its locality are that one's."""
     import os
-    from steer.netdevs import devices_by_index
+    from steer.trace.netdevs import devices_by_index
     root = str(tmp_path)
     eth = add_nic(root, "eth0", 1, list(range(12, 24)))
     vlan = add_nic(root, "eth0.100", None, None)
@@ -141,8 +141,8 @@ def test_devices_by_index_finds_the_nic_under_a_vlan(tmp_path):
 
 
 def test_flows_carry_their_device_and_nic_locality(tmp_path):
-    from steer.flows import attach_devices, build_snapshot
-    from steer.samples import Capabilities, FlowCpuSample, FlowId, TraceSample
+    from steer.model.flows import attach_devices, build_snapshot
+    from steer.model.samples import Capabilities, FlowCpuSample, FlowId, TraceSample
     xeon = read_topology(xeon_2s_smt(str(tmp_path)))
     a = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
     b = FlowId("tcp", "198.18.0.1", 40001, "198.18.0.2", 5201)
@@ -171,7 +171,7 @@ def test_flows_carry_their_device_and_nic_locality(tmp_path):
 
 def test_receiver_tcp_counters_from_netstat():
     """TcpExt's header and value lines pair up by position; a name the kernel lacks counts 0"""
-    from steer.hostconfig import RECEIVER_TCP, counter_delta, parse_netstat
+    from steer.experiment.hostconfig import RECEIVER_TCP, counter_delta, parse_netstat
     text = ("TcpExt: PruneCalled RcvPruned TCPOFOQueue TCPDSACKOldSent TCPDSACKOfoSent\n"
             "TcpExt: 1 2 30 4 5\n"
             "IpExt: InNoRoutes\nIpExt: 7\n")
@@ -186,7 +186,7 @@ def test_receiver_tcp_counters_from_netstat():
 
 
 def test_receiver_tcp_reads_this_namespace():
-    from steer.hostconfig import RECEIVER_TCP, receiver_tcp
+    from steer.experiment.hostconfig import RECEIVER_TCP, receiver_tcp
     counts = receiver_tcp(None)
     assert counts is not None and set(counts) == set(RECEIVER_TCP)
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from steer.flows import with_queue_irq
-from steer.hostconfig import irq_method_problems
-from steer.irqs import (DeviceIrq, busiest_cpu, classify_irq_name, device_irqs, interrupt_counts,
-                        irq_cpus, queue_irq, rx_irqs)
-from steer.topology import nic_place
+from steer.model.flows import with_queue_irq
+from steer.experiment.hostconfig import irq_method_problems
+from steer.model.irqs import (DeviceIrq, busiest_cpu, classify_irq_name, device_irqs, interrupt_counts,
+                              irq_cpus, queue_irq, rx_irqs)
+from steer.model.topology import nic_place
 
 
 def put(path, text):
@@ -109,7 +109,7 @@ def test_interrupt_counts_and_where_an_irq_fired(tmp_path):
     assert busiest_cpu(before, after, [31]) == (2, 9001)
     assert busiest_cpu(before, after, [29]) == (None, 0)
     # with no /sys/kernel/irq, the names come from /proc/interrupts
-    from steer.irqs import irq_names
+    from steer.model.irqs import irq_names
     assert irq_names(str(tmp_path), str(tmp_path / "nosys"))[31] == "virtio1-input.1"
     put(str(tmp_path / "irq/31/effective_affinity_list"), "2")
     put(str(tmp_path / "irq/31/smp_affinity_list"), "2-3")

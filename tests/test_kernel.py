@@ -1,5 +1,5 @@
 """The kernel gateway's own behaviour where it needs no privileges: a stop request that arrives
-while libbpf is calling back into Python is not lost (steer.interrupts)."""
+while libbpf is calling back into Python is not lost (steer.kernel.signals)."""
 import os
 import signal
 import subprocess
@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from helpers import ROOT
-from steer import interrupts, kernel
+from steer.kernel import signals as interrupts
+from steer.kernel import gateway as kernel
 
 
 def _open_missing(lib, tmp_path):
@@ -69,7 +70,7 @@ def test_a_stop_during_an_import_ends_with_the_status_main_returns():
     at import): CPython 3.11 would end the process by SIGINT, with no message, even after code
     caught the KeyboardInterrupt; steer's StopRequested is not marked so."""
     code = ("import os, signal, sys\n"
-            "from steer.interrupts import interrupt\n"
+            "from steer.kernel.signals import interrupt\n"
             "signal.signal(signal.SIGUSR1, lambda signum, frame: interrupt(frame))\n"
             "try:\n"
             "    exec('import os, signal; os.kill(os.getpid(), signal.SIGUSR1)')\n"

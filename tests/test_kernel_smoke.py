@@ -13,7 +13,7 @@ import pytest
 
 from helpers import (CPU_A, CPU_B, COOKIE, ROOT, STEER, bpftool_objects, live, steer, tcp_rx_bound,
                      two_cpus)
-from steer.lab import Lab, LabFlow
+from steer.experiment.lab import Lab, LabFlow
 
 pytestmark = [live, two_cpus]
 

@@ -1,17 +1,18 @@
 """The layering: modules that only compute on samples, topologies and flow specs import without the
-kernel gateway (steer.kernel, ctypes over libbpf) and without the loaders that use it, so they run
+kernel gateway (steer.kernel.gateway, ctypes over libbpf) and without the loaders that use it, so they run
 and are tested anywhere, without root."""
+import re
 import subprocess
 import sys
 
 from helpers import ROOT
 
-PURE = ["steer.samples", "steer.programs", "steer.check", "steer.interrupts", "steer.units", "steer.privileges", "steer.topology", "steer.classify",
-        "steer.flowspec", "steer.flows", "steer.report", "steer.policies", "steer.auto", "steer.view",
-        "steer.live", "steer.exporter", "steer.profile",
-        "steer.manual", "steer.irqs", "steer.devsettings"]
-GATEWAY_AND_LOADERS = ["steer.kernel", "steer.counters", "steer.tracer", "steer.steering", "steer.affinity", "steer.lab",
-                       "steer.sweep", "steer.netdevs"]
+PURE = ["steer.model.samples", "steer.trace.programs", "steer.trace.check", "steer.kernel.signals", "steer.model.units", "steer.kernel.privileges", "steer.model.topology", "steer.model.classify",
+        "steer.model.flowspec", "steer.model.flows", "steer.experiment.report", "steer.steering.policies", "steer.steering.auto", "steer.present.view",
+        "steer.present.live", "steer.present.exporter", "steer.trace.profile",
+        "steer.cli.manual", "steer.model.irqs", "steer.experiment.devsettings"]
+GATEWAY_AND_LOADERS = ["steer.kernel.gateway", "steer.trace.counters", "steer.trace.tracer", "steer.steering.xdp", "steer.steering.affinity", "steer.experiment.lab",
+                       "steer.experiment.sweep", "steer.trace.netdevs"]
 
 
 def test_pure_modules_import_without_the_gateway():
@@ -21,3 +22,84 @@ def test_pure_modules_import_without_the_gateway():
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "", f"imported by a pure module: {r.stdout.strip()}"
+
+
+# The floors of the tree (docs/development.md): a module imports from its own floor or below,
+# never above, and no set of modules imports each other round. Imports inside functions count.
+FLOORS = {"abi": 0, "model": 0, "kernel": 1, "trace": 2, "steering": 2, "policies": 2,
+          "experiment": 3, "present": 3, "cli": 4, "__main__": 5, "__init__": 0}
+
+
+def _imports():
+    """{module: {steer modules it imports}} over steer/, by ast."""
+    import ast
+    from pathlib import Path
+    root = Path(ROOT) / "steer"
+    mods = {".".join(("steer",) + p.relative_to(root).with_suffix("").parts): p
+            for p in root.rglob("*.py")}
+    mods = {m[:-len(".__init__")] if m.endswith(".__init__") else m: p for m, p in mods.items()}
+    out = {}
+    for mod, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{mod}: relative import (steer imports by absolute name)")
+            names = ([node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.module
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            deps |= {n for n in names if n in mods and n != mod and n != "steer"}
+        out[mod] = deps
+    return out
+
+
+def _floor(mod):
+    parts = mod.split(".")
+    return FLOORS[parts[1] if len(parts) > 1 else "__init__"]
+
+
+def test_imports_point_down_or_sideways():
+    up = [f"{m} (floor {_floor(m)}) imports {d} (floor {_floor(d)})"
+          for m, deps in _imports().items() for d in deps if _floor(d) > _floor(m)]
+    assert not up, up
+
+
+def test_no_import_cycle():
+    graph = _imports()
+    cycles = []
+    state = {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycles.append(path[path.index(d):] + [d])
+            elif d not in state:
+                visit(d, path + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles
+
+
+def test_every_module_has_a_floor():
+    assert all(_floor(m) is not None for m in _imports())
+
+
+def test_only_the_gateway_calls_into_c():
+    """ctypes for calls (CDLL, syscalls) only in steer.kernel.gateway; the ABI mirrors use it for
+    struct layouts alone."""
+    from pathlib import Path
+    for path in (Path(ROOT) / "steer").rglob("*.py"):
+        text = path.read_text()
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "steer/kernel/gateway.py":
+            continue
+        assert "CDLL" not in text and "use_errno" not in text, rel
+        if re.search(r"^\s*(import ctypes|from ctypes import)", text, re.M):
+            assert rel.startswith("steer/abi/"), rel
+
+
+def test_the_floor_rule_catches_an_upward_import(tmp_path):
+    assert _floor("steer.model.flows") < _floor("steer.present.view") < _floor("steer.cli.main")

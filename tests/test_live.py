@@ -16,12 +16,12 @@ import pytest
 
 from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live,
                      save_screenshot, steer)
-from steer.classify import classify
-from steer.flows import build_snapshot
-from steer.lab import RECEIVER_DEV, Lab, LabFlow, lab_namespaces
-from steer.topology import online_cpus, read_topology
-from steer.programs import SOCKET_PROGRAMS
-from steer.tracer import Tracer
+from steer.model.classify import classify
+from steer.model.flows import build_snapshot
+from steer.experiment.lab import RECEIVER_DEV, Lab, LabFlow, lab_namespaces
+from steer.model.topology import online_cpus, read_topology
+from steer.trace.programs import SOCKET_PROGRAMS
+from steer.trace.tracer import Tracer
 
 pytestmark = live
 

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from steer.cli import build_parser
-from steer.manual import bash_completion, commands, man_page
+from steer.cli.main import build_parser
+from steer.cli.manual import bash_completion, commands, man_page
 
 PARSER = build_parser()
 OPTIONS = {name: [o for a in p._actions for o in a.option_strings if o not in ("-h", "--help")]

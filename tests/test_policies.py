@@ -3,13 +3,13 @@ import os
 
 import pytest
 
-from steer.auto import AutoSteer, AutoStopped, run
-from steer.classify import Placement
-from steer.flows import CpuReport, FlowReport, Snapshot
-from steer.policies import (Decision, PolicyError, llc_peer, load_policy, same_core, spread,
-                            static)
-from steer.topology import read_topology
-from steer.samples import Capabilities, FlowId
+from steer.steering.auto import AutoSteer, AutoStopped, run
+from steer.model.classify import Placement
+from steer.model.flows import CpuReport, FlowReport, Snapshot
+from steer.steering.policies import (Decision, PolicyError, llc_peer, load_policy, same_core, spread,
+                                     static)
+from steer.model.topology import read_topology
+from steer.model.samples import Capabilities, FlowId
 from sysfs import FakeCpu, epyc_chiplet, sandy_bridge_2s_6c, write_tree, xeon_2s_smt
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
@@ -114,7 +114,7 @@ def test_static_rules_errors(tmp_path, text, msg):
 
 
 def test_user_policy_file(tmp_path):
-    path = _write(tmp_path, "p.py", "from steer.policies import Decision\n"
+    path = _write(tmp_path, "p.py", "from steer.steering.policies import Decision\n"
                   "def place(snapshot, topology):\n"
                   "    return [Decision(f.flow, 1, 'mine') for f in snapshot.flows]\n")
     name, place = load_policy(path)
@@ -264,7 +264,7 @@ def test_auto_log_lines_carry_their_time_and_json_carries_the_moves_fields():
     import io
     import json
     from datetime import datetime, timezone
-    from steer.logs import make_logger
+    from steer.cli.logs import make_logger
     at = lambda: datetime(2026, 11, 23, 7, 45, 1, 234000, tzinfo=timezone.utc)  # noqa: E731
     text, js = io.StringIO(), io.StringIO()
     for log in (make_logger("text", text, at), make_logger("json", js, at)):

@@ -8,11 +8,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from steer import flowtrace_abi as abi
-from steer.profile import (CATEGORIES, CATEGORY_IDS, RULES, build_profile, category_of,
-                           pack_ranges, render_table, stack_category, text_categories, write_svg)
-from steer.samples import FlowId
-from steer.tracer import _flow_id_of
+from steer.abi import flowtrace as abi
+from steer.present.profile_view import render_table, write_svg
+from steer.trace.profile import (CATEGORIES, CATEGORY_IDS, RULES, build_profile, category_of,
+                                 pack_ranges, stack_category, text_categories)
+from steer.model.samples import FlowId
+from steer.trace.tracer import _flow_id_of
 
 KALLSYMS = """\
 ffffffff81000000 T _stext

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from helpers import CPUS, SAMPLE_DISPERSION, live, sampling_bound, steer
-from steer.flows import build_snapshot
-from steer.lab import Lab, LabFlow
-from steer.profile import CATEGORIES, DEFAULT_FREQUENCY, run_profile
-from steer.topology import read_topology
-from steer.tracer import Tracer
+from steer.model.flows import build_snapshot
+from steer.experiment.lab import Lab, LabFlow
+from steer.trace.profile import CATEGORIES, DEFAULT_FREQUENCY, run_profile
+from steer.model.topology import read_topology
+from steer.trace.tracer import Tracer
 
 pytestmark = live
 

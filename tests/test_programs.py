@@ -1,4 +1,4 @@
-"""The load plan (steer.programs): which programs each mode loads on a kernel that refused some,
+"""The load plan (steer.trace.programs): which programs each mode loads on a kernel that refused some,
 what stands in for them, and each figure's state. Pure: no kernel, no root. The live tests
 (tests/test_refusals_live.py) load each plan into this kernel with real traffic."""
 import os
@@ -7,9 +7,9 @@ import re
 import pytest
 
 from helpers import ROOT
-from steer.flowtrace_abi import FT_COUNT_TCP, FT_COUNT_UDP
-from steer.programs import (ALL_PROGRAMS, CORE, HOOKS, OPTIONAL, SECTIONS, SOCKET_PROGRAMS,
-                            PlanError, forced_refusals, plan, refusals)
+from steer.abi.flowtrace import FT_COUNT_TCP, FT_COUNT_UDP
+from steer.trace.programs import (ALL_PROGRAMS, CORE, HOOKS, OPTIONAL, SECTIONS, SOCKET_PROGRAMS,
+                                  PlanError, forced_refusals, plan, refusals)
 
 EPERM = "EPERM: Operation not permitted"
 
@@ -176,6 +176,6 @@ def test_the_tests_stand_in_for_a_refusing_kernel():
 
 def test_the_map_table_is_the_objects():
     src = open(os.path.join(ROOT, "bpf", "flowtrace.bpf.c")).read()
-    from steer.programs import MAPS
+    from steer.trace.programs import MAPS
     assert tuple(re.findall(r'^\} (\w+) SEC\("\.maps"\);', src, re.M)) == MAPS
     assert forced_refusals("readers,ft_tcp_state") == {"readers", "ft_tcp_state"}

@@ -12,12 +12,12 @@ import time
 import pytest
 
 from helpers import CPU_A, CPU_B, COOKIE, SAMPLE_HZ, live, steer, tcp_rx_bound, two_cpus
-from steer.classify import classify
-from steer.flows import build_snapshot
-from steer.lab import Lab, LabFlow
-from steer.programs import CORE, OPTIONAL, forced_refusals, plan
-from steer.topology import read_topology
-from steer.tracer import REFUSE_ENV, Tracer
+from steer.model.classify import classify
+from steer.model.flows import build_snapshot
+from steer.experiment.lab import Lab, LabFlow
+from steer.trace.programs import CORE, OPTIONAL, forced_refusals, plan
+from steer.model.topology import read_topology
+from steer.trace.tracer import REFUSE_ENV, Tracer
 
 pytestmark = [live, two_cpus]
 

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from steer.figures import write_figures
-from steer.report import PAPERS, PAPERS_HARDWARE, by_class, llc_peer_choice, report_md, to_csv
-from steer.sweep import SweepConfig, SweepError, load_results, save_results, summarize
-from steer.topology import read_topology
+from steer.experiment.figures import write_figures
+from steer.experiment.report import PAPERS, PAPERS_HARDWARE, by_class, llc_peer_choice, report_md, to_csv
+from steer.experiment.sweep import SweepConfig, SweepError, load_results, save_results, summarize
+from steer.model.topology import read_topology
 from sysfs import xeon_2s_smt
 
 GBPS = 1e9
@@ -118,7 +118,7 @@ def test_figures(xeon, tmp_path):
 def test_histograms_are_of_every_run_by_class(xeon, tmp_path):
     """NDM'13's Figs 6-7 count every measurement, not cells' medians; the LLC panel appears only
     where a PMU counted"""
-    from steer.figures import histograms, run_values
+    from steer.experiment.figures import histograms, run_values
     cells = [summarize(0, 0, [{"throughput_bps": v * GBPS} for v in (20, 22, 21)], xeon),
              summarize(0, 1, [{"throughput_bps": v * GBPS} for v in (36, 38)], xeon),
              summarize(0, 12, [{"throughput_bps": 27 * GBPS, "llc_misses_app_per_gb": None}], xeon)]
@@ -197,7 +197,7 @@ def test_device_settings_section_csv_and_resume(xeon, tmp_path):
     """--offloads gro=on,gro=off: the matrix, class tables and figures are of the first setting;
     a section gives each setting by class with its packets per skb; the CSV names each row's
     setting; a resumed sweep knows a cell by its setting too."""
-    from steer.sweep import cell_key, cells_of
+    from steer.experiment.sweep import cell_key, cells_of
     r = synthetic(xeon)
     r["config"]["offloads"] = [{"gro": "on"}, {"gro": "off"}]
     for c in r["cells"]:
@@ -240,7 +240,7 @@ def test_device_settings_section_csv_and_resume(xeon, tmp_path):
 def test_profiled_cells_combine_runs_and_reach_the_report(xeon):
     """a cell's profile is the shares of its runs' summed seconds (a run with more samples weighs
     more), and the report shows each side's shares"""
-    from steer.profile import CATEGORIES
+    from steer.trace.profile import CATEGORIES
     zero = dict.fromkeys(CATEGORIES, 0.0)
     runs = [{"throughput_bps": GBPS, "profile": {"kernel": {**zero, "tcp_ip": 0.3, "netdev": 0.1},
                                                  "app": {**zero, "data_copy": 0.6}, "samples": 100}},
@@ -262,8 +262,8 @@ def test_profiled_cells_combine_runs_and_reach_the_report(xeon):
 
 
 def test_paper_preset_is_named_in_the_report(xeon):
-    from steer.report import paper_text
-    from steer.sweep import paper_sender_cpu
+    from steer.experiment.report import paper_text
+    from steer.experiment.sweep import paper_sender_cpu
     assert paper_sender_cpu([0, 1], [0, 1, 2, 3]) == 3
     assert paper_sender_cpu([0, 1], [0, 1]) is None
     r = synthetic(xeon)
@@ -280,10 +280,10 @@ def test_pmu_figures_of_a_run_per_side_and_of_the_readers_whole_core(xeon):
     """counter_figures: each side's hit ratio from its flows' misses and references, instructions
     and cycles per GB; the reader's core (CPU 0 and its SMT sibling 24 on this fixture) from
     the per-CPU counts between the two samples."""
-    from steer.flows import FlowReport
-    from steer.classify import classify
-    from steer.samples import FlowId, TraceSample
-    from steer.sweep import counter_figures
+    from steer.model.flows import FlowReport
+    from steer.model.classify import classify
+    from steer.model.samples import FlowId, TraceSample
+    from steer.experiment.sweep import counter_figures
     assert xeon.cpu(0).siblings == (0, 24)
     f = FlowReport(FlowId("tcp", "198.18.0.1", 1, "198.18.0.2", 2), 1.0, 2 * 10**9, 1, 0, 1.0,
                    1.0, 0.0, 0, 1.0, 1.0, 0.0, 2 * 10**9, 1, 7, "r", llc_misses_kernel=100,

@@ -5,9 +5,9 @@ import struct
 
 import pytest
 
-from steer import steer_abi as abi
-from steer.flowspec import FlowSpec
-from steer.steering import RuleTable, SteerError
+from steer.abi import xdp as abi
+from steer.model.flowspec import FlowSpec
+from steer.steering.xdp import RuleTable, SteerError
 
 CPUS = 4
 

@@ -11,13 +11,13 @@ import pytest
 from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, bpftool_objects, live, steer,
                      two_cpus)
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
-from steer.flows import build_snapshot
-from steer.flowspec import FlowSpec
-from steer.kernel import ensure_tracefs, prog_test_run
-from steer.lab import Lab, LabFlow
-from steer.steering import load_unattached, pin_root
-from steer.topology import read_topology
-from steer.tracer import Tracer
+from steer.model.flows import build_snapshot
+from steer.model.flowspec import FlowSpec
+from steer.kernel.gateway import ensure_tracefs, prog_test_run
+from steer.experiment.lab import Lab, LabFlow
+from steer.steering.xdp import load_unattached, pin_root
+from steer.model.topology import read_topology
+from steer.trace.tracer import Tracer
 
 pytestmark = live
 XDP_PASS, XDP_REDIRECT = 2, 4

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from helpers import CPU_A, CPU_B, ROOT, STEER, assert_one_line_error, live, steer, two_cpus
-from steer.hostconfig import RECEIVER_TCP
-from steer.lab import RECEIVER_DEV, lab_namespaces
+from steer.experiment.hostconfig import RECEIVER_TCP
+from steer.experiment.lab import RECEIVER_DEV, lab_namespaces
 from test_report import png_size, svg_cells
 
 pytestmark = [live, two_cpus]
@@ -143,7 +143,7 @@ def _host_sweep(lab, out, *options, stop=None):
     """`steer sweep --dev veth-rx` as on a real host, the 'other machine' being LAB's sending
     namespace, whose client keeps sending from when the server listens: (exit code, stderr).
     STOP: a signal sent once results.json holds a cell."""
-    from steer.lab import _in_netns
+    from steer.experiment.lab import _in_netns
     sweep = subprocess.Popen(
         [*STEER, "sweep", "--out", out, "--dev", "veth-rx", "--netns", lab.rx, "--port", "5301",
          "--server-cmd", "iperf3 -s -p 5301 -B 198.18.0.2", *options],
@@ -179,7 +179,7 @@ def _host_sweep(lab, out, *options, stop=None):
 def test_real_host_mode_with_an_outside_client(tmp_path):
     """--dev/--server-cmd as on a real host: the 'other machine' is a lab namespace whose client
     keeps sending while the sweep re-pins the receiver and re-steers the flow (XDP) per cell."""
-    from steer.lab import Lab, LabFlow
+    from steer.experiment.lab import Lab, LabFlow
     out = str(tmp_path / "host")
     with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         code, stderr = _host_sweep(lab, out, "--cpus", PAIR, "--seconds", "1.5")
@@ -247,7 +247,7 @@ def test_a_setting_the_device_cannot_take_is_refused(tmp_path):
               "--offloads", "lro=on,lro=off")
     assert_one_line_error(r, "--offloads: the lab's veth-rx's driver fixes lro off")
     assert not (tmp_path / "lab" / "results.json").exists()
-    from steer.lab import Lab, LabFlow
+    from steer.experiment.lab import Lab, LabFlow
     with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         code, stderr = _host_sweep(lab, str(tmp_path / "host"), "--cpus", str(A), "--seconds", "1",
                                    "--pause", "on,off")
@@ -263,7 +263,7 @@ def test_host_mode_switches_the_offloads_and_puts_them_back(tmp_path):
     the device is put back as found after (read by ethtool, not by steer); so it is when the
     sweep is stopped with SIGTERM, and when a sweep killed with SIGKILL, which can put nothing
     back, is resumed: the state to put back is the one results.json recorded at its start."""
-    from steer.lab import Lab, LabFlow
+    from steer.experiment.lab import Lab, LabFlow
 
     def gro(lab):
         out = subprocess.run(["ip", "netns", "exec", lab.rx, "ethtool", "-k", "veth-rx"],
@@ -368,8 +368,8 @@ def test_paper_preset(tmp_path):
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.load(open(f"{out}/results.json"))
-    from steer.lab import usable_cpus
-    from steer.sweep import paper_sender_cpu
+    from steer.experiment.lab import usable_cpus
+    from steer.experiment.sweep import paper_sender_cpu
     assert res["config"]["paper"] is True
     assert res["config"]["sender_cpu"] == paper_sender_cpu([A, B], usable_cpus())
     for c in res["cells"]:

@@ -16,11 +16,11 @@ import time
 import pytest
 
 from helpers import CPUS, ROOT, SAMPLE_DISPERSION, SAMPLE_HZ, live, sampling_bound
-from steer.flows import build_snapshot
-from steer.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
-from steer.topology import read_topology
-from steer.programs import HOOKS as APP_HOOKS, SYSCALL_PROGRAMS
-from steer.tracer import Tracer
+from steer.model.flows import build_snapshot
+from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
+from steer.model.topology import read_topology
+from steer.trace.programs import HOOKS as APP_HOOKS, SYSCALL_PROGRAMS
+from steer.trace.tracer import Tracer
 
 pytestmark = live
 

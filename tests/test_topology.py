@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from steer.topology import format_cpulist, parse_cpulist, read_topology
+from steer.model.topology import format_cpulist, parse_cpulist, read_topology
 from sysfs import epyc_chiplet, sandy_bridge_2s_6c, xeon_2s_smt
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")

@@ -5,14 +5,14 @@ import os
 import pytest
 from rich.console import Console
 
-from steer.flows import build_snapshot
-from steer.flowspec import FlowSpec
-from steer.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
-from steer.steering import DeviceState, RuleView
-from steer.topology import read_topology
-from steer.live import handle_key
-from steer.view import (HISTORY, History, ViewState, parse_rate, rate_text, render, rules_lines,
-                        screen, short_flow, sparkline)
+from steer.model.flows import build_snapshot
+from steer.model.flowspec import FlowSpec
+from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.steering.xdp import DeviceState, RuleView
+from steer.model.topology import read_topology
+from steer.present.live import handle_key
+from steer.present.view import (HISTORY, History, ViewState, parse_rate, rate_text, render, rules_lines,
+                                screen, short_flow, sparkline)
 
 VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
@@ -179,7 +179,7 @@ def test_rules_lines_say_detached_offline_and_unreadable():
 
 def test_an_smt_sibling_placement_is_shown_apart_from_same_core(tmp_path):
     from sysfs import xeon_2s_smt
-    from steer.view import class_label
+    from steer.present.view import class_label
     xeon = read_topology(xeon_2s_smt(str(tmp_path)))
     e = [FlowCpuSample(A, 0, rx_bytes=10**9, rx_skbs=100, kernel_ns=S),
          FlowCpuSample(A, 24, app_ns=S, app_calls=5, app_bytes=10**9, app_pid=42, app_comm="r"),

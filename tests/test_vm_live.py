@@ -11,11 +11,11 @@ import time
 import pytest
 
 from helpers import ROOT, STEER, assert_one_line_error, live, steer
-from steer.flows import build_snapshot
-from steer.kernel import vmlinux_has_type
-from steer.lab import Lab, LabFlow
-from steer.topology import parse_cpulist, read_topology
-from steer.tracer import Tracer, TracerError
+from steer.model.flows import build_snapshot
+from steer.kernel.gateway import vmlinux_has_type
+from steer.experiment.lab import Lab, LabFlow
+from steer.model.topology import parse_cpulist, read_topology
+from steer.trace.tracer import Tracer, TracerError
 
 pytestmark = live
 TOPO = read_topology()
@@ -412,7 +412,7 @@ def test_offloads_sweep_switches_the_nic_and_puts_it_back_and_pause_is_refused(t
 
 def _feeder_flow(tracer, devices, seconds):
     """The feeder's flow over SECONDS, as steer flows reports it (with its device resolved)."""
-    from steer.flows import attach_devices
+    from steer.model.flows import attach_devices
     before = tracer.sample()
     time.sleep(seconds)
     snap = attach_devices(build_snapshot(before, tracer.sample(), TOPO, tracer.capabilities),
@@ -434,7 +434,7 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
     for the test, so the flow keeps it. The tracer is attached before the flow starts and
     detached after it ends: attaching under this load is where the emulated machine has locked
     up."""
-    from steer.netdevs import DeviceResolver
+    from steer.trace.netdevs import DeviceResolver
     rx = _nic_rx_irqs()
     was = _affinities(rx.values())
     reader = 3

@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from steer.programs import FIGURE_NAMES  # noqa: E402
+from steer.trace.programs import FIGURE_NAMES  # noqa: E402
 
 CHECKS = ROOT / "build" / "vm"
 MARK = {"works": "works", "degraded": "partial", "missing": "**missing**"}

@@ -1,0 +1,2 @@
+"""steer.cli: the command line: argument parsing and each command, the man page and completion,
+logging."""

@@ -1,0 +1,420 @@
+"""Prometheus exporter: a Collector that reads the BPF maps at every scrape.
+
+Per-class counters must only go up, yet a flow's class can change between scrapes. So every
+scrape takes what each flow did since the previous scrape, classifies that interval (by the
+flow's recent past, PlacementMemory, so that sampling noise in one short interval does not move
+it), and adds it to the running totals of its class. Per-flow series exist only for the top-K
+flows by rate of the last interval: cardinality stays bounded, and a flow that went away loses
+its series.
+"""
+from __future__ import annotations
+
+import errno
+import heapq
+import os
+import platform
+import threading
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from steer import __version__
+from steer.model.classify import CLASSES
+from steer.model.flows import (SIDE_EVENTS, SIDES, FlowTotals, PlacementMemory, ServiceTotals, Snapshot,
+                               build_snapshot, by_side, side_events)
+from steer.trace.programs import SECTIONS
+from steer.model.topology import Topology, read_int
+from steer.model.samples import TraceSample, TraceSource
+
+if TYPE_CHECKING:
+    from steer.steering.xdp import DeviceState
+
+# 9723: marked FREE in the Prometheus wiki's "Default port allocations" (a stored copy of the page
+# read 2026-11-23); 9435, steer's default before, is Cloudflare's ebpf_exporter's, the exporter
+# most likely to run beside steer on an eBPF host
+DEFAULT_LISTEN = "127.0.0.1:9723"
+DEFAULT_TOP_K = 20
+# the labels of per-flow series: the whole 5-tuple, or the receiving service alone (no peer
+# address or port), whose series do not come and go with every connection
+FLOW_LABEL_SETS = {"five-tuple": ["proto", "src", "sport", "dst", "dport"],
+                   "service": ["proto", "dst", "dport"]}
+DEFAULT_FLOW_LABELS = "five-tuple"
+ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffic in this window
+
+
+def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
+    return read_int(path) == 1
+
+
+class SteerCollector(Collector):
+    """Yields fresh metric families on every collect(). Every counter is the same whoever scrapes
+    and how often: per-class totals fold each interval between two reads into running sums,
+    per-flow totals come from the tracer's cumulative entries (FlowTotals). Only the choice of
+    the top-K series and steer_class_flows look at the recent past."""
+
+    def __init__(self, tracer: TraceSource, topo: Topology, top_k: int = DEFAULT_TOP_K,
+                 steering: Callable[[], list[DeviceState]] | None = None,
+                 actions: Callable[[], dict[str, int]] | None = None,
+                 flow_labels: str = DEFAULT_FLOW_LABELS):
+        if flow_labels not in FLOW_LABEL_SETS:
+            raise ValueError(f"flow labels {flow_labels!r}: one of {', '.join(FLOW_LABEL_SETS)}")
+        self.tracer, self.topo, self.top_k = tracer, topo, top_k
+        self.steering, self.actions, self.flow_labels = steering, actions, flow_labels
+        self._lock = threading.Lock()
+        self._last: TraceSample | None = None
+        self._placement = PlacementMemory(topo)
+        self._class_totals: dict[str, dict[str, float]] = {
+            c: defaultdict(float) for c in CLASSES}
+        self._flow_totals = FlowTotals()
+        self._service_totals = ServiceTotals()
+        self._active: dict = {}   # flow -> (monotonic time of its last traffic, class)
+
+    def _advance(self) -> tuple[TraceSample, Snapshot, dict]:
+        """Read the maps once; fold the interval since the last read into the class totals; the
+        per-series totals as of this read."""
+        with self._lock:
+            now = self.tracer.sample()
+            snap = self._placement.update(
+                build_snapshot(self._last, now, self.topo, self.tracer.capabilities))
+            for f in snap.flows:
+                t = self._class_totals[f.placement.cls]
+                t["rx_bytes"] += f.rx_bytes
+                t["kernel_seconds"] += f.kernel_seconds
+                t["app_seconds"] += f.app_seconds
+                t["llc_kernel"] += f.llc_misses_kernel or 0
+                t["llc_app"] += f.llc_misses_app or 0
+                for key in _SIDE_EVENTS:
+                    t[key] += getattr(f, key) or 0
+            self._last = now
+            t = now.monotonic_ns / 1e9
+            for f in snap.flows:
+                self._active[f.flow] = (t, f.placement.cls)
+            for flow in [k for k, (seen, _) in self._active.items() if t - seen > ACTIVE_WINDOW]:
+                del self._active[flow]
+            totals = self._flow_totals.update(now)
+            if self.flow_labels == "service":
+                totals = self._service_totals.update(totals, t)
+            return now, snap, totals
+
+    def _series_key(self, flow) -> tuple:
+        return (flow.proto, flow.src, flow.sport, flow.dst, flow.dport) \
+            if self.flow_labels == "five-tuple" else self._service_totals.key(flow)
+
+    def collect(self) -> Iterable:
+        start = time.monotonic()
+        sample, snap, totals = self._advance()
+        took = time.monotonic() - start
+        caps = self.tracer.capabilities
+        yield from self._class_metrics(snap, caps.llc_available, caps.counters_per_flow_available)
+        yield from self._cpu_metrics(sample, caps)
+        yield from self._flow_metrics(snap, totals)
+        yield from self._health_metrics(sample, caps)
+        g = GaugeMetricFamily("steer_scrape_duration_seconds",
+                              "Time this scrape took to read the BPF maps and build its snapshot.")
+        g.add_metric([], took)
+        yield g
+        info = GaugeMetricFamily("steer_build_info", "steer's version, Python and kernel (value 1).",
+                                 labels=["version", "python", "kernel"])
+        info.add_metric([__version__, platform.python_version(), os.uname().release], 1)
+        yield info
+        if self.steering:
+            yield from self._steering_metrics(self.steering())
+        if self.actions:
+            moves = CounterMetricFamily("steer_auto_moves", "Flows moved by steer auto.",
+                                        labels=["policy"])
+            for policy, n in self.actions().items():
+                moves.add_metric([policy], n)
+            yield moves
+
+    def _class_metrics(self, snap: Snapshot, llc: bool, events: bool):
+        spec = [("rx_bytes", "steer_class_rx_bytes", "Transport payload received, by affinity class."),
+                ("kernel_seconds", "steer_class_kernel_seconds",
+                 "Kernel receive processing time (NET_RX softirq and cpumap kthread), by class."),
+                ("app_seconds", "steer_class_app_seconds",
+                 "Application receive syscall time (nested softirq excluded), by class.")]
+        for key, name, doc in spec:
+            m = CounterMetricFamily(name, doc, labels=["class"])
+            for cls in CLASSES:
+                m.add_metric([cls], self._class_totals[cls][key])
+            yield m
+        if llc:
+            m = CounterMetricFamily("steer_class_llc_misses", "LLC misses by class and side.",
+                                    labels=["class", "side"])
+            for cls in CLASSES:
+                m.add_metric([cls, "kernel"], self._class_totals[cls]["llc_kernel"])
+                m.add_metric([cls, "app"], self._class_totals[cls]["llc_app"])
+            yield m
+        if events:
+            for event, doc in _EVENT_DOCS.items():
+                m = CounterMetricFamily(f"steer_class_{event}", f"{doc} by class and side.",
+                                        labels=["class", "side"])
+                for cls in CLASSES:
+                    for side in SIDES:
+                        m.add_metric([cls, side], self._class_totals[cls][f"{event}_{side}"])
+                yield m
+        flows = GaugeMetricFamily("steer_class_flows",
+                                  f"Flows with traffic in the last {ACTIVE_WINDOW:g} s, by class.",
+                                  labels=["class"])
+        count = defaultdict(int)
+        for _, cls in self._active.values():
+            count[cls] += 1
+        for cls in CLASSES:
+            flows.add_metric([cls], count[cls])
+        yield flows
+
+    def _cpu_metrics(self, s: TraceSample, caps):
+        kernel = CounterMetricFamily("steer_cpu_kernel_seconds",
+                                     "Kernel receive processing time per CPU and context (softirq: "
+                                     "NET_RX; napi_thread: threaded NAPI; kthread: cpumap).",
+                                     labels=["cpu", "context"])
+        hardirq = CounterMetricFamily("steer_cpu_hardirq_seconds",
+                                      "Device interrupt handler time per CPU: a NIC queue's "
+                                      "interrupt lands on its arrival CPU.", labels=["cpu"])
+        hardirqs = CounterMetricFamily("steer_cpu_hardirqs", "Device interrupt handler runs per "
+                                       "CPU (/proc/interrupts counts these).", labels=["cpu"])
+        unattr = CounterMetricFamily("steer_cpu_net_rx_unattributed_seconds",
+                                     "NET_RX time with no TCP/UDP skb to charge it to.", labels=["cpu"])
+        app = CounterMetricFamily("steer_cpu_app_seconds", "Application receive syscall time per CPU.",
+                                  labels=["cpu"])
+        events = CounterMetricFamily("steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.",
+                                     labels=["cpu"])
+        drops = CounterMetricFamily("steer_cpu_receive_drops",
+                                    "Received TCP/UDP packets the kernel dropped, per CPU.",
+                                    labels=["cpu"])
+        napi = {name: CounterMetricFamily(f"steer_cpu_napi_{name}", doc, labels=["cpu", "source"])
+                for name, doc in (
+                    ("polls", "NAPI polls per CPU (napi:napi_poll). source device: a driver's "
+                     "poll, where its packets arrive (the queue IRQ's CPU, its threaded NAPI "
+                     "kthread's, a busy-polling reader's); backlog: RPS, netif_rx, loopback."),
+                    ("packets", "Packets taken in by NAPI polls per CPU."),
+                    ("full_polls", "NAPI polls that used their whole budget per CPU: more was "
+                     "waiting."))}
+        polled = defaultdict(lambda: [0, 0, 0])
+        for key, cpus in s.napi.items():
+            for cpu, n in cpus.items():
+                for i, v in enumerate(n):
+                    polled[cpu, "device" if key.ifindex else "backlog"][i] += v
+        for (cpu, source), counts in sorted(polled.items()):
+            for family, v in zip(napi.values(), counts):
+                family.add_metric([str(cpu), source], v)
+        for c in s.cpus:
+            if c.cpu not in self.topo.cpus:
+                continue
+            cpu = str(c.cpu)
+            kernel.add_metric([cpu, "softirq"], (c.net_rx_ns - c.napi_thread_ns) / 1e9)
+            kernel.add_metric([cpu, "napi_thread"], c.napi_thread_ns / 1e9)
+            kernel.add_metric([cpu, "kthread"], c.kthread_ns / 1e9)
+            hardirq.add_metric([cpu], c.hardirq_ns / 1e9)
+            hardirqs.add_metric([cpu], c.hardirqs)
+            unattr.add_metric([cpu], c.net_rx_unattributed_ns / 1e9)
+            app.add_metric([cpu], c.app_ns / 1e9)
+            events.add_metric([cpu], c.net_rx_events)
+            drops.add_metric([cpu], c.rx_drops)
+        yield from (kernel, unattr, app, events, drops, hardirq, hardirqs, *napi.values())
+        if s.cpu_events:
+            whole = CounterMetricFamily(
+                "steer_cpu_events", "PMU events of everything a CPU ran (every task, user and "
+                "kernel), as PCM counts a core; software stand-ins with --counters software.",
+                labels=["cpu", "event"])
+            for cpu, counts in sorted(s.cpu_events.items()):
+                if cpu in self.topo.cpus:
+                    for event, n in counts.items():
+                        whole.add_metric([str(cpu), event], n)
+            yield whole
+        if caps.llc_available or caps.counters_per_flow_available:
+            recv = CounterMetricFamily(
+                "steer_cpu_receive_events", "PMU events charged to receive work per CPU and side "
+                "(kernel: NET_RX and cpumap kthreads; app: receive syscalls).",
+                labels=["cpu", "side", "event"])
+            for c in s.cpus:
+                if c.cpu not in self.topo.cpus:
+                    continue
+                counts = by_side(side_events([c])) if caps.counters_per_flow_available else {}
+                for side in SIDES:
+                    if caps.llc_available:
+                        recv.add_metric([str(c.cpu), side, "llc_misses"], getattr(c, f"llc_{side}"))
+                    for event, n in counts.get(side, {}).items():
+                        recv.add_metric([str(c.cpu), side, event], n)
+            yield recv
+
+    def _flow_metrics(self, snap: Snapshot, totals: dict):
+        """The top-K series by the rate of the last interval, then by bytes (a flow idle for an
+        interval keeps its series while the tracer keeps it): cumulative counters (rate() gives
+        their rates), and the placement of their flows."""
+        labels = FLOW_LABEL_SETS[self.flow_labels]
+        rate: dict[tuple, float] = defaultdict(float)
+        for f in snap.flows:
+            rate[self._series_key(f.flow)] += f.rate_bps
+        top = heapq.nlargest(self.top_k, totals,
+                             key=lambda k: (rate.get(k, 0.0), totals[k].rx_bytes))
+        rx = CounterMetricFamily("steer_flow_receive_bytes",
+                                 "Transport payload received by a top-K flow (or service).",
+                                 labels=labels)
+        kernel = CounterMetricFamily("steer_flow_kernel_seconds",
+                                     "Kernel receive processing time of a top-K flow (or service).",
+                                     labels=labels)
+        app = CounterMetricFamily("steer_flow_app_seconds",
+                                  "Application receive time of a top-K flow (or service).",
+                                  labels=labels)
+        drops = CounterMetricFamily("steer_flow_receive_drops",
+                                    "Received packets of a top-K flow (or service) the kernel dropped.",
+                                    labels=labels)
+        # sampled timing: the samples each seconds counter rests on; over a rate() window the
+        # time's standard error is about seconds / sqrt(samples)
+        samples = CounterMetricFamily("steer_flow_samples",
+                                      "Samples the kernel and app seconds of a top-K flow (or "
+                                      "service) rest on (sampled timing).", labels=labels + ["side"])
+        sampled = self.tracer.capabilities.mode == "sampled"
+        for k in top:
+            t, values = totals[k], [str(v) for v in k]
+            rx.add_metric(values, t.rx_bytes)
+            kernel.add_metric(values, t.kernel_ns / 1e9)
+            app.add_metric(values, t.app_ns / 1e9)
+            drops.add_metric(values, t.rx_drops)
+            if sampled:
+                samples.add_metric(values + ["kernel"], t.kernel_samples)
+                samples.add_metric(values + ["app"], t.app_samples)
+        info = GaugeMetricFamily(
+            "steer_flow_info", "Placement of the flows of a top-K series: 1 per flow (with "
+            "service labels, how many of its flows have that placement).",
+            labels=labels + ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling",
+                             "app_comm"])
+        placed: dict[tuple, int] = defaultdict(int)
+        wanted = set(top)
+        for f in snap.flows:
+            k = self._series_key(f.flow)
+            if k in wanted:
+                placed[tuple(str(v) for v in k) + (
+                    _s(f.kernel_cpu), _s(f.app_cpu), f.placement.cls,
+                    _s(f.placement.shared_llc).lower(), _s(f.placement.smt_sibling).lower(),
+                    f.app_comm or "")] += 1
+        for values, n in placed.items():
+            info.add_metric(list(values), n)
+        yield from (rx, kernel, app, drops, samples, info)
+
+    def _health_metrics(self, s: TraceSample, caps):
+        g = GaugeMetricFamily("steer_tracer_flow_entries", "Live (flow, CPU) entries in the flow map.")
+        g.add_metric([], s.live_entries)
+        yield g
+        g = GaugeMetricFamily("steer_tracer_flow_entries_max", "Bound of the flow map (--max-flows).")
+        g.add_metric([], s.max_entries)
+        yield g
+        c = CounterMetricFamily("steer_tracer_evictions", "Flow map entries the LRU evicted.")
+        c.add_metric([], s.evictions)
+        yield c
+        c = CounterMetricFamily("steer_tracer_map_update_failures",
+                                "Flow map updates that failed; their time went to unattributed.")
+        c.add_metric([], sum(x.flow_failures for x in s.cpus))
+        yield c
+        cap = GaugeMetricFamily("steer_capability_info",
+                                "Tracing mechanisms: state is available or unavailable (value 1).",
+                                labels=["mechanism", "state", "detail"])
+        for name, text in caps.as_dict().items():
+            if isinstance(text, str) and name != "mode":
+                cap.add_metric([name, *_capability_state(text)], 1)
+        yield cap
+        mode = GaugeMetricFamily("steer_timing_mode_info",
+                                 "The timing mode the tracer runs in on this kernel (value 1).",
+                                 labels=["mode"])
+        mode.add_metric([caps.mode], 1)
+        yield mode
+        fig = GaugeMetricFamily("steer_figure_info",
+                                "Each figure steer shows: state is works, degraded or missing on "
+                                "this kernel, why names the refused programs behind it (value 1).",
+                                labels=["figure", "state", "why"])
+        for name, f in caps.figures.items():
+            fig.add_metric([name, f["state"], f["why"]], 1)
+        yield fig
+        refused = GaugeMetricFamily("steer_program_refused",
+                                    "A tracer program this kernel refused or lacks (value 1); the "
+                                    "figures that depend on it are in steer_figure_info.",
+                                    labels=["program", "hook", "reason"])
+        for prog, why in caps.refused.items():
+            refused.add_metric([prog, SECTIONS.get(prog, ""), why], 1)
+        yield refused
+        if bpf_stats_enabled():
+            runtime = CounterMetricFamily("steer_bpf_program_run_seconds",
+                                          "Time spent in each steer BPF program (bpf_stats_enabled).",
+                                          labels=["program"])
+            runs = CounterMetricFamily("steer_bpf_program_runs", "Runs of each steer BPF program.",
+                                       labels=["program"])
+            for prog, (ns, cnt) in self.tracer.program_stats().items():
+                runtime.add_metric([prog], ns / 1e9)
+                runs.add_metric([prog], cnt)
+            yield from (runtime, runs)
+
+    def _steering_metrics(self, devices: list[DeviceState]):
+        pk = CounterMetricFamily("steer_rule_packets", "Packets a steering rule redirected.",
+                                 labels=["dev", "netns", "rule", "cpu"])
+        by = CounterMetricFamily("steer_rule_bytes", "Bytes a steering rule redirected.",
+                                 labels=["dev", "netns", "rule", "cpu"])
+        xdp = CounterMetricFamily("steer_xdp_packets", "Packets seen by the steering program.",
+                                  labels=["dev", "netns", "result"])
+        mode = GaugeMetricFamily("steer_xdp_info", "Steering program of a device (value 1).",
+                                 labels=["dev", "netns", "mode"])
+        gone = GaugeMetricFamily("steer_xdp_detached",
+                                 "1 when the device of pinned rules was removed, so they steer "
+                                 "nothing; 0 while attached.", labels=["dev", "netns"])
+        for d in devices:
+            if d.error:
+                continue
+            dev, ns = d.dev, d.netns or ""
+            mode.add_metric([dev, ns, d.mode], 1)
+            gone.add_metric([dev, ns], 1 if d.detached else 0)
+            for r in d.rules:
+                pk.add_metric([dev, ns, str(r.spec), str(r.cpu)], r.packets)
+                by.add_metric([dev, ns, str(r.spec), str(r.cpu)], r.bytes)
+            for result, n in d.counters.items():
+                xdp.add_metric([dev, ns, result], n)
+        yield from (pk, by, xdp, mode, gone)
+
+
+# the other PMU events of a flow (flows.SIDE_EVENTS), their metrics' text, and FlowReport's
+# fields of them by side
+_EVENT_DOCS = {"llc_references": "LLC references", "instructions": "Instructions retired",
+               "cycles": "Core cycles"}
+_SIDE_EVENTS = [f"{e}_{side}" for e in SIDE_EVENTS for side in SIDES]
+
+
+def _capability_state(text: str) -> tuple[str, str]:
+    """'available (sampled: ...)' or 'unavailable: why (ENOENT)' -> (state, detail), the detail
+    whole: only the separator after the state and one pair of parentheses around it all go."""
+    state, _, detail = text.partition(" ")
+    detail = detail.strip().removeprefix(":").strip()
+    if detail.startswith("(") and detail.endswith(")"):
+        detail = detail[1:-1]
+    return ("available" if state == "available" else "unavailable"), detail
+
+
+def _s(v) -> str:
+    return "" if v is None else str(v)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """(host, port) of HOST:PORT or [IPV6]:PORT; ":PORT" gives host "" (every address)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}, or :PORT "
+                         "for every address")
+    return host.strip("[]"), int(port)
+
+
+def serve(collector: SteerCollector, listen: str):
+    """Start the HTTP server on LISTEN with a private registry; returns the server."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+    host, port = parse_listen(listen)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)   # process_*: steer's own CPU, memory and fds
+    # every address, as ":PORT" means to Go exporters: IPv6 and (dual-stack) IPv4, or IPv4 alone
+    # on a host without IPv6
+    hosts = [host] if host else ["::", "0.0.0.0"]
+    for i, h in enumerate(hosts):
+        try:
+            return start_http_server(port, addr=h, registry=registry)
+        except OSError as e:
+            if i + 1 == len(hosts) or e.errno != errno.EAFNOSUPPORT:
+                raise ValueError(f"--listen {listen}: {e.strerror}") from None

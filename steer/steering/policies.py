@@ -1,0 +1,183 @@
+"""Placement policies: given a flow snapshot and the topology, where should each flow's kernel
+receive processing run?
+
+A policy is any callable `place(snapshot, topology) -> list[Decision]`. User policies are Python
+files defining such a `place` function; they are loaded only from files that no other user can
+write. Built-ins:
+
+- llc-peer: a different core of the reader's socket that shares its last-level cache, never the
+  reader's own core or its SMT sibling (the placement the NDM'13 study found fastest); among
+  those, the CPUs of the NIC's NUMA node first (a socket split into nodes, as sub-NUMA
+  clustering does), where the packets' memory is.
+- same-core: the reader's own CPU (what aRFS does), for comparison.
+- spread: flows by rate onto the least loaded online CPUs.
+- static: TOML rules, `[[rule]] flow = "proto=tcp,dport=5201"  cpu = 2`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+from dataclasses import dataclass
+from typing import Callable
+
+from steer.model.flowspec import FlowSpec, FlowSpecError
+from steer.model.flows import FlowReport, Snapshot
+from steer.model.topology import Topology
+from steer.model.samples import FlowId
+
+DEFAULT_MIN_RATE = 1e6   # bit/s: below this a flow's placement does not matter (control traffic)
+
+
+class PolicyError(Exception):
+    """A policy that cannot be loaded or that asked for something impossible; one line."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    flow: FlowId
+    cpu: int
+    reason: str
+
+
+Policy = Callable[[Snapshot, Topology], "list[Decision]"]
+
+
+def _candidates(snap: Snapshot, min_rate: float) -> list[FlowReport]:
+    """Flows worth placing: a known reader, and enough traffic."""
+    return [f for f in snap.flows if f.app_cpu is not None and f.rate_bps >= min_rate]
+
+
+def _load(snap: Snapshot) -> dict[int, float]:
+    """Busy time per CPU in the snapshot: kernel receive work plus application receive work."""
+    return {c.cpu: c.net_rx_seconds + c.kthread_seconds + c.app_seconds for c in snap.cpus}
+
+
+def llc_peer(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE) -> list[Decision]:
+    load = _load(snap)
+    out = []
+    for f in _candidates(snap, min_rate):
+        reader = topo.cpus.get(f.app_cpu)
+        if reader is None:
+            continue
+        own_core = set(reader.siblings) | {reader.cpu}
+        online = set(topo.online)
+        same_socket = [c for c in topo.online if topo.cpus[c].socket == reader.socket
+                       and c not in own_core]
+        peers = [c for c in reader.llc_cpus if c in online and c not in own_core
+                 and topo.cpus[c].socket == reader.socket]
+        pool, why = (peers, f"shares the L{topo.llc_level or '?'} of reader CPU {reader.cpu}") \
+            if peers else (same_socket, f"same socket as reader CPU {reader.cpu}, no LLC peer")
+        if not pool:
+            continue   # a one-core socket: nothing better to offer
+        node = (f.rx_device or {}).get("numa_node")
+        near = [c for c in pool if topo.cpus[c].numa == node] if node is not None else []
+        if near and len(near) < len(pool):
+            pool, why = near, f"{why}, on the NIC's NUMA node {node}"
+        if f.kernel_cpu in pool:
+            out.append(Decision(f.flow, f.kernel_cpu, f"already {why}"))
+            continue
+        cpu = min(pool, key=lambda c: (load.get(c, 0.0), c))
+        load[cpu] = load.get(cpu, 0.0) + f.kernel_seconds
+        out.append(Decision(f.flow, cpu, f"least loaded CPU that {why}"))
+    return out
+
+
+def same_core(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE) -> list[Decision]:
+    return [Decision(f.flow, f.app_cpu, "reader's own CPU (as aRFS places it)")
+            for f in _candidates(snap, min_rate) if f.app_cpu in topo.online]
+
+
+def spread(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE) -> list[Decision]:
+    load = _load(snap)
+    out = []
+    for f in sorted(_candidates(snap, min_rate), key=lambda f: -f.rate_bps):
+        cpu = min(topo.online, key=lambda c: (load.get(c, 0.0), c))
+        load[cpu] = load.get(cpu, 0.0) + f.kernel_seconds + f.app_seconds + 1e-9
+        out.append(Decision(f.flow, cpu, "least loaded online CPU"))
+    return out
+
+
+def static(path: str) -> Policy:
+    """A policy from TOML rules; checked when loaded, so errors show before anything runs."""
+    import tomllib
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as e:
+        raise PolicyError(f"{path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(f"{path}: not valid TOML: {e}") from None
+    rules = doc.get("rule")
+    if not isinstance(rules, list) or not rules:
+        raise PolicyError(f"{path}: expected one or more [[rule]] tables with flow and cpu")
+    parsed: list[tuple[FlowSpec, int]] = []
+    for i, r in enumerate(rules, 1):
+        if not isinstance(r, dict) or set(r) - {"flow", "cpu"} or "flow" not in r or "cpu" not in r:
+            raise PolicyError(f"{path}: rule {i}: needs exactly the keys flow and cpu")
+        if not isinstance(r["flow"], str):
+            raise PolicyError(f"{path}: rule {i}: flow must be a string such as \"proto=tcp,dport=5201\"")
+        if not isinstance(r["cpu"], int) or isinstance(r["cpu"], bool) or r["cpu"] < 0:
+            raise PolicyError(f"{path}: rule {i}: cpu must be a CPU number, not {r['cpu']!r}")
+        try:
+            parsed.append((FlowSpec.parse(r["flow"]), r["cpu"]))
+        except FlowSpecError as e:
+            raise PolicyError(f"{path}: rule {i}: {e}") from None
+
+    def place(snap: Snapshot, topo: Topology) -> list[Decision]:
+        out = []
+        for f in snap.flows:
+            fl = f.flow
+            for spec, cpu in parsed:
+                if spec.matches(fl.proto, fl.src, fl.sport, fl.dst, fl.dport):
+                    out.append(Decision(fl, cpu, f"static rule {spec}"))
+                    break
+        return out
+    return place
+
+
+BUILTIN = {"llc-peer": llc_peer, "same-core": same_core, "spread": spread}
+
+
+def check_policy_file(path: str) -> None:
+    """Refuse a policy file another user could have written: it runs with our privileges."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise PolicyError(f"policy file {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PolicyError(f"policy file {path} is not a regular file")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PolicyError(f"policy file {path} is writable by group or others: chmod go-w it")
+    if st.st_uid not in (0, os.geteuid()):
+        raise PolicyError(f"policy file {path} belongs to uid {st.st_uid}, neither root nor you")
+    parent = os.path.dirname(os.path.abspath(path))
+    pst = os.stat(parent)
+    if pst.st_mode & stat.S_IWOTH and not pst.st_mode & stat.S_ISVTX:
+        raise PolicyError(f"policy file {path} is in a directory anyone can write to")
+
+
+def load_policy(spec: str, min_rate: float = DEFAULT_MIN_RATE) -> tuple[str, Policy]:
+    """NAME of a built-in, static:FILE or FILE.toml (rules), or FILE.py (a `place` function)."""
+    if spec in BUILTIN:
+        fn = BUILTIN[spec]
+        return spec, lambda snap, topo: fn(snap, topo, min_rate)
+    if spec.startswith("static:") or spec.endswith(".toml"):
+        path = spec.split(":", 1)[1] if spec.startswith("static:") else spec
+        check_policy_file(path)
+        return f"static {path}", static(path)
+    if spec.endswith(".py"):
+        check_policy_file(spec)
+        modname = "steer_user_policy"
+        try:
+            sp = importlib.util.spec_from_file_location(modname, spec)
+            mod = importlib.util.module_from_spec(sp)
+            sp.loader.exec_module(mod)
+        except Exception as e:  # noqa: BLE001 - any error in the user's file is one line
+            raise PolicyError(f"policy file {spec} failed to load: {type(e).__name__}: {e}") from None
+        place = getattr(mod, "place", None)
+        if not callable(place):
+            raise PolicyError(f"policy file {spec} defines no place(snapshot, topology) function")
+        return spec, place
+    raise PolicyError(f"unknown policy {spec!r}: choose from {', '.join(BUILTIN)}, static:FILE, "
+                      "FILE.toml or FILE.py")

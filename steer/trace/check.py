@@ -1,0 +1,243 @@
+"""`steer check`: what this host lets steer do, found by trying it. Each timing mode and each
+receive hook is loaded and attached as the commands would load it (steer.trace.tracer, which leaves
+out what the kernel refuses and says why), the PMU events and the steering program are opened,
+and everything is closed again before the report: nothing stays attached.
+
+The report (a dict, JSON as it is) says per figure whether it works, is degraded or is missing,
+why, and what would change that; per program whether the kernel runs it. `text_lines` lays it out
+for a terminal; both are pure, so fixture reports test them."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import struct
+
+from steer.trace.programs import ALL_PROGRAMS, FIGURE_NAMES, FIGURES, SECTIONS, WORKS
+from steer.model.samples import lost_to_kernel
+
+# checks of what the kernel refused, in order: the first whose pattern is in the reason gives
+# what to change. The reasons come from steer.trace.tracer (refusal, _absent) and steer.trace.counters.
+REMEDIES = [
+    (r"STEER_TEST_REFUSE", "unset STEER_TEST_REFUSE (a test's stand-in for a refusing kernel)"),
+    (r"sock_recv_length", "Linux 6.3 or later has sock:sock_recv_length"),
+    (r"kprobe.*ENOENT|ENOENT.*kprobe", "a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y"),
+    (r"fexit.*ENOTSUPP|ENOTSUPP.*fexit",
+     "a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y)"),
+    (r"EPERM", "a security policy denies it: kernel lockdown (/sys/kernel/security/lockdown), "
+               "an LSM (SELinux, AppArmor, BPF LSM) or a container's seccomp profile"),
+    (r"EACCES|EINVAL", "the verifier rejected it on this kernel: STEER_LIBBPF_DEBUG=1 shows its "
+                       "log; please report it with `uname -r`"),
+    (r"kallsyms|kptr_restrict", "sysctl kernel.kptr_restrict=1 (root then reads kernel "
+                                "addresses) or run as root with CAP_SYSLOG"),
+    (r"cpu-clock", "sysctl kernel.perf_event_paranoid=2 or lower, or CAP_PERFMON"),
+    (r"drop reason", "Linux 5.17 or later gives skb:kfree_skb a drop reason"),
+    (r"xdp_cpumap_kthread", "Linux 4.15 or later has the cpumap tracepoints"),
+    (r"BTF has no|signature", "a kernel whose BTF describes tcp_recvmsg/udp_recvmsg "
+                              "(CONFIG_DEBUG_INFO_BTF=y; IPv6 loaded for udpv6_recvmsg)"),
+    (r"no hardware PMU|ENOENT", "a host with a hardware PMU: bare metal, or a VM given one "
+                                "(qemu/KVM -cpu host, a cloud's metal or vPMU instance types)"),
+    (r"CAP_|root", "run as root, or grant the capabilities named"),
+    (r"BTF", "a kernel built with CONFIG_DEBUG_INFO_BTF=y (or --btf FILE)"),
+]
+
+
+def remedy(why: str) -> str:
+    """What would change a refusal, from its reason."""
+    for pattern, fix in REMEDIES:
+        if re.search(pattern, why):
+            return fix
+    return ""
+
+
+def _tracer_run(timing: str, app_hook: str) -> dict:
+    """Start a tracer as the commands do, note what it took and what was refused, stop it."""
+    from steer.kernel.privileges import PrivilegeError
+    from steer.trace.tracer import Tracer, TracerError
+    t = Tracer(timing=timing, app_hook=app_hook, counters="off")
+    try:
+        t.start()
+    except (TracerError, PrivilegeError) as e:
+        return {"runs": False, "error": str(e), "refused": dict(t.refused), "loaded": [],
+                "refused_maps": dict(t.refused_maps)}
+    try:
+        p = t.plan
+        return {"runs": True, "mode": p.timing, "hook": p.hook, "why": p.timing_why,
+                "hook_why": p.hook_why, "loaded": sorted(p.programs), "refused": dict(t.refused),
+                "refused_maps": dict(t.refused_maps), "figures": t.capabilities.figures}
+    finally:
+        t.stop()
+
+
+def _counters() -> dict:
+    from steer.trace.counters import EVENTS, CounterSet
+    from steer.model.topology import online_cpus
+    cs = CounterSet.open("auto", online_cpus())
+    try:
+        return {e: cs.status(e) for e in EVENTS}
+    finally:
+        cs.close()
+
+
+def _steering() -> str:
+    """Whether the XDP steering program loads and a cpumap entry (a kthread) can be made."""
+    from steer.kernel.gateway import KernelError
+    from steer.steering.xdp import CPUMAP_QSIZE, load_unattached
+    from steer.abi import xdp as steer_abi
+    try:
+        obj, _ = load_unattached()
+    except KernelError as e:
+        return f"unavailable: {e}"
+    try:
+        cm = obj.map("cpu_map")
+        cm.update(struct.pack("I", 0), bytes(steer_abi.CpumapVal(qsize=CPUMAP_QSIZE)))
+        cm.delete(struct.pack("I", 0))
+    except KernelError as e:
+        return f"unavailable: the kernel refused a cpumap entry: {e}"
+    finally:
+        obj.close()
+    return "available (XDP program and cpumap; attaching to a device is tried by `steer pin`)"
+
+
+def run_checks() -> dict:
+    """Try everything; the report."""
+    from steer.kernel.gateway import BPFFS, TRACEFS, _fs_magic, _BPF_FS_MAGIC, _TRACEFS_MAGIC
+    from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN, missing_caps
+    from steer.trace.tracer import VMLINUX_BTF
+    uname = platform.uname()
+    report: dict = {
+        "kernel": uname.release, "machine": uname.machine,
+        "privileges": {"missing": missing_caps([CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN,
+                                                CAP_SYS_ADMIN])},
+        "btf": os.path.exists(VMLINUX_BTF),
+        "bpffs": _fs_magic(BPFFS) == _BPF_FS_MAGIC,
+        "tracefs": _fs_magic(TRACEFS) == _TRACEFS_MAGIC,
+    }
+    default = _tracer_run("auto", "auto")
+    runs = {"default": default}
+    for timing in ("sampled", "exact"):
+        runs[timing] = _tracer_run(timing, "auto")
+    for hook in ("tracepoint", "fexit", "kprobe"):
+        runs[f"exact/{hook}"] = _tracer_run("exact", hook)
+    report["default"] = {k: default.get(k) for k in ("runs", "mode", "hook", "why", "error")}
+    report["modes"] = {name: {k: r.get(k) for k in ("runs", "mode", "hook", "why", "error")}
+                       for name, r in runs.items() if name != "default"}
+    programs = {}
+    for prog in ALL_PROGRAMS:
+        loaded = [n for n, r in runs.items() if prog in r["loaded"]]
+        why = next((r["refused"][prog] for r in runs.values() if prog in r["refused"]), "")
+        state = "works" if loaded else "refused" if why.startswith("the kernel refused") else \
+            "absent" if why else "not tried"
+        programs[prog] = {"hook": SECTIONS[prog], "state": state, "why": "" if loaded else why,
+                          "fix": "" if loaded else remedy(why)}
+    report["programs"] = programs
+    # the map types the kernel would not create (the programs that use them are refused with it)
+    report["maps"] = {m: why for r in runs.values() for m, why in r["refused_maps"].items()}
+    figures = {}
+    for name, f in (default.get("figures") or {}).items():
+        figures[name] = dict(f, what=FIGURES[name],
+                             fix=remedy(f["why"]) if f["state"] != WORKS else "")
+    report["figures"] = figures
+    if report["privileges"]["missing"] or not report["btf"]:
+        report["counters"], report["steering"] = {}, "not tried"
+    else:
+        report["counters"] = _counters()
+        report["steering"] = _steering()
+    return report
+
+
+def figure_rows(report: dict) -> list[tuple[str, str, str, str]]:
+    """Per figure: its name, state, how it is measured or why not, what would change it."""
+    return [(FIGURE_NAMES[n], f["state"], f["how"] + (f": {f['why']}" if f["why"] else ""),
+             f.get("fix", "")) for n, f in report["figures"].items()]
+
+
+def host_rows(report: dict) -> list[tuple[str, str, str, str]]:
+    """The host's parts as figure_rows has them: privileges, BTF, PMU events (those that share a
+    status in one row), steering."""
+    missing = report["privileges"]["missing"]
+    rows = [("privileges", "missing" if missing else WORKS,
+             ", ".join(missing) or "CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_SYS_ADMIN",
+             remedy("CAP_") if missing else ""),
+            ("kernel BTF", WORKS if report["btf"] else "missing", "/sys/kernel/btf/vmlinux",
+             "" if report["btf"] else remedy("BTF"))]
+    by_status: dict[str, list[str]] = {}
+    for event, status in report["counters"].items():
+        by_status.setdefault(status, []).append(event)
+    for status, events in by_status.items():
+        ok = status.startswith("available")
+        rows.append((f"PMU {', '.join(events)}", WORKS if ok else "missing", status,
+                     "" if ok else remedy(status)))
+    steering = report["steering"]
+    rows.append(("steering", WORKS if steering.startswith("available") else "missing",
+                 steering, ""))
+    return rows
+
+
+def program_rows(report: dict) -> list[tuple[str, str, str, str]]:
+    """The programs the kernel does not run, those with one reason in one row: their hooks,
+    state, why, what would change it."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for p in report["programs"].values():
+        if p["state"] != WORKS:
+            m = _KERNEL_REFUSED.match(p["why"])
+            why = f"the kernel refused them ({m.group(1)})" if m else p["why"]
+            groups.setdefault((p["state"], why, p["fix"]), []).append(p["hook"])
+    return [(", ".join(hooks), state,
+             why or "not loaded: what they serve was refused, or another hook serves it", fix)
+            for (state, why, fix), hooks in groups.items()]
+
+
+_KERNEL_REFUSED = re.compile(r"the kernel refused \S+ \((.*)\)$")
+
+
+def text_lines(report: dict, width: int = 100) -> list[str]:
+    """The report for a terminal WIDTH wide: the headline, a line per figure and part of the
+    host (what would change it on the next, marked ->), the programs the kernel does not run."""
+    import textwrap
+    out = [headline(report), ""]
+    left = 30
+
+    def rows(items, name_width=20):
+        for name, state, detail, fix in items:
+            head = f"{name:<{name_width}} {state:<9}"
+            if len(head) > left:
+                out.append(head.rstrip())
+                head = ""
+            out.extend(textwrap.wrap(detail, width, initial_indent=f"{head:<{left}}",
+                                     subsequent_indent=" " * left) or [head.rstrip()])
+            if fix:
+                out.extend(textwrap.wrap(fix, width, initial_indent=" " * left + "-> ",
+                                         subsequent_indent=" " * (left + 3)))
+
+    rows(figure_rows(report) + host_rows(report))
+    refused = program_rows(report)
+    n = len(report["programs"])
+    not_run = sum(1 for p in report["programs"].values() if p["state"] != WORKS)
+    out += ["", f"{n - not_run} of {n} BPF programs run here" +
+            ("; these do not (--json lists each):" if refused else ".")]
+    maps = report.get("maps") or {}
+    if maps:
+        out.extend(textwrap.wrap("maps the kernel would not create (the programs that use them are "
+                                 "refused with them): " + "; ".join(f"{m} ({why})" for m, why in
+                                                                   maps.items()), width))
+    for hooks, state, why, fix in refused:
+        out.extend(textwrap.wrap(f"{state}: {hooks}", width, subsequent_indent="    "))
+        out.extend(textwrap.wrap(why, width, initial_indent="    ", subsequent_indent="    "))
+        if fix:
+            out.extend(textwrap.wrap(fix, width, initial_indent="    -> ",
+                                     subsequent_indent="       "))
+    return out
+
+
+def headline(report: dict) -> str:
+    d = report["default"]
+    head = f"steer check: Linux {report['kernel']} {report['machine']}: "
+    if not d["runs"]:
+        return head + f"steer cannot trace here: {d['error']}"
+    lost = lost_to_kernel(report["figures"])
+    return head + f"the default mode runs as {d['mode']} timing" + (
+        f" ({d['why']})" if d["why"] else "") + (
+        f"; degraded: {', '.join(FIGURE_NAMES[n] for n in lost)}" if lost else
+        "; no figure lost to the kernel")
+

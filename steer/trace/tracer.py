@@ -1,0 +1,598 @@
+"""The flow tracer: loads bpf/flowtrace.bpf.c, attaches it with BPF links, and hands out immutable
+samples of its maps (steer.model.samples). Its BPF objects are loaded through steer.kernel.gateway, the gateway;
+steer.steering.xdp loads the XDP side the same way."""
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from steer.abi import flowtrace as abi
+from steer.trace.counters import EVENTS, CounterError, CounterSet
+from steer.kernel.gateway import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, KernelError,
+                                  PerfCounter, bpf_dir, errno_name,
+                                  BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
+                                  possible_cpus, vmlinux_func_params, vmlinux_has_type)
+from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED, HOOKS,
+                                  MAPS, RECV_FUNCS,
+                                  SECTIONS, TCP_ITERATOR, TIMING_CHOICES, Figure, Plan, PlanError,
+                                  forced_refusals, plan)
+from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
+from steer.model.topology import read_int
+from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
+                                 address_text, proto_name)
+
+PROFILE_ENTRIES = 32768   # (flow, CPU, side, category) counts while profiling: ~3 MB
+DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
+DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
+                             # short connection (a scrape, a health check) would otherwise sit in
+                             # the map until the LRU pushes it out, and cost every later read
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+
+# the events besides LLC misses that the sampler charges to flows: their ft_config.events bits
+_EVENT_BITS = {"llc_references": abi.FT_EVENT_REFERENCES, "instructions": abi.FT_EVENT_INSTRUCTIONS,
+               "cycles": abi.FT_EVENT_CYCLES}
+
+
+REFUSE_ENV = "STEER_TEST_REFUSE"   # programs to treat as refused by the kernel (tests)
+DEFAULT_TIMING = "auto"    # sampled where the kernel runs its core, else exact, else counts
+DEFAULT_SAMPLE_HZ = 99     # per CPU, as always-on profilers sample (99, not 100: out of step with
+                           # work on a 100 Hz beat). Each sample costs a timer interrupt and
+                           # ~2.5 us of program on this VM (bench.event_cost; a stack walk, where
+                           # the kernel leaves no cheaper sign, ~18 us). A flow at 10% of a CPU
+                           # over a 15 s scrape interval gets ~150 samples: ~8% error
+MAX_SAMPLE_HZ = 20000      # the kernel throttles perf sampling well before 100 kHz per CPU
+# kernel functions whose frames tell the sampler where a CPU is (ft_text in flowtrace.h); each
+# group in order of preference: the first that the running kernel has
+TEXT_SYMBOLS = {abi.FT_TEXT_NET_RX: ["net_rx_action"],
+                abi.FT_TEXT_NAPI_THREAD: ["napi_threaded_poll_loop", "napi_threaded_poll"],
+                abi.FT_TEXT_SOFTIRQ: ["handle_softirqs", "__do_softirq"]}
+# tcp_recvmsg's parameter count -> index of `flags`: (sk, msg, len, nonblock, flags, addr_len)
+# before 5.19, (sk, msg, len, flags, addr_len) until 6.17, (sk, msg, len, flags) since
+RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
+
+
+def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
+    """A PREEMPT_RT kernel runs softirqs in task context, on task stacks (ft_config)."""
+    return read_int(path) == 1
+
+
+def refusal(program: str, e: KernelError, refused_maps: dict[str, str] | None = None) -> str:
+    """Why PROGRAM is not running, from the kernel's or libbpf's answer, in users' terms."""
+    code = f"{errno_name(e.errno)}: {os.strerror(e.errno)}" if e.errno else str(e)
+    if e.uses_map and refused_maps and e.uses_map in refused_maps:
+        code = f"it uses the map {e.uses_map}, which the kernel refused: {refused_maps[e.uses_map]}"
+    return f"the kernel refused {SECTIONS[program]} ({code})"
+
+
+# the figures that make up the app side's line, as it names them
+FIGURE_WORDS = {"tcp_app_bytes": "TCP bytes:", "udp_app_bytes": "UDP bytes:",
+                "reader": "reader:", "app_time": "time:"}
+
+
+def _legacy(f: Figure) -> str:
+    """A figure as the one-line mechanism states of Capabilities: 'available (...)' or
+    'unavailable: why'."""
+    if f.state == "missing":
+        return f"unavailable: {f.how}" + (f" ({f.why})" if f.why else "")
+    return f"available ({f})"
+
+
+class TracerError(Exception):
+    """A precondition of tracing is not met; str() is the one line to show."""
+
+
+def _flow_id_of(k: tuple) -> FlowId:
+    """FlowId from the unpacked key: saddr, daddr, sport, dport, proto, family, ..."""
+    saddr, daddr, sport, dport, proto, family = k[:6]
+    return FlowId(proto_name(proto), address_text(saddr, family), sport,
+                  address_text(daddr, family), dport)
+
+
+_STATS_FIELDS = [n for n, t in abi.FlowStats._fields_ if t is abi.u64]   # the leading counters
+_CPU_FIELDS = [n for n, _ in abi.CpuStats._fields_]
+_KEY = struct.Struct(abi.struct_format(abi.FlowCpuKey))
+_VALUE = struct.Struct(abi.struct_format(abi.FlowStats))
+_NAPI_KEY = struct.Struct(abi.struct_format(abi.NapiKey))
+_NAPI_VALUE = struct.Struct(abi.struct_format(abi.NapiStats))
+_LAST_SEEN_OFFSET = abi.FlowStats.last_seen_ns.offset
+_U64 = struct.Struct("@Q").unpack_from
+_COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuSample's order
+
+
+@dataclass
+class Tracer:
+    max_flows: int = DEFAULT_MAX_FLOWS
+    counters: str = "auto"      # PMU events: one of counters.MODES
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    btf: str | None = None
+    app_hook: str = "auto"      # one of programs.HOOK_CHOICES
+    timing: str = DEFAULT_TIMING   # one of programs.TIMING_CHOICES
+    sample_hz: int = DEFAULT_SAMPLE_HZ
+    profile: bool = False       # steer profile: each sample's kernel stack by category (sampled)
+    capabilities: Capabilities | None = field(default=None, init=False)
+
+    def __post_init__(self):
+        self._obj: BpfObject | None = None
+        self._counters = CounterSet("off")
+        self._clocks: list[PerfCounter] = []     # sampled timing: the cpu-clock events
+        self._softirqs0: dict[int, int] | None = None   # sampled: /proc/softirqs NET_RX at start
+        self._expired = 0
+        self._ids: dict[tuple, FlowId] = {}                     # key fields -> FlowId
+        self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), sample, raw counters)
+        self._entries: dict[tuple, FlowCpuSample] = {}   # what the next sample starts from
+        self._seq = 0
+        # skb->napi_id shares its bytes with sender_cpu (CPU + 1, set on transmit): an skb that a
+        # veth or loopback hands over without a NAPI poll keeps it. Real NAPI ids start above
+        # NR_CPUS (MIN_NAPI_ID), so above the number of possible CPUs; anything at or below is a
+        # CPU, not an instance
+        self._max_sender_cpu = possible_cpus()
+        self._lock = threading.RLock()
+        self._flags_arg = 0     # index of tcp_recvmsg's flags (fexit, kprobe)
+        self.plan: Plan | None = None    # what start() loaded
+        self.refused: dict[str, str] = {}   # program -> why it is not running, as start() found
+        self.refused_maps: dict[str, str] = {}   # map -> why the kernel would not create it
+        self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
+        self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
+        self._unreached_why = ""        # and the first such namespace's error
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "Tracer":
+        """Load and attach what this kernel runs of the mode and hook asked for. Each program
+        the kernel refuses (at load, at attach, or at an iterator's first run) is named from
+        libbpf's answer and left out of the next attempt, which programs.plan() makes without it:
+        one attempt per refusal at most, and only a refused core, or a mode or hook asked for by
+        name, ends in an error."""
+        require_caps([CAP_BPF, CAP_PERFMON], "tracing")
+        if self.max_flows < 1:
+            raise TracerError(f"--max-flows must be at least 1, not {self.max_flows}")
+        btf = self.btf or VMLINUX_BTF
+        if not os.path.exists(btf):
+            raise TracerError(
+                f"no kernel BTF at {btf}: CO-RE needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+                + ("" if self.btf else " (or pass --btf FILE)"))
+        obj_path = bpf_dir() / "flowtrace.bpf.o"
+        if not obj_path.exists():
+            raise TracerError(f"{obj_path} is not built: run `make` in the steer checkout "
+                              "(needs clang, bpftool and libbpf-dev)")
+        if self.app_hook not in HOOK_CHOICES:
+            raise TracerError(f"unknown app hook {self.app_hook!r}: choose from "
+                              f"{', '.join(HOOK_CHOICES)}")
+        if self.timing not in TIMING_CHOICES:
+            raise TracerError(f"unknown timing {self.timing!r}: choose from "
+                              f"{', '.join(TIMING_CHOICES)}")
+        if self.timing in ("auto", "sampled") and not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:
+            raise TracerError(f"--sample-hz must be from 1 to {MAX_SAMPLE_HZ}, not {self.sample_hz}")
+        if self.profile and self.timing not in ("auto", "sampled"):
+            raise TracerError("profiling takes the samples of --timing sampled, not "
+                              f"{self.timing}")
+        try:
+            forced = forced_refusals(os.environ.get(REFUSE_ENV))
+        except PlanError as e:
+            raise TracerError(str(e)) from None
+        refused = self.refused = self._absent()   # filled in as the kernel answers
+        self._drop_reasons = {} if "ft_kfree_skb" in refused else drop_reason_names()
+        ranges: list[tuple[int, int]] = []
+        if self.profile:
+            from steer.trace.profile import text_categories
+            try:
+                ranges = text_categories()
+            except (OSError, ValueError) as e:
+                raise TracerError(f"profile: {e}") from None
+        try:
+            counters = CounterSet.open(self.counters, _online_cpus())
+        except CounterError as e:
+            raise TracerError(str(e)) from None
+        try:
+            p = self._load_what_runs(obj_path, refused, forced, counters, ranges)
+        except BaseException:
+            counters.close()
+            raise
+        self.plan = p
+        self._counters = counters
+        self._softirqs0 = net_rx_softirqs() if p.timing == "sampled" else None
+        self.capabilities = self._capabilities(p, counters)
+        self._flows = self._obj.map("flows")
+        self._cpus = self._obj.map("cpu_totals")
+        return self
+
+    def _load_what_runs(self, obj_path, refused: dict[str, str], forced: set[str],
+                        counters: CounterSet, ranges) -> Plan:
+        text = None   # sampled timing's kernel text ranges, or why they cannot be had
+        self.refused_maps = {m: REFUSE_ENV for m in forced & set(MAPS)}
+        for _ in range(len(ALL_PROGRAMS) + len(MAPS) + 1):
+            try:
+                p = plan(self.timing, self.app_hook, refused)
+            except PlanError as e:
+                raise TracerError(str(e)) from None
+            if self.profile and p.timing != "sampled":
+                raise TracerError(f"profiling takes the samples of --timing sampled: {p.timing_why}")
+            if p.timing == "sampled" and text is None:
+                text = self._sampler_text()
+                if isinstance(text, str):
+                    refused["ft_sample"] = text
+                    continue
+            fake = sorted(forced & p.programs)
+            if fake:   # as the kernel would: one refusal an attempt
+                refused[fake[0]] = f"the kernel refused {SECTIONS[fake[0]]} ({REFUSE_ENV})"
+                continue
+            try:
+                self._load(obj_path, p, counters, text if p.timing == "sampled" else None, ranges)
+                return p
+            except KernelError as e:
+                self._unload()
+                if e.map in MAPS and e.map not in self.refused_maps:
+                    # a map type the kernel lacks: made no more, the programs that use it fail
+                    # to load next time, each named
+                    self.refused_maps[e.map] = f"{errno_name(e.errno)}: {os.strerror(e.errno)}"
+                    continue
+                if e.program not in p.programs or e.program in refused:
+                    # nothing names a program to leave out: the object itself does not load
+                    if e.errno == errno.EPERM:
+                        raise TracerError(f"{e} (is a security policy denying BPF?)") from None
+                    raise TracerError(str(e)) from None
+                refused[e.program] = refusal(e.program, e, self.refused_maps)
+        raise TracerError("the kernel refused more programs than flowtrace has: "
+                          + "; ".join(refused.values()))
+
+    def _absent(self) -> dict[str, str]:
+        """The programs this kernel has no hook for, by its BTF, each with why: left out before
+        the first load."""
+        out: dict[str, str] = {}
+        if not vmlinux_has_type("btf_trace_sock_recv_length"):
+            out["ft_sock_recv_length"] = "this kernel has no sock:sock_recv_length (Linux 6.3+)"
+        params = {f: vmlinux_func_params(f) for f in RECV_FUNCS}
+        nparams = params["tcp_recvmsg"]
+        self._flags_arg = RECVMSG_FLAGS_ARG.get(nparams, 0)
+        calls = HOOKS["fexit"] + HOOKS["kprobe"]
+        for prog in calls:
+            func = HOOKED[prog]
+            if nparams not in RECVMSG_FLAGS_ARG:
+                out[prog] = ("this kernel's BTF has no tcp_recvmsg" if nparams is None else
+                             f"tcp_recvmsg takes {nparams} parameters, a signature steer does "
+                             "not know")
+            elif params[func] is None:
+                out[prog] = f"this kernel's BTF has no {func}" + (
+                    " (IPv6 is a module, not loaded)" if func == "udpv6_recvmsg" else "")
+        if not (vmlinux_has_type("btf_trace_xdp_cpumap_kthread")
+                and vmlinux_has_type("btf_trace_xdp_redirect")):
+            for prog in ("ft_xdp_cpumap_kthread", "ft_xdp_redirect"):
+                out[prog] = "this kernel has no xdp:xdp_cpumap_kthread tracepoint"
+        if not vmlinux_has_type("skb_drop_reason", BTF_KIND_ENUM):
+            out["ft_kfree_skb"] = "this kernel's skb:kfree_skb gives no drop reason (Linux 5.17+)"
+        return out
+
+    @staticmethod
+    def _sampler_text():
+        """The kernel text the sampler tells receive contexts apart by (ft_config.text), or why
+        sampled timing cannot have it."""
+        try:
+            text = kernel_text_ranges([TEXT_SYMBOLS[i] for i in range(abi.FT_TEXT_RANGES)])
+        except (KernelError, OSError) as e:
+            return f"sampled timing cannot read kernel text addresses: {e}"
+        if not text[abi.FT_TEXT_NET_RX][0]:
+            return "sampled timing: /proc/kallsyms has no net_rx_action"
+        return text
+
+    def _load(self, obj_path, p: Plan, counters: CounterSet, text, ranges) -> None:
+        """Load P's programs, fill the maps they read, attach them; KernelError names the
+        program where one failed."""
+        sampled = p.timing == "sampled"
+        events = sum(1 << bit for e, bit in _EVENT_BITS.items() if e in counters.counters) \
+            if sampled else 0
+        cfg = abi.Config(llc_enabled=1 if "llc_misses" in counters.counters else 0,
+                         events=events, recv_flags_arg=self._flags_arg,
+                         timing=abi.FT_TIMING_EXACT if p.timing == "exact" else abi.FT_TIMING_SAMPLED,
+                         softirq_stacks=0 if preempt_rt() else 1,
+                         app_counters=1 if p.hook == "counters" else 0,
+                         profile_ranges=len(ranges) if sampled else 0, skb_count=p.skb_count)
+        for i, (lo, hi) in enumerate(text or ()):
+            cfg.text[i][0], cfg.text[i][1] = lo, hi
+        sizes = {"flows": self.max_flows}
+        if ranges and sampled:
+            sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
+        # fresh events for each attempt: an attached one belongs to its link, which a failed
+        # attempt destroys
+        self._clocks = self._open_clocks() if sampled else []
+        self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
+                              only=set(p.programs), btf=self.btf,
+                              no_maps=set(self.refused_maps))
+        for event, per_cpu in counters.counters.items():
+            if event == "llc_misses" or sampled:   # exact timing reads misses alone
+                m = self._obj.map(EVENTS[event][1])
+                for c in per_cpu:
+                    m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+        if ranges and sampled:
+            from steer.trace.profile import pack_ranges
+            self._obj.map("profile_text").update_batch(*pack_ranges(ranges))
+        self.app_hook_used = p.hook
+        self.plan = p
+        self._attach(self._clocks)
+
+    def _unload(self) -> None:
+        if self._obj:
+            self._obj.close()
+            self._obj = None
+        for c in self._clocks:
+            c.close()
+        self._clocks = []
+
+    def _capabilities(self, p: Plan, counters: CounterSet) -> Capabilities:
+        figures = dict(p.figures)
+        if self.unreached_namespaces:
+            # setns needs CAP_SYS_ADMIN, which `steer export` drops after start unless told not
+            lost = (f"not counted in the {self.unreached_namespaces} network namespaces steer "
+                    f"could not enter")
+            for name in ("open_connections", "tcp_app_bytes"):
+                if figures[name].state == "works" and (name == "open_connections" or p.tcp_walk):
+                    figures[name] = Figure("degraded", f"{figures[name].how}; {lost}",
+                                           self._unreached_why)
+        sampled = p.timing == "sampled"
+        if sampled:
+            timing = (f"available (sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
+                      "estimates, bytes exact; no syscall hooks)")
+            kernel = "available (cpu-clock samples + net:netif_receive_skb)"
+        elif p.timing == "exact":
+            timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
+                      "hooks every syscall of the host)")
+            kernel = "available (irq:softirq_entry/exit + net:netif_receive_skb)"
+        else:
+            timing = f"unavailable: counts only, no CPU time ({p.timing_why})"
+            kernel = "available (bytes and packets per skb; no time: " + p.timing_why + ")"
+        if p.timing_why:
+            timing += f"; {p.timing_why}"
+        if p.hook == "off":
+            app = "unavailable: " + (p.hook_why or "no receive hook")
+        else:
+            app = "available (" + "; ".join(
+                f"{FIGURE_WORDS[n]} {figures[n]}" for n in
+                ("tcp_app_bytes", "udp_app_bytes", "reader", "app_time")) + ")"
+        if events := [e for e in _EVENT_BITS if e in counters.counters]:
+            per_flow = (f"available ({', '.join(events)} per flow and side, charged at each "
+                        "sample)") if sampled else \
+                ("unavailable: exact timing charges LLC misses alone to flows; the other events "
+                 "come with --timing sampled")
+        else:
+            per_flow = counters.status("llc_references")
+        return Capabilities(kernel_side=kernel, app_side=app,
+                            cpumap_context=_legacy(figures["kthread_time"]),
+                            llc=counters.status("llc_misses"), timing=timing,
+                            app_calls=_legacy(figures["app_calls"]),
+                            drops=_legacy(figures["drops"]), counters=counters.summary(),
+                            counters_per_flow=per_flow, mode=p.timing,
+                            figures={n: f.as_dict() for n, f in figures.items()},
+                            refused=dict(self.refused))
+
+    def _reason_name(self, reason: int) -> str:
+        if not reason:
+            return ""
+        return self._drop_reasons.get(reason) or f"reason {reason}"
+
+    def _attach(self, clocks: list[PerfCounter]) -> None:
+        for name in self._obj.programs():
+            if name == FLUSH_ITERATOR:
+                self._obj.attach_iter(name, "socks")
+            elif name != "ft_sample":
+                self._obj.attach(name)
+        for c in clocks:
+            self._obj.attach_perf_event("ft_sample", c.fd)
+            c.fd = -1   # libbpf's link owns the event now and closes it with the link
+        if FLUSH_ITERATOR in self._obj.attached:
+            self._obj.run_iter(FLUSH_ITERATOR)   # where a kernel refuses to run it, it says so now
+        if TCP_ITERATOR in self._obj.attached and (self.app_hook_used == "counters"
+                                                   or self.plan.tcp_walk):
+            self._walk_tcp()
+
+    def _walk_tcp(self) -> None:
+        """Run ft_tcp_sockets over the TCP sockets of every network namespace: with socket
+        counters at start, the connections open now are counted from here on; with the walk
+        standing in for ft_flush_socks or ft_tcp_state, before each read. A TCP iterator walks
+        the namespace of the thread that runs it, so this thread visits each; its own first,
+        without setns (which an exporter that dropped its capabilities may no longer call), and
+        where that fails, the kernel refused the iterator."""
+        unreached, why = 0, ""
+        for i, path in enumerate(network_namespaces()):
+            if i == 0:
+                self._obj.run_iter(TCP_ITERATOR)
+                continue
+            try:
+                with netns_of(path):
+                    self._obj.run_iter(TCP_ITERATOR)
+            except (KernelError, OSError) as e:
+                unreached += 1   # its last process exited, or setns refused
+                why = why or str(e)
+        if (unreached, why) != (self.unreached_namespaces, self._unreached_why):
+            self.unreached_namespaces, self._unreached_why = unreached, why
+            if self.capabilities is not None:   # a walk before each read: say what it reaches
+                self.capabilities = self._capabilities(self.plan, self._counters)
+
+    def detach(self) -> None:
+        """Take every program off its hook and leave the maps as they are: what it costs to be
+        attached is then measured apart from what it costs to load (bench/)."""
+        if self._obj:
+            self._obj.detach_all()
+        self._clocks = []   # their links closed them
+
+    def attach(self) -> None:
+        """Put the programs back on their hooks after detach()."""
+        if not self._obj or self._obj.attached:
+            raise TracerError("attach() follows detach() of a started tracer")
+        try:
+            clocks = self._open_clocks() if self.plan.timing == "sampled" else []
+        except KernelError as e:
+            raise TracerError(str(e)) from None
+        try:
+            self._attach(clocks)
+        except KernelError as e:
+            self._obj.detach_all()
+            for c in clocks:
+                c.close()
+            raise TracerError(str(e)) from None
+        self._clocks = clocks
+
+    def _open_clocks(self) -> list[PerfCounter]:
+        """One cpu-clock event per online CPU that overflows every 1/sample_hz seconds; a
+        KernelError names ft_sample, whose events they are."""
+        period = int(1e9 / self.sample_hz)
+        clocks: list[PerfCounter] = []
+        try:
+            for cpu in _online_cpus():
+                clocks.append(PerfCounter.open(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, cpu,
+                                               sample_period=period))
+        except KernelError as e:
+            for c in clocks:
+                c.close()
+            raise KernelError(f"sampled timing: cannot open the cpu-clock event: {e}", e.errno,
+                              "ft_sample") from None
+        return clocks
+
+    def stop(self) -> None:
+        with self._lock:   # not under a sample() of another thread
+            self._unload()
+            self._counters.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def attached_programs(self) -> list[str]:
+        return self._obj.attached if self._obj else []
+
+    @property
+    def flow_map(self):
+        """The kernel flow map itself, for benchmarks that fill it."""
+        return self._flows
+
+    def program_stats(self) -> dict[str, tuple[int, int]]:
+        """Program -> (run time ns, runs), counted by the kernel while kernel.bpf_stats_enabled=1."""
+        from steer.kernel.gateway import prog_run_stats
+        return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self.attached_programs}
+
+    # -- reading -----------------------------------------------------------------------------
+    flow_id = staticmethod(_flow_id_of)   # a FlowId from an unpacked ft_flow_key
+
+    def profile_counts(self) -> dict[bytes, tuple[int, int]]:
+        """With profile=True: the kernel's (samples, ns) per raw ft_profile_key since start."""
+        from steer.trace.profile import read_counts
+        with self._lock:
+            if not self._obj:
+                raise TracerError("tracer is not running")
+            return read_counts(self._obj.map("profile"))
+
+    def sample(self) -> TraceSample:
+        """Read every map once: cumulative counters since start. Also flushes the sockets' reads
+        into the flow map first, and deletes kernel entries idle for idle_timeout (their totals
+        stay in the returned sample's history; `expired` counts them). Thread-safe: `steer auto
+        --listen` reads from its loop and from scrapes; reads take turns, and stop() waits for
+        the one under way."""
+        with self._lock:
+            return self._read_maps()
+
+    def _read_maps(self) -> TraceSample:
+        if not self._obj:
+            raise TracerError("tracer is not running")
+        if self.plan.tcp_walk:
+            self._walk_tcp()   # in ft_flush_socks' place: the sockets' counts, into flows
+        elif FLUSH_ITERATOR in self._obj.attached:
+            self._obj.run_iter(FLUSH_ITERATOR)   # sockets' reads since the last flush, into flows
+        # bpf_ktime_get_ns() and time.monotonic_ns() read the same clock (CLOCK_MONOTONIC)
+        cutoff = time.monotonic_ns() - int(self.idle_timeout * 1e9)
+        last, idle, changed = {}, [], []
+        ids, prev = self._ids, self._last
+        entries = dict(self._entries)   # a copy keeps the hashes: only changes cost
+        ks, vs = self._flows.key_size, self._flows.value_size
+        for kbuf, vbuf, n in self._flows.raw_batches():
+            for i in range(n):
+                kraw = kbuf[i * ks:(i + 1) * ks]
+                # an entry changed when any counter did: comparing the raw counters, not a
+                # timestamp, lets the kernel side stamp last_seen_ns with a coarse clock
+                vraw = vbuf[i * vs:i * vs + _LAST_SEEN_OFFSET]
+                hit = prev.pop(kraw, None)
+                if hit is None or hit[2] != vraw:
+                    # new or updated: unpack it; an unchanged entry keeps its object, which lets
+                    # build_snapshot pass over idle flows with an identity test
+                    k = _KEY.unpack(kraw)
+                    v = _VALUE.unpack_from(vbuf, i * vs)
+                    fid = ids.get(k[:6])
+                    if fid is None:
+                        fid = ids[k[:6]] = _flow_id_of(k)
+                    napi_id = v[_COUNTERS + 4]
+                    hit = ((fid, k[7]), FlowCpuSample(
+                        fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
+                        app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
+                        rx_netns=v[_COUNTERS + 3], rx_queue=v[_COUNTERS + 5],
+                        rx_napi_id=napi_id if napi_id > self._max_sender_cpu else 0,
+                        last_drop_reason=self._reason_name(v[_COUNTERS + 7])), vraw)
+                    entries[hit[0]] = hit[1]
+                    changed.append(hit[0])
+                last[kraw] = hit
+                if _U64(vbuf, i * vs + _LAST_SEEN_OFFSET)[0] < cutoff:
+                    idle.append(kraw)
+        for key, _, _ in prev.values():   # gone since the last read (evicted, or expired by us)
+            entries.pop(key, None)
+        # an idle entry is in this sample with its final counts, and gone from the next
+        for kraw in idle:
+            if self._flows.delete(kraw):
+                self._expired += 1
+            last.pop(kraw)
+        self._last = last
+        self._entries = {key: s for key, s, _ in last.values()} if idle else entries
+        if len(ids) > 2 * len(last) + 1024:
+            # forget the ids of flows gone from the map, keep the live ones: under connection
+            # churn the cache would otherwise swing between empty and several times the map
+            # (~500 bytes an id), and the process keep the peak
+            live_ids = {key[0] for key, _, _ in last.values()}
+            self._ids = {k: fid for k, fid in ids.items() if fid in live_ids}
+        self._seq += 1
+        live = len(entries) - len(idle)
+        per_cpu = self._cpus.lookup(struct.pack("I", 0))
+        fields = [{n: getattr(abi.CpuStats.from_buffer_copy(raw), n) for n in _CPU_FIELDS}
+                  for raw in per_cpu]
+        if self._softirqs0 is not None:
+            # sampled timing has no softirq programs: the kernel's own count, since start
+            for cpu, n in net_rx_softirqs().items():
+                if cpu < len(fields):
+                    fields[cpu]["net_rx_events"] = n - self._softirqs0.get(cpu, 0)
+        cpus = tuple(CpuSample(i, **f) for i, f in enumerate(fields))
+        return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
+                           self._expired, self._seq, tuple(changed),
+                           cpu_events=self._counters.whole_cpu(), napi=self._napi_polls(cpus))
+
+    def _napi_polls(self, cpus) -> dict:
+        """NapiId -> CPU -> NapiCounts: the devices' instances that polled since the start, from
+        the napi_polls map, and the backlog (all-zero id) from the CPUS' totals."""
+        backlog = {c.cpu: NapiCounts(c.backlog_polls, c.backlog_packets, c.backlog_full_polls)
+                   for c in cpus if c.backlog_polls}
+        out = {NapiId(0, 0, 0): backlog} if backlog else {}
+        if "napi_polls" in self.refused_maps:
+            return out
+        for kraw, per_cpu in self._obj.map("napi_polls").items():
+            key = NapiId(*_NAPI_KEY.unpack(kraw))
+            counts = {cpu: NapiCounts(*_NAPI_VALUE.unpack(v)) for cpu, v in enumerate(per_cpu)}
+            out[key] = {cpu: c for cpu, c in counts.items() if c.polls}
+        return out
+
+
+def net_rx_softirqs(path: str = "/proc/softirqs") -> dict[int, int]:
+    """NET_RX softirqs run per CPU since boot, as the kernel counts them."""
+    with open(path) as f:
+        cpus = [int(c.removeprefix("CPU")) for c in f.readline().split()]
+        for line in f:
+            name, *counts = line.split()
+            if name == "NET_RX:":
+                return dict(zip(cpus, map(int, counts)))
+    return {}
+
+
+def _online_cpus() -> list[int]:
+    from steer.model.topology import online_cpus
+    try:
+        return online_cpus()
+    except OSError:
+        return list(range(possible_cpus()))
