@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Types shared by flowtrace.bpf.c and steer/flowtrace_abi.py (checked against BTF by a test).
+/* Types shared by flowtrace.bpf.c and steer/abi/flowtrace.py (checked against BTF by a test).
  * Fixed-width types only, no pointers, explicit padding: both sides must agree byte for byte.
  */
 #ifndef __FLOWTRACE_H
@@ -165,7 +165,7 @@ struct ft_config {
 };
 
 /* steer profile. Kernel text is cut into ranges of one category each (userspace builds them from
- * /proc/kallsyms and its table of rules, steer/profile.py); a sample's category is that of the
+ * /proc/kallsyms and its table of rules, steer/trace/profile.py); a sample's category is that of the
  * innermost frame of its kernel stack whose range has one. */
 #define FT_CATEGORY_NONE	0	/* no rule for this function: its caller decides */
 #define FT_CATEGORY_OTHER	1	/* no frame on the stack had a rule */

@@ -59,7 +59,7 @@ def dashboard(uid, title, description, panels, templating, links=()):
             "panels": panels}
 
 
-# a figure the kernel's refusals cost, not one an option turned off (steer.samples.lost_to_kernel)
+# a figure the kernel's refusals cost, not one an option turned off (steer.model.samples.lost_to_kernel)
 LOST = 'state!="works", why=~".*(refused|this kernel).*"'
 
 
