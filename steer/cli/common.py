@@ -1,0 +1,270 @@
+"""What every command shares: its errors and exit codes, argument types, the tracer's and
+the views' options, starting the tracer, and how a stopped command exits."""
+from __future__ import annotations
+
+import argparse
+import signal
+
+from steer.kernel.signals import interrupt
+
+EXIT_ERROR, EXIT_USAGE = 1, 2
+
+
+class UserError(Exception):
+    """Something the user can fix; shown as one line."""
+
+
+class UsageError(UserError):
+    """An argument that does not parse or does not fit with the others: exit 2, as argparse's."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (no usage block) and exits 2."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive(kind=float, minimum=0.0):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not v > minimum:
+            raise argparse.ArgumentTypeError(f"must be greater than {minimum:g}: {text!r}")
+        return v
+    return parse
+
+
+MAX_FLOWS_PER_CELL = 64   # iperf3 pairs a lab cell starts at once
+
+
+def flow_counts(text):
+    """'1,8,16,24' -> [1, 8, 16, 24]: parallel flows per sweep cell."""
+    try:
+        counts = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of flow counts: {text!r} (e.g. 1,8,16,24)") from None
+    if not counts or any(not 1 <= n <= MAX_FLOWS_PER_CELL for n in counts):
+        raise argparse.ArgumentTypeError(f"flow counts go from 1 to {MAX_FLOWS_PER_CELL}: {text!r}")
+    return sorted(set(counts))
+
+
+def pause_values(text):
+    from steer.experiment.devsettings import parse_pause
+    try:
+        return parse_pause(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def offload_settings(text):
+    from steer.experiment.devsettings import parse_offloads
+    try:
+        return parse_offloads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def rate(text):
+    from steer.present.view import parse_rate
+    try:
+        return parse_rate(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def bounded_int(lo: int, hi: int):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be from {lo} to {hi}: {text!r}")
+        return v
+    return parse
+
+
+def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
+    """TIMING: this command's default timing mode, where it is not the always-on one."""
+    from steer.trace.counters import MODES as COUNTER_MODES
+    from steer.trace.programs import HOOK_CHOICES, TIMING_CHOICES
+    from steer.trace.tracer import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ,
+                                    DEFAULT_TIMING, MAX_SAMPLE_HZ)
+    g = p.add_argument_group("tracer")
+    g.add_argument("--timing", choices=TIMING_CHOICES, default=timing or DEFAULT_TIMING,
+                   help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
+                        "1/--sample-hz s, charged to the flow the CPU works on; per-flow seconds "
+                        "are estimates, bytes are exact, and nothing runs on unrelated system "
+                        "calls (cheap enough to leave on). exact: clock reads at every softirq, "
+                        "skb and receive syscall; exact to the nanosecond, but it hooks every "
+                        "system call of the host (about 2x the cost of a trivial one) and every "
+                        "packet (docs/performance.md). counts: bytes, packets and the CPUs that "
+                        "processed them, no CPU time. auto: the first of sampled, exact, counts "
+                        "whose core programs this kernel runs (capabilities and `steer check` "
+                        "say which it took, and why) (default: %(default)s)")
+    g.add_argument("--sample-hz", type=bounded_int(1, MAX_SAMPLE_HZ), default=DEFAULT_SAMPLE_HZ,
+                   metavar="HZ",
+                   help="samples per second per busy CPU with --timing sampled; more is more "
+                        "precise for small flows and costs more (default: %(default)s)")
+    g.add_argument("--max-flows", type=positive(int, 0), default=DEFAULT_MAX_FLOWS, metavar="N",
+                   help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "
+                        "used are evicted beyond it, and counted (default: %(default)s)")
+    g.add_argument("--counters", choices=COUNTER_MODES, default="auto",
+                   help="PMU events per CPU: LLC misses and references (the hit ratio), "
+                        "instructions, cycles; charged to each flow's kernel and application "
+                        "side (with --timing exact, LLC misses alone). auto: those the host's "
+                        "PMU has, 'unavailable' and why otherwise (most VMs); hardware: all of "
+                        "them or an error; software: cpu-clock in each event's place, to check "
+                        "the path where there is no PMU (default: %(default)s)")
+    g.add_argument("--idle-timeout", type=positive(), default=DEFAULT_IDLE_TIMEOUT,
+                   metavar="SECONDS",
+                   help="drop a flow's entries after this long without packets or reads (they are "
+                        "reported one last time first)")
+    g.add_argument("--app-hook", choices=HOOK_CHOICES, default="auto",
+                   help="how the reader's bytes are counted. counters (sampled timing): no "
+                        "program per read; a TCP reader's bytes are its socket's own count, its "
+                        "CPU and process come from the samples, UDP reads are counted by fexit on "
+                        "udp_recvmsg where the kernel allows it; no count of calls. tracepoint "
+                        "(sock:sock_recv_length, kernel 6.3+), fexit or kprobe (a kretprobe on "
+                        "tcp_recvmsg/udp_recvmsg/udpv6_recvmsg): a program per receive call of "
+                        "every socket, which counts calls and names the reader's CPU at each "
+                        "read. auto: counters with sampled timing; with exact timing the first "
+                        "of tracepoint, fexit, kprobe this kernel runs, else the application side "
+                        "is reported unavailable, with why (default: %(default)s)")
+    g.add_argument("--btf", metavar="FILE",
+                   help="kernel BTF for CO-RE relocations, for kernels without "
+                        "/sys/kernel/btf/vmlinux (default: the running kernel's)")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends an option's default where it has a value to show and the help does not already
+    say what happens without the option (no "(default: None)" or "(default: False)")."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def check_tracer_options(args) -> None:
+    """What argparse cannot see: tracer options that do not go together."""
+    if getattr(args, "app_hook", None) == "counters" and getattr(args, "timing", None) == "exact":
+        raise UsageError("--app-hook counters needs --timing sampled: exact timing brackets each "
+                         "receive call, which takes a program per read")
+
+
+def start_tracer(args):
+    from steer.trace.tracer import Tracer
+    return Tracer(max_flows=args.max_flows, counters=args.counters, btf=args.btf,
+                  idle_timeout=args.idle_timeout, app_hook=args.app_hook, timing=args.timing,
+                  sample_hz=args.sample_hz).start()
+
+
+def start_profiler(args, hz: int):
+    """The sampled tracer with profiling on, at HZ per CPU: steer profile's, and the one a
+    profiled sweep runs beside its tracer."""
+    from steer.trace.tracer import Tracer
+    return Tracer(max_flows=args.max_flows, btf=args.btf, timing="sampled", sample_hz=hz,
+                  counters="off", profile=True).start()
+
+
+def view_state(args):
+    from steer.present.view import ViewState
+    return ViewState(sort=args.sort, min_rate=args.min_rate, show_idle=args.all)
+
+
+def need_matplotlib(what: str) -> None:
+    try:
+        import matplotlib  # noqa: F401  (an extra: the rest of steer runs without it)
+    except ImportError:
+        raise UserError(f"{what} draws its figures with matplotlib, which is not installed: "
+                        "pip install 'steer[sweep]' (Debian: apt-get install "
+                        "python3-matplotlib)") from None
+
+
+def cpus_online(text: str, what: str = "--cpu") -> list[int]:
+    from steer.model.topology import parse_cpulist, read_topology
+    try:
+        cpus = parse_cpulist(text)
+    except ValueError as e:
+        raise UsageError(f"{what}: {e}") from None
+    if not cpus:
+        raise UsageError(f"{what}: no CPU given")
+    topo = read_topology()
+    for c in cpus:
+        try:
+            topo.check_online(c)
+        except ValueError as e:
+            raise UserError(f"{what}: {e}") from None
+    return cpus
+
+
+def check_usable(cpus, what: str) -> None:
+    """The lab and the sweep start their processes on these CPUs: refuse, before anything is set
+    up, the ones this process may not run on (taskset or a cgroup cpuset can exclude online CPUs)."""
+    from steer.experiment.lab import usable_cpus
+    from steer.model.topology import format_cpulist
+    usable = usable_cpus()
+    for c in cpus:
+        if c not in usable:
+            raise UserError(f"{what}: CPU {c} is not usable by this process, which may run on CPUs "
+                            f"{format_cpulist(usable)} (taskset or cgroup cpuset)")
+
+
+STOP_SIGNAL = [signal.SIGINT]   # the signal that last asked this process to stop
+
+
+def sigterm(signum, frame):
+    STOP_SIGNAL[0] = signum
+    interrupt(frame)   # the same orderly teardown as Ctrl-C
+
+
+def interrupted_status() -> int:
+    """The exit status of a command stopped before it finished: 128 + the signal, as a shell
+    reports a process that signal killed (130 for Ctrl-C, 143 for SIGTERM), after the same
+    teardown either way. The commands that run until stopped (top, demo, auto, export) stop
+    cleanly on either and exit 0."""
+    return 128 + STOP_SIGNAL[0]
+
+
+class GracefulStop:
+    """While active: the first Ctrl-C or SIGTERM asks to stop at the next safe point, a second
+    Ctrl-C interrupts at once."""
+
+    def __init__(self, console, message: str):
+        self.console, self.message, self._asked = console, message, False
+
+    def requested(self) -> bool:
+        return self._asked
+
+    def _handler(self, signum, frame):
+        STOP_SIGNAL[0] = signum
+        if self._asked and signum == signal.SIGINT:
+            interrupt(frame)   # raises, or holds it for when libbpf returns
+            return
+        self._asked = True
+        self.console.print(self.message)
+
+    def __enter__(self):
+        self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def view_options(sp):
+    """--sort, --min-rate, --all: how the views show flows."""
+    from steer.present.view import DEFAULT_MIN_RATE, SORTS, rate_text
+    sp.add_argument("--sort", choices=list(SORTS), default="rate",
+                    help="order of the flows (in the live view, keys r k a c change it)")
+    sp.add_argument("--min-rate", type=rate, default=DEFAULT_MIN_RATE, metavar="RATE",
+                    help="flows slower than this (bit/s; 10k, 1.5M, 2G), and flows with no "
+                         "payload (the ACKs of what this host sends), are idle: hidden and "
+                         f"counted (default {rate_text(DEFAULT_MIN_RATE)})")
+    sp.add_argument("--all", action="store_true",
+                    help="show idle flows too (in the live view, key i)")

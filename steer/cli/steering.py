@@ -1,0 +1,271 @@
+"""Moving work: pinned XDP rules, application/IRQ/RPS affinity, steer auto, steer reset."""
+from __future__ import annotations
+
+import json
+
+from steer.cli.export import serve
+from steer.cli.common import (UsageError, UserError, cpus_online, positive, start_tracer,
+                              tracer_options)
+
+
+def add_parsers(sub, fmt) -> dict:
+    """Adds this module's commands to SUB; returns {name: function}."""
+    from steer.present.exporter import DEFAULT_FLOW_LABELS, DEFAULT_TOP_K, FLOW_LABEL_SETS
+    from steer.cli.logs import LOG_FORMATS
+    def steer_target(sp):
+        sp.add_argument("--dev", required=True, metavar="IFACE", help="receiving interface")
+        sp.add_argument("--netns", metavar="NAME",
+                        help="network namespace of IFACE (a name under /run/netns, or a path)")
+
+    pin = sub.add_parser("pin", formatter_class=fmt, help="steer flows to a CPU (XDP + cpumap)",
+                         description="Redirect the flows matching FLOWSPEC, as they arrive on "
+                         "IFACE, to CPU N, where the kernel's receive processing then runs. The "
+                         "rule stays after the command exits, pinned under /sys/fs/bpf/steer, "
+                         "until steer unpin or steer reset. Pinning a FLOWSPEC again moves it.")
+    pin.add_argument("flowspec", metavar="FLOWSPEC",
+                     help="comma-separated key=value from proto, src, sport, dst, dport, in the "
+                          "receive direction (src = the sender); all five make an exact rule. "
+                          "Example: proto=tcp,dport=5201")
+    pin.add_argument("--cpu", required=True, type=int, help="target CPU (must be online)")
+    steer_target(pin)
+    pin.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
+                     help="XDP attach mode; auto picks native where the driver has it, generic on "
+                          "veth (native veth XDP drops locally generated packets unless the peer "
+                          "has tx checksum offload off)")
+
+    unpin = sub.add_parser("unpin", formatter_class=fmt, help="remove a steering rule",
+                           description="Remove the rule of FLOWSPEC; with the last rule of a "
+                           "device its XDP program is detached and its pins removed.")
+    unpin.add_argument("flowspec", metavar="FLOWSPEC", help="as given to steer pin")
+    steer_target(unpin)
+
+    rules = sub.add_parser("rules", formatter_class=fmt, help="list pinned steering rules",
+                           description="Every device with pinned steering: mode, rules with their "
+                           "packet and byte counters, and the passed/unparsed/redirect counters.")
+    rules.add_argument("--json", action="store_true", help="JSON instead of a table")
+
+    app = sub.add_parser("app", formatter_class=fmt, help="pin an application to CPUs",
+                         description="Set the CPU affinity of every thread of a process.")
+    app.add_argument("--pid", required=True, type=int, help="process id")
+    app.add_argument("--cpu", required=True, metavar="LIST", help="CPU list, e.g. 2 or 2-3,6")
+
+    irq = sub.add_parser("irq", formatter_class=fmt, help="point a device's receive IRQs at CPUs",
+                         description="Write smp_affinity_list of the IRQs of IFACE that serve "
+                         "receive (RX or combined queues; TX-only and control vectors stay), or of "
+                         "one RX queue's IRQ. The IRQ's CPU is where the driver's NAPI poll, and "
+                         "so the flows' receive softirq, runs, unless RPS or threaded NAPI move it "
+                         "on. The old values are kept in /run/steer and restored by steer reset. "
+                         "irqbalance, where it runs, moves IRQs back: stop it first.")
+    irq.add_argument("--dev", required=True, metavar="IFACE", help="the device whose IRQs move")
+    irq.add_argument("--queue", type=int, metavar="N",
+                     help="only the IRQ of RX queue N (a flow's queue: steer flows --json, rx.queue)")
+    irq.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
+
+    rps = sub.add_parser("rps", formatter_class=fmt, help="set RPS CPUs of a device",
+                         description="Write rps_cpus of every RX queue of IFACE. The old values "
+                         "are restored by steer reset.")
+    steer_target(rps)
+    rps.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
+
+    auto = sub.add_parser("auto", formatter_class=fmt, help="steer flows by a policy, continuously",
+                          description="Every INTERVAL, trace the flows, ask the policy where each "
+                          "should be processed, and move the ones it wants elsewhere (exact XDP "
+                          "rules on IFACE). A move needs the same answer CONFIRM times in a row "
+                          "and HOLD seconds since the flow's last move. Every change is logged. "
+                          "The rules live as long as this process: Ctrl-C or kill removes them.")
+    auto.add_argument("--policy", default="llc-peer", metavar="NAME|FILE",
+                      help="llc-peer, same-core, spread, static:FILE.toml (or FILE.toml), or "
+                           "FILE.py defining place(snapshot, topology)")
+    steer_target(auto)
+    auto.add_argument("--interval", type=positive(), default=2.0, metavar="SECONDS",
+                      help="how often the flows are traced and the policy asked")
+    auto.add_argument("--duration", type=positive(), default=None, metavar="SECONDS",
+                      help="stop after this long (default: until Ctrl-C)")
+    auto.add_argument("--confirm", type=positive(int, 0), default=2, metavar="N",
+                      help="intervals in a row a move must be asked for")
+    auto.add_argument("--hold", type=float, default=10.0, metavar="SECONDS",
+                      help="minimum time between two moves of one flow")
+    auto.add_argument("--min-rate", type=float, default=1e6, metavar="BPS",
+                      help="flows slower than this (bit/s) are left alone")
+    auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
+    auto.add_argument("--log-format", choices=list(LOG_FORMATS), default="text",
+                      help="the log on stderr: text (a UTC timestamp, then the line) or json (one "
+                           "object per line: time, level, msg, and for a move flow, old_cpu, "
+                           "new_cpu, reason, dry_run)")
+    auto.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
+                      help="XDP attach mode, as for steer pin")
+    tracer_options(auto)
+
+    auto.add_argument("--listen", metavar="HOST:PORT",
+                      help="also serve Prometheus metrics here, with steer_auto_moves_total "
+                           "(:PORT: every address)")
+    auto.add_argument("--top-k", type=positive(int, 0), default=DEFAULT_TOP_K,
+                      help="per-flow series with --listen")
+    auto.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
+                      help="labels of the per-flow series with --listen (see steer export)")
+
+    sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
+                   description="Detach and unpin every pinned steering program, restore IRQ and "
+                   "RPS settings steer changed, and remove lab namespaces of dead processes.")
+    return {"pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app, "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "reset": cmd_reset}
+
+
+def _spec(text: str):
+    from steer.model.flowspec import FlowSpec, FlowSpecError
+    try:
+        return FlowSpec.parse(text)
+    except FlowSpecError as e:
+        raise UsageError(f"FLOWSPEC {text!r}: {e}") from None
+
+
+def cmd_pin(args) -> int:
+    from steer.steering.xdp import XdpSteering
+    spec = _spec(args.flowspec)
+    (cpu,) = cpus_online(str(args.cpu))
+    st = XdpSteering(args.dev, args.netns, mode=args.mode).open(reattach=True)
+    try:
+        where = f"{args.dev}" + (f" in {args.netns}" if args.netns else "")
+        _say_reattached(st, where)
+        old, rid = st.pin(spec, cpu)
+        moved = f" (was CPU {old})" if old is not None and old != cpu else ""
+        print(f"pinned {spec} on {where} to CPU {cpu}{moved}: rule {rid}, {st.attached_mode} XDP")
+    finally:
+        st.close()
+    return 0
+
+
+def _say_reattached(st, where: str) -> None:
+    if st.reattached:
+        gone, n = st.reattached
+        print(f"{where} is a new device since its rules were pinned ({gone}): {st.attached_mode} "
+              f"XDP attached to it, {n} earlier rule(s) kept")
+
+
+def cmd_unpin(args) -> int:
+    from steer.steering.xdp import DeviceGone, XdpSteering, has_pins
+    spec = _spec(args.flowspec)
+    if not has_pins(args.dev, args.netns):
+        raise UserError(f"no pinned steering on {args.dev}" + (f" in {args.netns}" if args.netns else ""))
+    try:   # rules whose device was recreated apply to the new one, as steer pin does
+        st = XdpSteering(args.dev, args.netns).open(reattach=True)
+    except DeviceGone:   # no device of that name now: the rule goes from the pins all the same
+        st = XdpSteering(args.dev, args.netns).open()
+    try:
+        _say_reattached(st, args.dev + (f" in {args.netns}" if args.netns else ""))
+        cpu = st.unpin(spec)
+        left = st.rules()
+        if not left:
+            st.detach()
+    finally:
+        st.close()
+    print(f"unpinned {spec} (was CPU {cpu})" + ("; no rules left: XDP detached" if not left else ""))
+    return 0
+
+
+def cmd_rules(args) -> int:
+    from steer.steering.xdp import pinned_state, require_steering_caps
+    from steer.model.topology import online_cpus
+    from steer.present.view import rules_lines
+    require_steering_caps()
+    out = pinned_state()
+    if args.json:
+        print(json.dumps({"devices": [d.as_json() for d in out]}, indent=2))
+        return 0
+    print("\n".join(rules_lines(out, set(online_cpus()))))
+    return 0
+
+
+def cmd_app(args) -> int:
+    from steer.steering.affinity import set_app_affinity
+    cpus = cpus_online(args.cpu)
+    before = set_app_affinity(args.pid, set(cpus))
+    from steer.model.topology import format_cpulist
+    olds = {format_cpulist(v) for v in before.values()}
+    print(f"pid {args.pid}: {len(before)} thread(s) now on CPU {format_cpulist(cpus)} "
+          f"(were on {', '.join(sorted(olds))})")
+    return 0
+
+
+def cmd_irq(args) -> int:
+    from steer.steering.affinity import receive_irqs, set_irq_affinity
+    from steer.kernel.privileges import CAP_SYS_ADMIN, require_caps
+    from steer.model.topology import format_cpulist
+    cpus = cpus_online(args.cpu)   # a bad argument is exit 2 whoever runs it
+    if args.queue is not None and args.queue < 0:
+        raise UsageError(f"--queue {args.queue}: a queue number is 0 or more")
+    require_caps([CAP_SYS_ADMIN], "changing IRQ affinity")
+    irqs = receive_irqs(args.dev, queue=args.queue)
+    before = set_irq_affinity(irqs, cpus)
+    print(f"{args.dev}: IRQ{'s' if len(irqs) > 1 else ''} "
+          f"{', '.join(f'{i.irq} ({i.name})' if i.name else str(i.irq) for i in irqs)} now on CPU "
+          f"{format_cpulist(cpus)} (were on {', '.join(sorted(set(before.values())))})")
+    return 0
+
+
+def cmd_rps(args) -> int:
+    from steer.steering.affinity import set_rps
+    from steer.kernel.privileges import CAP_SYS_ADMIN, require_caps
+    cpus = cpus_online(args.cpu)   # a bad argument is exit 2 whoever runs it
+    require_caps([CAP_SYS_ADMIN], "changing RPS")
+    before = set_rps(args.dev, cpus, args.netns)
+    print(f"{args.dev}: RPS of {', '.join(sorted(before))} now CPU {args.cpu}")
+    return 0
+
+
+def cmd_auto(args) -> int:
+    from steer.steering import auto
+    from steer.model.flows import Intervals
+    from steer.cli.logs import make_logger
+    from steer.steering.policies import PolicyError, load_policy
+    from steer.steering.xdp import XdpSteering
+    from steer.model.topology import read_topology
+    if args.listen:
+        from steer.present.exporter import parse_listen
+        try:
+            parse_listen(args.listen)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    try:
+        name, policy = load_policy(args.policy, args.min_rate)
+    except PolicyError as e:
+        raise UserError(str(e)) from None
+    log = make_logger(args.log_format)
+    topo = read_topology()
+    steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
+                                                      pinned=False).open()
+    tracer = None
+    try:
+        from steer.trace.netdevs import DeviceResolver
+        tracer = start_tracer(args)
+        intervals = Intervals(tracer, topo, devices=DeviceResolver())
+        engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
+                                log=log)
+        if args.listen:
+            from steer.present.exporter import SteerCollector
+            serve(SteerCollector(tracer, topo, top_k=args.top_k, flow_labels=args.flow_labels,
+                                  steering=lambda: [steering.state()] if steering else [],
+                                  actions=lambda: {name: engine.moves}), args.listen)
+        mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
+        log(f"steer auto: policy {name}, every {args.interval:g} s, {mode}")
+        auto.run(engine, intervals, period=args.interval, duration=args.duration,
+                 detached=steering.detached if steering else lambda: None)
+    except auto.AutoStopped as e:
+        raise UserError(str(e)) from None
+    finally:
+        if tracer:
+            tracer.stop()
+        if steering:
+            steering.close()
+    log(f"steer auto: stopped; {len(engine.placed) if tracer else 0} rule(s) removed with it")
+    return 0
+
+
+def cmd_reset(args) -> int:
+    from steer.steering.affinity import restore
+    from steer.experiment.lab import remove_stale_labs
+    from steer.steering.xdp import remove_pinned, require_steering_caps
+    require_steering_caps()
+    done = remove_pinned() + restore()
+    done += [f"removed stale lab namespace {n}" for n in remove_stale_labs()]
+    print("\n".join(done) if done else "nothing to reset")
+    return 0

@@ -1,0 +1,166 @@
+"""steer sweep: the papers' affinity matrix, measured."""
+from __future__ import annotations
+
+import json
+import os
+
+from steer.cli.common import (GracefulStop, UsageError, UserError, check_usable, cpus_online,
+                              flow_counts, interrupted_status, need_matplotlib, offload_settings,
+                              pause_values, positive, start_profiler, start_tracer,
+                              tracer_options)
+
+
+def add_parsers(sub, fmt) -> dict:
+    """Adds this module's commands to SUB; returns {name: function}."""
+    sw = sub.add_parser("sweep", formatter_class=fmt, help="the papers' affinity matrix, measured",
+                        description="For every (kernel CPU, app CPU) pair of --cpus: move the flow's "
+                        "kernel receive processing, pin the reader, run traffic, and record "
+                        "throughput, CPU-seconds per GB on each side, LLC misses where a PMU "
+                        "exists, and the class. Writes results.json, results.csv, PNG and SVG "
+                        "figures and report.md to --out. Ctrl-C keeps the finished cells; "
+                        "--resume continues. Without --dev the built-in lab makes the traffic.")
+    sw.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    sw.add_argument("--cpus", metavar="LIST",
+                    help="CPUs to sweep (default: every online CPU this process may run on)")
+    sw.add_argument("--seconds", type=positive(), default=None,
+                    help="traffic per run (default: 5, or 30 with --paper)")
+    sw.add_argument("--repeat", type=positive(int, 0), default=None,
+                    help="runs per cell, the median kept (default: 1, or 3 with --paper)")
+    sw.add_argument("--paper", action="store_true",
+                    help="the papers' method where the lab can follow it: one flow, iperf3 -Z "
+                         "(the sender copies nothing), the first 2 s of each run left out (-O, "
+                         "and by the tracer), 30 s runs, 3 per cell, the sender pinned to a CPU "
+                         "outside the swept pair where there is one; the report names it. On a "
+                         "real host, run length and repeats (the client is yours to start)")
+    sw.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    sw.add_argument("--method", choices=["rps", "xdp", "irq"], default=None,
+                    help="how the kernel side is moved. irq (with --dev): the papers' way, the "
+                         "NIC's receive IRQs pointed at the kernel CPU, where the driver's NAPI "
+                         "poll then runs (needs irqbalance stopped, RPS and threaded NAPI off; "
+                         "the IRQs are put back after). xdp (--dev default): XDP cpumap steering "
+                         "of the flow. rps (the lab's only way: its veth has no IRQ): RPS on the "
+                         "receiving veth")
+    sw.add_argument("--dev", metavar="IFACE", help="sweep a real host: the receiving interface")
+    sw.add_argument("--netns", metavar="NAME", help="network namespace of --dev")
+    sw.add_argument("--server-cmd", metavar="CMD",
+                    help="with --dev: the receiver to start and pin, e.g. 'iperf3 -s -p 5201'; "
+                         "a client on another host must send to it for the whole sweep")
+    sw.add_argument("--port", type=int, default=5201, help="TCP port of the swept flow")
+    sw.add_argument("--flows", type=flow_counts, default=[1], metavar="N[,N...]",
+                    help="parallel flows per cell, each count a matrix of its own (lab only; "
+                         "flow i on --port + i): all are steered to the cell's kernel CPU and read "
+                         "on its app CPU, as Cai et al. measure 1, 8, 16 and 24 flows per core")
+    sw.add_argument("--pause", type=pause_values, default=None, metavar="on,off",
+                    help="sweep the receiving NIC's Ethernet flow control (pause frames, rx and "
+                         "tx together), as the NDM'13 follow-up did: every cell under each value, "
+                         "in the order given (with --dev, on a NIC that has pause frames; the "
+                         "lab's veth has none). The NIC is put back as found after")
+    sw.add_argument("--offloads", type=offload_settings, default=None,
+                    metavar="F=on|off[+F=on|off][,...]",
+                    help="sweep the receiving device's offloads: each comma-separated setting "
+                         "names features of gro, gro-hw, lro, tso, gso (gro=on,gro=off; "
+                         "gro=on+lro=on,gro=off+lro=off) and every cell is measured under each, "
+                         "in the order given; features a setting does not name stay as found, "
+                         "and all are put back after. In the lab the sender's TSO is then off, "
+                         "so that packets arrive wire-sized, as from a NIC")
+    sw.add_argument("--profile", action="store_true",
+                    help="also say where each cell's CPU went, by category (steer profile at "
+                         "999 Hz, beside the tracer): cells carry profile.kernel and profile.app "
+                         "shares and the report a table. Profiling costs throughput (about 8%% "
+                         "of a bulk flow here), so compare profiled sweeps with each other")
+    # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU
+    tracer_options(sw, timing="exact")
+    return {"sweep": cmd_sweep}
+
+
+def cmd_sweep(args) -> int:
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from steer.experiment.sweep import (SweepConfig, SweepError, SweepStopped, cells_of, describe, run_sweep,
+                                        write_outputs)
+    from steer.model.topology import read_topology
+    topo = read_topology()
+    if args.cpus:
+        cpus = cpus_online(args.cpus, "--cpus")
+        check_usable(cpus, "--cpus")
+    else:
+        from steer.experiment.lab import usable_cpus
+        cpus = [c for c in topo.online if c in usable_cpus()]
+    if bool(args.dev) != bool(args.server_cmd):
+        raise UsageError("--dev and --server-cmd go together: a real host needs its receiver command")
+    if args.dev and args.method == "rps":
+        raise UsageError("--method rps is for the lab; a real host is swept with --method irq "
+                         "or xdp")
+    if not args.dev and args.method == "irq":
+        raise UsageError("--method irq moves the receiving NIC's IRQs, and the lab's veth has "
+                         "none: give --dev IFACE --server-cmd CMD, or use --method rps in the lab")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port}: not a port number")
+    if args.dev and args.flows != [1]:
+        raise UsageError("--flows is for the lab; on a real host the client decides how many flows")
+    if args.paper and args.flows != [1]:
+        raise UsageError("--paper measures one flow per cell, as the papers did: drop --flows")
+    from steer.experiment.report import PAPER_PRESET
+    from steer.experiment.sweep import paper_sender_cpu
+    seconds = args.seconds or (PAPER_PRESET["seconds"] if args.paper else 5.0)
+    repeat = args.repeat or (PAPER_PRESET["repeat"] if args.paper else 1)
+    sender = None
+    if args.paper and not args.dev:
+        from steer.experiment.lab import usable_cpus
+        sender = paper_sender_cpu(cpus, usable_cpus())
+    if args.pause and not args.dev:
+        raise UsageError("--pause switches a NIC's Ethernet flow control, and the lab's veth has "
+                         "none: give --dev IFACE --server-cmd CMD")
+    if args.port + max(args.flows) - 1 > 65535:
+        raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
+    need_matplotlib("steer sweep")
+    cfg = SweepConfig(cpus=cpus, seconds=seconds, repeat=repeat,
+                      method=args.method or ("xdp" if args.dev else "rps"),
+                      mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
+                      server_cmd=args.server_cmd, port=args.port, flows=args.flows,
+                      profile=args.profile, paper=args.paper, sender_cpu=sender,
+                      pause=args.pause, offloads=args.offloads)
+    if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
+        raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
+                        "another --out")
+    from steer.present.live import make_console
+    console = make_console()
+    stop = GracefulStop(console, "stopping after tearing down the run under way (Ctrl-C again "
+                                  "to stop at once)")
+    tracer = start_tracer(args)
+    profiler = None
+    interrupted = False
+    try:
+        if args.profile:
+            from steer.trace.profile import DEFAULT_FREQUENCY
+            profiler = start_profiler(args, DEFAULT_FREQUENCY)
+        console.print(f"steer sweep: {describe(cfg)}")
+        with stop, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                            console=console) as progress:
+            try:
+                results = run_sweep(cfg, args.out, tracer, topo, resume=args.resume,
+                                    progress=progress, should_stop=stop.requested,
+                                    profiler=profiler)
+            except (SweepStopped, KeyboardInterrupt):
+                interrupted = True
+    except SweepError as e:
+        raise UserError(str(e)) from None
+    finally:
+        if profiler:
+            profiler.stop()
+        tracer.stop()
+    if interrupted:
+        if not os.path.exists(os.path.join(args.out, "results.json")):
+            console.print("interrupted before the first cell: nothing to keep")
+            return interrupted_status()
+        with open(os.path.join(args.out, "results.json")) as f:
+            results = json.load(f)
+    files = write_outputs(results, args.out, topo)
+    done = len(results["cells"])
+    if interrupted:
+        console.print(f"interrupted after {done} of {len(cells_of(cfg))} cells; the lab is torn down. "
+                      f"`steer sweep --resume --out {args.out}` with the same options continues.")
+        return interrupted_status()
+    console.print(f"wrote {len(files)} files to {args.out}: " + ", ".join(os.path.basename(f) for f in files))
+    return 0
