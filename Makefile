@@ -46,7 +46,7 @@ $(BUILD)/vmlinux.h: | $(BUILD)
 	@command -v $(BPFTOOL) >/dev/null || { echo "error: bpftool not found (apt-get install bpftool)" >&2; exit 1; }
 	$(Q)$(BPFTOOL) btf dump file $(BTF) format c > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/%.h $(wildcard bpf/*.bpf.h) $(BUILD)/vmlinux.h
+$(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/%.h $(wildcard bpf/*.bpf.h bpf/*/*.bpf.h) $(BUILD)/vmlinux.h
 	@command -v $(CLANG) >/dev/null || { echo "error: clang not found (apt-get install clang llvm)" >&2; exit 1; }
 	@test -r /usr/include/bpf/bpf_helpers.h || { echo "error: libbpf headers not found (apt-get install libbpf-dev)" >&2; exit 1; }
 	@echo "  BPF   $@"

@@ -22,9 +22,17 @@ def states(p) -> dict[str, str]:
     return {n: f.state for n, f in p.figures.items()}
 
 
+def _flowtrace_source() -> str:
+    """bpf/flowtrace.bpf.c with its parts (bpf/flowtrace/*.bpf.h) included where it includes them."""
+    bpf = os.path.join(ROOT, "bpf")
+    return re.sub(r'^#include "(flowtrace/[\w.]+)"$', lambda m: open(os.path.join(bpf, m.group(1))).read(),
+                  open(os.path.join(bpf, "flowtrace.bpf.c")).read(), flags=re.M)
+
+
 def test_the_section_table_is_the_objects():
-    """Every program of bpf/flowtrace.bpf.c, with its SEC(), and nothing else."""
-    src = open(os.path.join(ROOT, "bpf", "flowtrace.bpf.c")).read()
+    """Every program of bpf/flowtrace.bpf.c and its parts, with its SEC(), and nothing else."""
+    src = _flowtrace_source()
+    assert "ft_sample" in src and "ft_softirq_entry" in src
     found = {m.group(2): m.group(1) for m in re.finditer(
         r'SEC\("([^"]+)"\)\s*\n\s*int\s+(?:BPF_PROG\(|BPF_KRETPROBE\()?(\w+)', src)}
     assert found == SECTIONS
@@ -175,7 +183,7 @@ def test_the_tests_stand_in_for_a_refusing_kernel():
 
 
 def test_the_map_table_is_the_objects():
-    src = open(os.path.join(ROOT, "bpf", "flowtrace.bpf.c")).read()
+    src = _flowtrace_source()
     from steer.trace.programs import MAPS
     assert tuple(re.findall(r'^\} (\w+) SEC\("\.maps"\);', src, re.M)) == MAPS
     assert forced_refusals("readers,ft_tcp_state") == {"readers", "ft_tcp_state"}

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* flowtrace, maps: The constants, the load-time configuration (`cfg`, the only thing in .rodata) and the maps:
+ * the flow map ((flow, CPU) -> ft_flow_stats, LRU, --max-flows), per-CPU totals and receive
+ * context, the PMU counter arrays, the readers' task storage. Costs memory only: about 300
+ * bytes per (flow, CPU) entry. */
+
+#define NET_RX_SOFTIRQ	3	/* enum in include/linux/interrupt.h; stable since 2.6 */
+#define AF_INET		2
+#define AF_INET6	10
+#define MSG_PEEK	2
+
+/* receive syscalls whose time is charged to the socket that sock_recv_length names */
+#if defined(__TARGET_ARCH_x86)
+#define NR_read		0
+#define NR_readv	19
+#define NR_recvfrom	45
+#define NR_recvmsg	47
+#define NR_recvmmsg	299
+#elif defined(__TARGET_ARCH_arm64)
+#define NR_read		63
+#define NR_readv	65
+#define NR_recvfrom	207
+#define NR_recvmsg	212
+#define NR_recvmmsg	243
+#else
+#error "receive syscall numbers are not known for this architecture"
+#endif
+
+const volatile struct ft_config cfg = {};
+
+/* the bound is a load-time setting (steer --max-flows); LRU so a flood of flows evicts old ones
+ * instead of failing, and userspace counts evictions as inserts minus live entries */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ft_flow_cpu_key);
+	__type(value, struct ft_flow_stats);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ft_cpu_stats);
+} cpu_totals SEC(".maps");
+
+/* one perf counter (LLC misses) per CPU, filled by userspace when a PMU exists */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} llc_counters SEC(".maps");
+
+/* the other events (enum ft_event), per CPU likewise; read by the sampler only */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} ref_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} instruction_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} cycle_counters SEC(".maps");
+
+/* what the current receive context on this CPU is charging to */
+struct cpu_state {
+	__u64 softirq_start;	/* start of the running softirq (any vector) */
+	__u64 mark;		/* last boundary of the NET_RX or kthread interval */
+	__u64 llc_mark;
+	__u64 softirq_llc_start;
+	__u64 kthread_start;	/* start of the running cpumap batch or threaded NAPI run */
+	__u64 hardirq_start;	/* the running interrupt handler's start (handlers do not nest) */
+	/* sampled timing: the network header of the last skb that went up the stack here (skb->data
+	 * moves on as the layers pull their headers; the buffer stays) */
+	__u64 hint_data;
+	__u32 hint_len;
+	__u32 hint_headlen;
+	__u16 hint_proto;	/* Ethernet protocol, network order */
+	__u8 skip_next;		/* the slot of skip_hash the next uncounted flow takes */
+	__u8 hint_pad[1];
+	/* sampled timing: skb->hash of the last two flows parsed whose transport is not counted
+	 * here (0: none): two, because a CPU that takes in a flow's data also takes in the ACKs of
+	 * what it sends, one skb of each in turn */
+	__u32 skip_hash[2];
+	__u64 sample_llc;	/* sampled timing: the LLC counter at the previous sample */
+	__u64 sample_events[FT_EVENTS];	/* and the other events' */
+	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock
+				 * good to one period for last_seen_ns (tracing programs may not
+				 * call bpf_ktime_get_coarse_ns) */
+	struct ft_flow_key cur;
+	__u8 ctx;		/* CTX_* */
+	__u8 cur_valid;		/* cur holds the flow of the last skb */
+	__u8 skb_counted;	/* the last event counted an rx_skb for cur on this CPU */
+	__u8 resume_ctx;	/* CTX_NAPI_THREAD: the softirq running interrupted that context */
+	__u8 pad[4];
+};
+
+#define CTX_NONE	0
+#define CTX_NET_RX	1
+#define CTX_KTHREAD	2	/* a cpumap kthread: steered work, charged as kthread time */
+#define CTX_NAPI_THREAD	3	/* a threaded NAPI kthread: the NET_RX work itself, out of softirq */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_state);
+} cpu_states SEC(".maps");
+
+/* per reader thread: the receive syscall in progress */
+struct recv_state {
+	__u64 seg_start;	/* start of the current on-CPU segment, 0 while switched out */
+	__u64 softirq_snap;	/* this CPU's softirq_ns at seg_start */
+	__u64 softirq_llc_snap;
+	__u64 llc_snap;
+	__u64 acc_ns;
+	__u64 acc_nested_ns;
+	__u64 acc_llc;
+	struct ft_flow_key flow;
+	__u8 in_recv;
+	__u8 have_flow;
+	__u8 pad[6];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct recv_state);
+} readers SEC(".maps");

@@ -1,0 +1,496 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* flowtrace, sampling: the default mode (see the block below). */
+
+/* ---- sampled timing ------------------------------------------------------------------------
+ * A cpu-clock perf event per CPU fires every period; ft_sample charges that period to what the
+ * CPU was doing: NET_RX processing (or a cpumap/NAPI kthread) of the flow whose skb went up the
+ * stack last on this CPU, or a receive syscall of a socket, found from the syscall's fd. The only
+ * per-packet work left is ft_skb_hint's one store; the cost grows with the sample rate instead of
+ * the packet and syscall rates, and unrelated syscalls pay nothing. */
+
+/* A sample in a task stands for the time that task ran since its own previous sample, by the
+ * scheduler's account of it (sum_exec_runtime), not for one nominal period: a timer that fires
+ * late (interrupts off, or a virtual CPU woken late from a halt, where the kernel forwards the
+ * timer and drops the periods it missed) would otherwise lose that time, and a task that shares
+ * its CPU with others would be charged theirs. But never for more than the time since the
+ * previous sample on its CPU: where tasks take turns on a busy CPU, a task's run time since its
+ * own previous sample spans periods that other tasks' samples stand for, and charging all of it
+ * to where this one sample landed only adds noise (a busy CPU is sampled every period, so one
+ * period each is the unbiased count there). A sample taken on the idle task's stack (a softirq
+ * on an idle CPU) stands for one period.
+ * sum_exec_runtime is brought up to date only at scheduler events (a tick, a switch, a wake-up),
+ * so a sample reads it late by up to a tick, and by how much depends on the context: receive
+ * processing wakes readers, which updates the interrupted task's runtime, so a NET_RX sample
+ * read it fresh and a sample in the task's own code stale, which gave NET_RX ~10% more than
+ * its time (against libbpf-tools softirqs) and the tasks as much less. So the runtime is taken
+ * as of the sample: sum_exec_runtime + (now - exec_start), where exec_start is the scheduler
+ * clock at that last update. Only differences of it are used, so the constant offset between
+ * the scheduler clock and bpf_ktime_get_ns() cancels. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);	/* task_runtime() at the task's previous sample */
+} sampled_runtime SEC(".maps");
+
+/* How far the scheduler's task clock of this CPU's run queue (what exec_start and
+ * sum_exec_runtime are in) is behind its clock: the time the hypervisor took the CPU away (steal)
+ * and, where the kernel accounts it, hard and soft irq time, since boot. The run queue is reached
+ * through the task's CFS run queue (group scheduling, which every distribution kernel has):
+ * `runqueues` is a per-CPU variable that kallsyms lists only with CONFIG_KALLSYMS_ALL. */
+static __always_inline __u64 task_clock_lag(struct task_struct *task)
+{
+	struct rq *rq;
+
+	if (!bpf_core_field_exists(struct cfs_rq, rq))
+		return 0;
+	rq = BPF_CORE_READ(task, se.cfs_rq, rq);
+	if (!rq)
+		return 0;
+	return BPF_CORE_READ(rq, clock) - BPF_CORE_READ(rq, clock_task);
+}
+
+/* the longest task time one sample may stand for: beyond it something stopped the sampler
+ * (throttling, a CPU coming back online), and the task's context is not known for that long */
+#define MAX_SAMPLE_WEIGHT_PERIODS	100
+#define SAMPLE_WEIGHT_CPU_PERIODS	4
+
+static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_elapsed)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 *last, runtime, w;
+
+	if (!task->pid)
+		return period;
+	last = bpf_task_storage_get(&sampled_runtime, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!last)
+		return period;
+	/* the task's run time up to now, plus a constant (the two clocks' offset): now - exec_start
+	 * alone would count the steal since exec_start's clock last moved (and across CPUs, the
+	 * difference of their steal since boot) as run time, which doubled a cpumap kthread's time
+	 * on a VM whose vCPUs the host preempts */
+	runtime = task->se.sum_exec_runtime + now - task->se.exec_start - task_clock_lag(task);
+	w = !*last ? period : runtime > *last ? runtime - *last : 0;
+	*last = runtime;
+	if (w > SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed)
+		w = SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed;
+	return w < period * MAX_SAMPLE_WEIGHT_PERIODS ? w : period * MAX_SAMPLE_WEIGHT_PERIODS;
+}
+
+/* Sampled timing's per-skb program: the hint for the sampler and, for the transports in
+ * cfg.skb_count, the skb's bytes and packets. skb->hash (the NIC's RSS hash, or the one the
+ * sending socket put on it) tells an skb of one of the last two uncounted flows on this CPU
+ * (TCP, where the sockets count it) without a look at its headers: a few loads and compares;
+ * another flow, or no hash, costs the headers' parse. A counted flow whose hash collides with one
+ * of those two goes uncounted while they last (1 in 2^31). */
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_flow_key k = {};
+	struct ft_cpu_stats *tot;
+	struct ft_flow_stats *st;
+	__u32 hash;
+	__u64 payload = 0;
+
+	if (!s)
+		return 0;
+	set_hint(s, skb);
+	if (!cfg.skb_count)
+		return 0;
+	hash = skb->hash;
+	if (hash && (hash == s->skip_hash[0] || hash == s->skip_hash[1]))
+		return 0;
+	if (skb_flow(skb, &k, &payload))
+		return 0;
+	if (!skb_counted_proto(k.proto)) {
+		s->skip_hash[s->skip_next & 1] = hash;
+		s->skip_next ^= 1;
+		return 0;
+	}
+	tot = totals();
+	if (!tot)
+		return 0;
+	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
+	if (!st)
+		return 0;
+	st->rx_skbs++;
+	/* the sampler's clock, good to a period on a CPU that takes packets in, saves a clock read
+	 * (~50 ns on this VM) an skb; before this CPU's first sample, the clock */
+	st->last_seen_ns = s->clock_ns ? s->clock_ns : bpf_ktime_get_ns();
+	if (skb->skb_iif && current_kthread_ctx() == CTX_KTHREAD)
+		return 0;	/* generic XDP counted it on the arrival CPU */
+	count_payload(st, skb, payload);
+	return 0;
+}
+
+/* frames of the interrupted kernel stack looked at: net_rx_action sits ~15-25 frames below the
+ * deepest TCP function, and a softirq that interrupted a syscall adds the syscall's frames below */
+#define FT_STACK_DEPTH	24
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64[FT_STACK_DEPTH]);
+} stack_scratch SEC(".maps");
+
+#define WHERE_TASK	0	/* none of the ranges below: task context (or hardirq, idle) */
+#define WHERE_NET_RX	1
+#define WHERE_SOFTIRQ	2	/* a softirq other than NET_RX */
+#define WHERE_NET_CONTEXT 3	/* a bpf_net_context is held: NET_RX, or a kthread's own work */
+
+#define PF_KTHREAD	0x00200000	/* include/linux/sched.h */
+#define S_IFMT		00170000
+#define S_IFSOCK	0140000
+
+static __always_inline int in_text(__u64 ip, int which)
+{
+	return ip >= cfg.text[which][0] && ip < cfg.text[which][1];
+}
+
+/* the interrupted kernel stack, innermost frame first, in this CPU's scratch: its frame count
+ * (0 where it could not be taken) */
+static __always_inline long sampled_frames(struct bpf_perf_event_data *ctx, __u64 **ips)
+{
+	__u32 zero = 0;
+	long n;
+
+	*ips = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!*ips)
+		return 0;
+	n = bpf_get_stack(ctx, *ips, FT_STACK_DEPTH * sizeof(__u64), 0);
+	return n > 0 ? n / sizeof(__u64) : 0;
+}
+
+/* the innermost of net_rx_action / threaded NAPI / softirq handling on the interrupted stack.
+ * Walking it is the sampler's main cost: ~16 us a sample on this VM, a fixed ~7 us plus ~0.5 us a
+ * frame (bench.event_cost), so where_sampled walks only when the cheap signs below cannot tell. */
+static __always_inline int where_on_stack(struct bpf_perf_event_data *ctx)
+{
+	__u64 *ips;
+	long n = sampled_frames(ctx, &ips);
+	int i;
+
+	if (!n)
+		return WHERE_TASK;
+	for (i = 0; i < FT_STACK_DEPTH; i++) {
+		if (i >= n)
+			break;
+		if (in_text(ips[i], FT_TEXT_NET_RX) || in_text(ips[i], FT_TEXT_NAPI_THREAD))
+			return WHERE_NET_RX;
+		if (in_text(ips[i], FT_TEXT_SOFTIRQ))
+			return WHERE_SOFTIRQ;
+	}
+	return WHERE_TASK;
+}
+
+/* Whether the interrupted context ran on its task's stack (task context; ksoftirqd's softirqs)
+ * or off it (a softirq, on the CPU's irq stack: the sampling interrupt cannot interrupt a
+ * hardirq). Task stacks are 16 KiB on x86_64 and arm64, 32 KiB under KASAN: in between the
+ * answer is not known. */
+#define TASK_STACK_SURE		(16 << 10)
+#define TASK_STACK_MAX		(32 << 10)
+#define ON_TASK_STACK		0
+#define OFF_TASK_STACK		1
+#define STACK_NOT_KNOWN		2
+
+static __always_inline int sampled_stack(struct bpf_perf_event_data *ctx, struct task_struct *task)
+{
+	__u64 sp = ctx->regs.sp, base = (__u64)task->stack;
+
+	if (!cfg.softirq_stacks || sp < base || sp >= base + TASK_STACK_MAX)
+		return cfg.softirq_stacks ? OFF_TASK_STACK : STACK_NOT_KNOWN;
+	return sp < base + TASK_STACK_SURE ? ON_TASK_STACK : STACK_NOT_KNOWN;
+}
+
+static __always_inline int comm_is_ksoftirqd(const char *comm)
+{
+	return comm[0] == 'k' && comm[1] == 's' && comm[2] == 'o' && comm[3] == 'f' &&
+	       comm[4] == 't' && comm[5] == 'i' && comm[6] == 'r' && comm[7] == 'q';
+}
+
+/* NET_RX processing, another softirq, or neither (task context, a kthread, idle), with the
+ * stack walk only where cheaper signs cannot tell:
+ * - From 6.11, net_rx_action holds a bpf_net_context in the task it runs on (current, whatever
+ *   it interrupted) for exactly as long as it runs: set at its start, cleared at its one exit.
+ *   Other holders set one only with bottom halves off, in task context: threaded NAPI and busy
+ *   polling (receive processing too), the cpumap kthread (which ft_sample tells by its name), XDP
+ *   on tun and netkit's transmit. A softirq that a holder runs when it enables bottom halves
+ *   (the cpumap kthread's, after each batch: the ACKs its TCP sent through a veth) is on the irq
+ *   stack, and counts as NET_RX, as in the exact mode.
+ * - The stack pointer tells a softirq from task context, and before 6.11 spares the walk in
+ *   task context, outside ksoftirqd. */
+static __always_inline int where_sampled(struct bpf_perf_event_data *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	int stack = sampled_stack(ctx, task);
+	char comm[16];
+
+	if (bpf_core_field_exists(task->bpf_net_context)) {
+		/* off the task's stack it is net_rx_action's own context (or a softirq on top of a
+		 * holder, most likely NET_RX itself); on it, the holder's work */
+		if (task->bpf_net_context)
+			return stack == OFF_TASK_STACK ? WHERE_NET_RX : WHERE_NET_CONTEXT;
+		if (stack != STACK_NOT_KNOWN)
+			return stack == ON_TASK_STACK ? WHERE_TASK : WHERE_SOFTIRQ;
+		return where_on_stack(ctx);
+	}
+	if (stack == ON_TASK_STACK) {
+		bpf_get_current_comm(comm, sizeof(comm));
+		if (!comm_is_ksoftirqd(comm))
+			return WHERE_TASK;
+	}
+	return where_on_stack(ctx);
+}
+
+static __always_inline int sampled_user_mode(struct bpf_perf_event_data *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	/* the context allows whole-word reads only, and cs shares its word with FRED bits */
+	__u64 *regs = (__u64 *)&ctx->regs;
+
+	return (regs[__builtin_offsetof(struct pt_regs, cs) / 8] & 3) != 0;
+#else
+	return (ctx->regs.pstate & 0xf) == 0;	/* PSR_MODE_EL0t */
+#endif
+}
+
+/* the flow of the socket the current task is receiving from, if it is inside a receive syscall:
+ * the syscall number and the fd come from its user registers, the socket from its fd table */
+static __always_inline int current_recv_flow(struct ft_flow_key *k)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs;
+	struct fdtable *fdt;
+	struct file **fds, *file;
+	struct socket *sock;
+	long nr;
+	__u32 fd;
+
+	if (task->flags & PF_KTHREAD)
+		return -1;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return -1;
+#if defined(__TARGET_ARCH_x86)
+	nr = BPF_CORE_READ(regs, orig_ax);
+#else
+	nr = BPF_CORE_READ(regs, syscallno);
+#endif
+	if (!is_recv_syscall(nr))
+		return -1;
+	fd = PT_REGS_PARM1_CORE_SYSCALL(regs);
+	fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return -1;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return -1;
+	if ((BPF_CORE_READ(file, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return -1;
+	sock = BPF_CORE_READ(file, private_data);
+	return sock_flow(BPF_CORE_READ(sock, sk), k);
+}
+
+/* steer profile: the category ranges of kernel text (sized by userspace: 1 entry when not
+ * profiling) and the samples per (flow, CPU, side, category) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ft_text_category);
+} profile_text SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct ft_profile_key);
+	__type(value, struct ft_profile_value);
+} profile SEC(".maps");
+
+/* 2^FT_SEARCH_STEPS ranges at most: a distribution kernel with its modules has ~100k functions,
+ * merged into far fewer ranges */
+#define FT_SEARCH_STEPS	20
+
+/* the category of the range that IP falls in: a binary search for the last start <= ip */
+static __always_inline __u32 text_category(__u64 ip)
+{
+	__u32 lo = 0, hi = cfg.profile_ranges, mid, j;
+	struct ft_text_category *e;
+
+	for (j = 0; j < FT_SEARCH_STEPS; j++) {
+		if (lo + 1 >= hi)
+			break;
+		mid = lo + (hi - lo) / 2;
+		e = bpf_map_lookup_elem(&profile_text, &mid);
+		if (!e)
+			return FT_CATEGORY_NONE;
+		if (e->start <= ip)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	e = bpf_map_lookup_elem(&profile_text, &lo);
+	return e && e->start <= ip ? e->category : FT_CATEGORY_NONE;
+}
+
+/* the category of the sampled kernel stack: its innermost frame with one (Cai et al. charge a
+ * sample to the function it landed in; a helper without a rule, such as a usercopy check, is
+ * charged to the caller that has one) */
+static __always_inline __u32 stack_category(struct bpf_perf_event_data *ctx)
+{
+	__u64 *ips;
+	long n = sampled_frames(ctx, &ips);
+	__u32 c;
+	int i;
+
+	if (!n)
+		return FT_CATEGORY_OTHER;
+	for (i = 0; i < FT_STACK_DEPTH; i++) {
+		if (i >= n)
+			break;
+		c = text_category(ips[i]);
+		if (c != FT_CATEGORY_NONE)
+			return c;
+	}
+	return FT_CATEGORY_OTHER;
+}
+
+static __always_inline void profile_sample(struct bpf_perf_event_data *ctx,
+					   const struct ft_flow_key *flow, __u32 cpu, __u32 side,
+					   __u64 weight)
+{
+	struct ft_profile_key pk = {};
+	struct ft_profile_value *v, fresh = {};
+
+	if (flow)
+		__builtin_memcpy(&pk.flow, flow, sizeof(pk.flow));
+	pk.cpu = cpu;
+	pk.side = side;
+	pk.category = stack_category(ctx);
+	v = bpf_map_lookup_elem(&profile, &pk);
+	if (!v) {
+		/* a full map (PROFILE_ENTRIES in tracer.py: 32768 counts of (flow, CPU, side,
+		 * category)) drops the sample, and nothing counts the drop yet */
+		bpf_map_update_elem(&profile, &pk, &fresh, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&profile, &pk);
+		if (!v)
+			return;
+	}
+	/* only this CPU writes an entry with its number in the key, and a sample does not nest */
+	v->samples++;
+	v->ns += weight;
+}
+
+SEC("perf_event")
+int ft_sample(struct bpf_perf_event_data *ctx)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	struct ft_flow_key k = {}, rk = {};
+	struct ft_flow_stats *st;
+	__u64 period = ctx->sample_period, llc, dllc, now, dev[FT_EVENTS];
+	__u32 cpu = bpf_get_smp_processor_id(), pid;
+	int where, kthread, napi_thread;
+	char comm[8];
+
+	if (!s || !tot)
+		return 0;
+	/* LLC misses since the previous sample are charged with its period, to the same side */
+	llc = llc_now();
+	dllc = s->sample_llc ? llc - s->sample_llc : 0;
+	s->sample_llc = llc;
+	events_since_sample(s, dev);
+	tot->samples++;
+	now = bpf_ktime_get_ns();
+	/* the first sample on this CPU: as if the previous one were a period ago */
+	period = sample_weight(period, now, s->clock_ns ? now - s->clock_ns : period);
+	s->clock_ns = now;
+	if (sampled_user_mode(ctx))
+		return 0;
+	tot->samples_kernel_mode++;
+	where = where_sampled(ctx);
+	kthread = napi_thread = 0;
+	if (where == WHERE_TASK || where == WHERE_NET_CONTEXT) {
+		bpf_get_current_comm(comm, sizeof(comm));
+		/* threaded NAPI (napi/<dev>-<id>) runs the NET_RX work in a kthread, bh disabled */
+		if (comm_is_napi(comm))
+			where = WHERE_NET_RX, napi_thread = 1;
+		else if (comm_is_cpumap(comm))
+			kthread = 1;
+		else if (where == WHERE_NET_CONTEXT)
+			where = WHERE_NET_RX;
+	}
+
+	if (where == WHERE_NET_RX || kthread) {
+		st = hint_flow(s, &k) == 0 ? flow_entry(&k, cpu, tot) : 0;
+		if (st) {
+			if (kthread)
+				st->kthread_ns += period;
+			else
+				st->kernel_ns += period;
+			st->kernel_samples++;
+			st->llc_kernel += dllc;
+			st->refs_kernel += dev[FT_EVENT_REFERENCES];
+			st->instructions_kernel += dev[FT_EVENT_INSTRUCTIONS];
+			st->cycles_kernel += dev[FT_EVENT_CYCLES];
+			st->last_seen_ns = s->clock_ns;
+		} else if (kthread) {
+			tot->kthread_unattributed_ns += period;
+		} else {
+			tot->net_rx_unattributed_ns += period;
+		}
+		if (kthread) {
+			tot->kthread_ns += period;
+		} else if (napi_thread) {
+			tot->net_rx_ns += period;
+			tot->napi_thread_ns += period;
+		} else {
+			tot->net_rx_ns += period;
+			tot->softirq_ns += period;
+		}
+		tot->llc_kernel += dllc;
+		tot->refs_kernel += dev[FT_EVENT_REFERENCES];
+		tot->instructions_kernel += dev[FT_EVENT_INSTRUCTIONS];
+		tot->cycles_kernel += dev[FT_EVENT_CYCLES];
+		if (cfg.profile_ranges)
+			profile_sample(ctx, st ? &k : 0, cpu, kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL,
+				       period);
+	} else if (where == WHERE_SOFTIRQ) {
+		tot->softirq_ns += period;
+		tot->softirq_llc += dllc;
+	}
+	if (kthread || current_recv_flow(&rk))
+		return 0;
+	/* the current task is in a receive syscall: its own time, or softirq time nested in it */
+	st = flow_entry(&rk, cpu, tot);
+	if (!st)
+		return 0;
+	pid = bpf_get_current_pid_tgid() >> 32;
+	if (st->app_pid != pid) {
+		/* with socket counters no read names the reader: the samples do */
+		st->app_pid = pid;
+		bpf_get_current_comm(st->app_comm, sizeof(st->app_comm));
+	}
+	if (where == WHERE_TASK) {
+		st->app_ns += period;
+		st->app_samples++;
+		st->llc_app += dllc;
+		st->refs_app += dev[FT_EVENT_REFERENCES];
+		st->instructions_app += dev[FT_EVENT_INSTRUCTIONS];
+		st->cycles_app += dev[FT_EVENT_CYCLES];
+		tot->app_ns += period;
+		tot->llc_app += dllc;
+		tot->refs_app += dev[FT_EVENT_REFERENCES];
+		tot->instructions_app += dev[FT_EVENT_INSTRUCTIONS];
+		tot->cycles_app += dev[FT_EVENT_CYCLES];
+		if (cfg.profile_ranges)
+			profile_sample(ctx, &rk, cpu, FT_SIDE_APP, period);
+	} else {
+		st->app_nested_ns += period;
+		tot->app_nested_ns += period;
+	}
+	st->last_seen_ns = s->clock_ns;
+	return 0;
+}
