@@ -58,28 +58,28 @@ setup:
 demo: setup
 	$(Q)$(VENV)/bin/steer demo
 
-# the suite includes the guest tier (tests/test_guest_live.py), whose qemu setup.sh --vm installs
+# the suite includes the guest tier (tests/guest/test_guest_live.py), whose qemu setup.sh --vm installs
 test:
 	$(Q)scripts/setup.sh --vm
 	$(Q)$(PYTHON) -m pytest -ra --durations=5 tests
 
-# VM_TESTS: pytest arguments for the guest, comma-separated (default in tests/vm/run.py)
+# VM_TESTS: pytest arguments for the guest, comma-separated (default in tests/guest/vm/run.py)
 test-vm: setup
 	$(Q)scripts/setup.sh --vm
-	$(Q)$(PYTHON) tests/vm/run.py $(subst $(comma), ,$(VM_TESTS))
+	$(Q)$(PYTHON) tests/guest/vm/run.py $(subst $(comma), ,$(VM_TESTS))
 
 comma := ,
 
-# Debian's cloud kernels of bullseye, bookworm and trixie (tests/vm/run.py KERNELS); each runs
-# tests/test_kernel_smoke.py, which keeps the guest's steer check for the table; one kernel
+# Debian's cloud kernels of bullseye, bookworm and trixie (tests/guest/vm/run.py KERNELS); each runs
+# tests/live/test_kernel_smoke.py, which keeps the guest's steer check for the table; one kernel
 # failing does not stop the others, and fails the target at the end
 KERNELS ?= 5.10 6.1 6.12
 test-kernels: setup
 	$(Q)scripts/setup.sh --vm
 	$(Q)failed=; for k in $(KERNELS); do \
-		$(PYTHON) tests/vm/run.py --kernel $$k tests/test_kernel_smoke.py || failed="$$failed $$k"; \
+		$(PYTHON) tests/guest/vm/run.py --kernel $$k tests/live/test_kernel_smoke.py || failed="$$failed $$k"; \
 	done; \
-	$(PYTHON) tests/vm/kernels.py --host > docs/kernels.md && echo "docs/kernels.md written"; \
+	$(PYTHON) tests/guest/vm/kernels.py --host > docs/kernels.md && echo "docs/kernels.md written"; \
 	if [ -n "$$failed" ]; then echo "test-kernels: failed on$$failed" >&2; exit 1; fi
 
 # built in a copy of the tree, because dpkg-buildpackage writes beside and inside its source;

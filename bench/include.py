@@ -8,7 +8,7 @@ copied here rather than retyped:
     <!-- end include -->
 
     python -m bench.include            # rewrites every block from its file
-    python -m bench.include --check    # exit 1 and name the stale blocks (tests/test_docs.py)
+    python -m bench.include --check    # exit 1 and name the stale blocks (tests/artifacts/test_docs.py)
 """
 from __future__ import annotations
 

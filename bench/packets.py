@@ -1,5 +1,5 @@
 """Packet building and an independent reference parser for the XDP steering program: used by its
-tests (tests/test_steering_live.py) and by the benches that feed it packets (fuzz, steering_cost).
+tests (tests/live/test_steering_live.py) and by the benches that feed it packets (fuzz, steering_cost).
 
 The reference parser is written from the protocol specs, not from bpf/parsing.bpf.h: it says which
 packets are well-formed TCP/UDP the steering program should steer, and what their tuple is."""

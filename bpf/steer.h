@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Types and constants shared by steer.bpf.c and steer/abi/xdp.py: tests/test_build.py checks
+/* Types and constants shared by steer.bpf.c and steer/abi/xdp.py: tests/artifacts/test_build.py checks
  * the structs against the object's BTF and the constants by compiling this header. */
 #ifndef __STEER_H
 #define __STEER_H

@@ -1,11 +1,22 @@
+"""The suite in tiers, one folder each: unit/ (no privileges, seconds); artifacts/ (what the
+build makes: objects, packages, man page, dashboards, docs; not named build/, which pytest
+skips); live/ (the real programs and real traffic, root); guest/ (a qemu guest of another
+kernel and two sockets). support/ holds the helpers and the fixture sysfs trees. The live
+marker stays what says whether a test needs root (`-m "not live"`): a few tests in the live
+files check pure parts of them and run anywhere."""
 import os
 import signal
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))   # tests/sysfs.py and friends
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # bench.packets
+TIERS = ("unit", "artifacts", "live", "guest")
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))   # helpers, sysfs
+# a test module may use another's helpers (the dashboards' expressions, a free port, a fixture
+# flow), in whichever tier it is
+sys.path[1:1] = [os.path.join(os.path.dirname(__file__), t) for t in TIERS]
+sys.path.insert(1 + len(TIERS), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # bench
 
 
 def _widen_affinity() -> str | None:
@@ -42,3 +53,12 @@ def pytest_runtest_setup(item):
         why = live_skip_reason()
         if why:
             pytest.skip(why)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test outside the tier folders is an error: a new file goes where its tier is."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        rel = os.path.relpath(str(item.path), here).split(os.sep)
+        if rel[0] not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")

@@ -1,4 +1,4 @@
-"""Python mirror of bpf/flowtrace.h. tests/test_build.py checks every size and offset against the
+"""Python mirror of bpf/flowtrace.h. tests/artifacts/test_build.py checks every size and offset against the
 BTF of the built object, so the two sides cannot drift apart silently."""
 import ctypes
 

@@ -1,5 +1,5 @@
 """Python mirror of bpf/steer.h: structs checked against the object's BTF, constants against the
-header itself (HEADER_CONSTANTS), by tests/test_build.py."""
+header itself (HEADER_CONSTANTS), by tests/artifacts/test_build.py."""
 import ctypes
 
 u8, u16, u32, u64 = ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64

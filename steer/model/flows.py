@@ -221,7 +221,7 @@ def _null_missing(out: dict, caps: Capabilities, proto: str, fields: dict) -> di
 
 
 # fewer samples than this and a sampled time is marked rough (~): one standard error is then
-# over a third of it (1/sqrt(n)), and more where tasks share a CPU (up to 1.8x, tests/helpers.py)
+# over a third of it (1/sqrt(n)), and more where tasks share a CPU (up to 1.8x, tests/support/helpers.py)
 FEW_SAMPLES = 10
 
 

@@ -1,6 +1,6 @@
 """CPU topology from sysfs: cores, SMT siblings, last-level-cache domains, sockets, NUMA nodes.
 
-Every function takes the sysfs root so that tests run on fixture trees (tests/fixtures/).
+Every function takes the sysfs root so that tests run on fixture trees (tests/support/fixtures/).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ CORE = {
     "counts": ("ft_skb_hint",),
 }
 
-# each program's hook, as libbpf names its section (tests/test_build.py checks the table against
+# each program's hook, as libbpf names its section (tests/artifacts/test_build.py checks the table against
 # bpf/flowtrace.bpf.c): what users and `steer check` are told was refused
 SECTIONS = {
     "ft_sample": "perf_event",
@@ -61,7 +61,7 @@ SECTIONS = {
     "ft_sched_switch": "tp_btf/sched_switch",
 }
 ALL_PROGRAMS = tuple(SECTIONS)
-# its maps (tests/test_programs.py checks them against the source): a map type the kernel lacks
+# its maps (tests/unit/test_programs.py checks them against the source): a map type the kernel lacks
 # (task storage before 5.11) is not created, and the programs that use it are refused in turn
 MAPS = ("flows", "cpu_totals", "llc_counters", "ref_counters", "instruction_counters",
         "cycle_counters", "cpu_states", "readers", "napi_polls", "socks", "recv_calls",

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Stage 2 of the test guest (tests/vm/run.py), as init of the overlay root: mount what a booted
+# Stage 2 of the test guest (tests/guest/vm/run.py), as init of the overlay root: mount what a booted
 # system has, make the guest kernel's modules visible, run pytest, print its status, power off.
 mount -t proc proc /proc
 mount -t sysfs sys /sys

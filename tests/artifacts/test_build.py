@@ -11,7 +11,7 @@ import pytest
 from steer.abi import flowtrace as abi
 from steer.abi import xdp as steer_abi
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OBJ = os.path.join(ROOT, "build", "flowtrace.bpf.o")
 STEER_OBJ = os.path.join(ROOT, "build", "steer.bpf.o")
 ALL_MIRRORS = [(OBJ, n, m) for n, m in sorted(abi.MIRRORS.items())] + \

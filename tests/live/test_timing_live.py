@@ -1,6 +1,6 @@
 """Live tier: the two timing modes against ground truths that do not come from steer.
 
-- A reader that only calls recv() (tests/recv_only.c), pinned: its bytes against steer's app_bytes,
+- A reader that only calls recv() (tests/support/recv_only.c), pinned: its bytes against steer's app_bytes,
   and its on-CPU time by the scheduler (/proc/thread-self/schedstat, ns) minus its user time
   against steer's app_seconds + app_nested_softirq_seconds.
 - Sampled against exact, both attached to the same traffic at once: per-flow kernel and app
@@ -41,7 +41,7 @@ own_reader_cpu = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def recv_only(tmp_path_factory):
     exe = tmp_path_factory.mktemp("bin") / "recv_only"
-    subprocess.run(["cc", "-O2", "-o", str(exe), os.path.join(ROOT, "tests", "recv_only.c")],
+    subprocess.run(["cc", "-O2", "-o", str(exe), os.path.join(ROOT, "tests", "support", "recv_only.c")],
                    check=True)
     return str(exe)
 

@@ -1,6 +1,6 @@
 """The load plan (steer.trace.programs): which programs each mode loads on a kernel that refused some,
 what stands in for them, and each figure's state. Pure: no kernel, no root. The live tests
-(tests/test_refusals_live.py) load each plan into this kernel with real traffic."""
+(tests/live/test_refusals_live.py) load each plan into this kernel with real traffic."""
 import os
 import re
 

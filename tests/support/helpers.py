@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEER = [sys.executable, "-m", "steer"]
 
 # the CPUs the tests may place lab processes on: a CI runner's taskset or cgroup cpuset can allow
@@ -107,7 +107,7 @@ SCREENSHOTS = os.path.join(ROOT, "build", "screenshots")
 def save_screenshot(ansi: str, name: str, width: int, what: str) -> str:
     """Renders a terminal capture (tmux capture-pane -e) as an SVG under build/screenshots/,
     trailing blank lines cut, and returns its path. README.md shows docs/img/steer-top.svg, a
-    copy of one made by tests/test_live.py::test_live_view_in_a_terminal on a real run."""
+    copy of one made by tests/live/test_live.py::test_live_view_in_a_terminal on a real run."""
     import io
     from rich.console import Console
     from rich.text import Text
@@ -122,7 +122,7 @@ def save_screenshot(ansi: str, name: str, width: int, what: str) -> str:
     path = os.path.join(SCREENSHOTS, f"{name}.svg")
     svg = console.export_svg(title=what)
     stamp = time.strftime("%Y-%m-%d")
-    svg = svg.replace("<svg ", f"<!-- {what}: captured by tests/test_live.py on {stamp}, kernel "
+    svg = svg.replace("<svg ", f"<!-- {what}: captured by tests/live/test_live.py on {stamp}, kernel "
                                f"{os.uname().release}, {os.cpu_count()} CPUs -->\n<svg ", 1)
     with open(path, "w") as f:
         f.write(svg)

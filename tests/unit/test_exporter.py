@@ -13,7 +13,7 @@ from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, 
 from steer.steering.xdp import DeviceState, RuleView
 from steer.model.topology import read_topology
 
-VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available (sock_recv_length)", "available",
                     "unavailable: no PMU (perf_event_open: ENOENT)", "available (sampled: 99 Hz)")
 FAST = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)

@@ -132,7 +132,7 @@ def test_bad_sweep_arguments():
 
 def test_the_irq_method_refuses_a_device_without_irqs(tmp_path):
     """The papers' method needs a NIC queue IRQ to move (the guest's virtio-net has them:
-    tests/test_vm_live.py); loopback has none, and the sweep says so before it starts anything."""
+    tests/guest/test_vm_live.py); loopback has none, and the sweep says so before it starts anything."""
     r = steer("sweep", "--out", str(tmp_path / "s"), "--method", "irq", "--dev", "lo",
               "--server-cmd", "iperf3 -s -p 5301", "--port", "5301", "--seconds", "1")
     assert_one_line_error(r, "--method irq: lo has no receive IRQs of its own", "--method xdp")

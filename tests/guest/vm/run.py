@@ -16,9 +16,9 @@ namespace of the host that this script creates (NIC_NETNS, 198.18.100.0/30) and 
 there connects an iperf3 client (FEEDER_RATE) to the guest's FEEDER_PORT again and again, so a
 receiver the guest starts on that port gets a flow from outside, as from another machine.
 
-    tests/vm/run.py [--timeout S] [--keep] [PYTEST ARGS...]
+    tests/guest/vm/run.py [--timeout S] [--keep] [PYTEST ARGS...]
 
-Default pytest arguments: tests/test_vm_live.py. Needs root (virtiofsd shares /; the tap's
+Default pytest arguments: tests/guest/test_vm_live.py. Needs root (virtiofsd shares /; the tap's
 namespace), qemu-system-x86, kmod and iperf3 (`scripts/setup.sh --vm` installs them), and apt
 access to download two packages once.
 """
@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 WORK = ROOT / "build" / "vm"
 KERNEL_META = "linux-image-cloud-amd64"
@@ -50,9 +50,9 @@ INITRD_MODULES = ["fuse", "virtio_ring", "virtio", "virtio_pci_modern_dev",
 # split out of virtio_pci in 5.12: absent from older kernels, built into trixie's
 SPLIT_LATER = {"virtio_pci_modern_dev", "virtio_pci_legacy_dev"}
 # what only this guest shows; the other live modules run too (VM_TESTS=...), slowly under TCG
-DEFAULT_TESTS = ["tests/test_vm_live.py"]
+DEFAULT_TESTS = ["tests/guest/test_vm_live.py"]
 EXIT_MARKER = re.compile(rb"STEER_VM_EXIT=(\d+)")
-# tests/test_kernel_smoke.py's `steer check --json` of the guest, one line on the console
+# tests/live/test_kernel_smoke.py's `steer check --json` of the guest, one line on the console
 CHECK_MARKER = re.compile(rb"STEER_VM_CHECK=(\{.*\})\r?$", re.M)
 
 

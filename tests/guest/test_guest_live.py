@@ -1,6 +1,6 @@
 """The guest tier as one test of the host's suite, so that `make test` (and CI) runs it: the tests
-only a host with two sockets and a kernel without sock_recv_length can run (tests/test_vm_live.py)
-inside the qemu guest of tests/vm/run.py. A guest that does not boot, or hangs, fails within its
+only a host with two sockets and a kernel without sock_recv_length can run (tests/guest/test_vm_live.py)
+inside the qemu guest of tests/guest/vm/run.py. A guest that does not boot, or hangs, fails within its
 timeouts with the tail of its console."""
 import os
 import re
@@ -18,12 +18,12 @@ BOOT_TIMEOUT = 120      # seconds; a boot takes ~10 s here
 GUEST_TIMEOUT = 900     # the whole guest run; ~3.5 min here
 
 
-sys.path.insert(0, os.path.join(ROOT, "tests", "vm"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "guest", "vm"))
 from run import EXIT_GUEST_LOCKUP, LOCKUP_MARKER  # noqa: E402
 
 
 def _guest_run():
-    return subprocess.run([sys.executable, "tests/vm/run.py", "--timeout", str(GUEST_TIMEOUT),
+    return subprocess.run([sys.executable, "tests/guest/vm/run.py", "--timeout", str(GUEST_TIMEOUT),
                            "--boot-timeout", str(BOOT_TIMEOUT)],
                           cwd=ROOT, capture_output=True, text=True, timeout=GUEST_TIMEOUT + 60)
 
@@ -38,7 +38,7 @@ def test_guest_tier_passes_in_a_two_socket_61_guest():
         pytest.skip("qemu-system-x86 not installed (scripts/setup.sh --vm, which make test runs)")
     r = _guest_run()
     # one run decides: the guest no longer locks up since one TCG thread runs its vCPUs (ten runs
-    # in a row here, tests/vm/run.py), so a lockup fails as a test does, with run.py's reason
+    # in a row here, tests/guest/vm/run.py), so a lockup fails as a test does, with run.py's reason
     # (EXIT_GUEST_LOCKUP) and the console's tail
     assert r.returncode == 0, f"{r.stderr.strip()[-4000:]}\n{r.stdout.strip()[-6000:]}"
     (final,) = [l for l in r.stdout.splitlines() if re.match(r"=+ .*passed.* in [\d.]+s", l)]
@@ -51,7 +51,7 @@ def test_a_guest_kernel_lockup_is_told_apart_from_a_failing_test():
     """What the 6.1 guest printed when it locked up under TCG, and what a test's failure prints."""
     lockup = b"[  893.033689] watchdog: BUG: soft lockup - CPU#3 stuck for 808s! [python:139]"
     assert LOCKUP_MARKER.search(lockup)
-    assert not LOCKUP_MARKER.search(b"FAILED tests/test_vm_live.py::test_x - soft lockup")
+    assert not LOCKUP_MARKER.search(b"FAILED tests/guest/test_vm_live.py::test_x - soft lockup")
     assert EXIT_GUEST_LOCKUP not in (0, 1, 2, 3, 4, 5)   # pytest's own exit codes
 
 
@@ -62,7 +62,7 @@ def test_a_guest_that_does_not_boot_in_time_fails_fast_with_its_console():
         pytest.skip("already inside the test guest")
     if not shutil.which("qemu-system-x86_64"):
         pytest.skip("qemu-system-x86 not installed (scripts/setup.sh --vm, which make test runs)")
-    r = subprocess.run([sys.executable, "tests/vm/run.py", "--boot-timeout", "1"],
+    r = subprocess.run([sys.executable, "tests/guest/vm/run.py", "--boot-timeout", "1"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert "the guest did not reach its tests within 1 s; the console's last 40 lines:" in r.stderr

@@ -6,7 +6,7 @@ from steer.model.flows import NS, PLACEMENT_HALF_LIFE, Intervals, PlacementMemor
 from steer.model.topology import read_topology
 from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 
-VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
 A = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
 B = FlowId("udp", "198.18.0.1", 40001, "198.18.0.2", 9000)

@@ -7,7 +7,7 @@ from steer.model.classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET, UNKNOWN, 
 from steer.model.topology import read_topology
 from sysfs import epyc_chiplet, sandy_bridge_2s_6c, xeon_2s_smt
 
-VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 
 
 @pytest.fixture

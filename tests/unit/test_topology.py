@@ -6,7 +6,7 @@ import pytest
 from steer.model.topology import format_cpulist, parse_cpulist, read_topology
 from sysfs import epyc_chiplet, sandy_bridge_2s_6c, xeon_2s_smt
 
-VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 
 
 @pytest.mark.parametrize("text,cpus", [

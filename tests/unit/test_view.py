@@ -14,7 +14,7 @@ from steer.present.live import handle_key
 from steer.present.view import (HISTORY, History, ViewState, parse_rate, rate_text, render, rules_lines,
                                 screen, short_flow, sparkline)
 
-VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
 A = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
 B = FlowId("udp", "198.18.0.1", 40001, "198.18.0.2", 9000)

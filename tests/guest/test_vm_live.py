@@ -1,5 +1,5 @@
 """Live tests for what this dev VM never shows but `make test-vm` does (a qemu guest with two sockets
-and Debian's 6.1 kernel, tests/vm/run.py): the application-side fallbacks for kernels without
+and Debian's 6.1 kernel, tests/guest/vm/run.py): the application-side fallbacks for kernels without
 sock:sock_recv_length, and the cross-socket class seen by the live tracer. Each test runs wherever
 its condition holds (a real two-socket server too) and is skipped, with the reason, elsewhere."""
 import json
@@ -273,7 +273,7 @@ def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, tmp_path):
     assert "Traceback" not in log
 
 
-# The guest's NIC (tests/vm/run.py): a multi-queue virtio-net on NUMA node STEER_VM_NIC_NODE, fed
+# The guest's NIC (tests/guest/vm/run.py): a multi-queue virtio-net on NUMA node STEER_VM_NIC_NODE, fed
 # from a namespace of the host by an iperf3 client that connects to STEER_VM_FEEDER_PORT again
 # and again. A real host with a NIC and a sender can set the same variables.
 NIC = os.environ.get("STEER_VM_NIC")

@@ -1,5 +1,5 @@
 """`steer check`'s report laid out for a terminal, and the remedies it gives, on fixture reports
-made as run_checks makes them (tests/test_refusals_live.py runs the command itself)."""
+made as run_checks makes them (tests/live/test_refusals_live.py runs the command itself)."""
 from steer.trace.check import headline, program_rows, remedy, text_lines
 from steer.trace.programs import ALL_PROGRAMS, FIGURES, SECTIONS, plan
 
@@ -65,11 +65,11 @@ def test_remedies_follow_the_kernels_answer():
 
 
 def test_the_kernel_table_has_a_column_per_kernel_and_names_the_refusals(tmp_path, monkeypatch):
-    """docs/kernels.md from the reports make test-kernels keeps (tests/vm/kernels.py)."""
+    """docs/kernels.md from the reports make test-kernels keeps (tests/guest/vm/kernels.py)."""
     import json
     import sys
     from helpers import ROOT
-    sys.path.insert(0, f"{ROOT}/tests/vm")
+    sys.path.insert(0, f"{ROOT}/tests/guest/vm")
     import kernels
     old = report({p: f"the kernel refused {SECTIONS[p]} (EINVAL: Invalid argument)"
                   for p in ("ft_sample", "ft_sched_switch")})
@@ -91,7 +91,7 @@ def test_the_kernel_table_has_a_column_per_kernel_and_names_the_refusals(tmp_pat
 def test_the_guests_report_is_taken_off_its_console(tmp_path, monkeypatch):
     import sys
     from helpers import ROOT
-    sys.path.insert(0, f"{ROOT}/tests/vm")
+    sys.path.insert(0, f"{ROOT}/tests/guest/vm")
     import run
     monkeypatch.setattr(run, "WORK", tmp_path)
     log = tmp_path / "console.log"

@@ -78,7 +78,7 @@ def test_incomplete_report_says_so(xeon):
 
 def test_llc_peer_choice_single_socket_vm():
     import os
-    topo = read_topology(os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu"))
+    topo = read_topology(os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu"))
     assert llc_peer_choice(0, topo)[0] == 1 and llc_peer_choice(1, topo)[0] == 0
 
 

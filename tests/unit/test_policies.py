@@ -12,7 +12,7 @@ from steer.model.topology import read_topology
 from steer.model.samples import Capabilities, FlowId
 from sysfs import FakeCpu, epyc_chiplet, sandy_bridge_2s_6c, write_tree, xeon_2s_smt
 
-VM = os.path.join(os.path.dirname(__file__), "fixtures/sysfs-vm-2cpu")
+VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable")
 
 

@@ -1,5 +1,5 @@
 """Live tier: the smoke test of every kernel of the matrix (`make test-kernels` runs it in a guest
-of each: tests/vm/run.py --kernel), and of this host's. steer check, flows in the default and the
+of each: tests/guest/vm/run.py --kernel), and of this host's. steer check, flows in the default and the
 exact mode against iperf3's bytes, pin and unpin, a scrape of the exporter. What a kernel refuses
 is the kernel's; the test holds steer to what its own report says works there, and the report of
 each guest goes out on the console (run.py keeps it as build/vm/check-<kernel>.json, the source of
