@@ -626,6 +626,13 @@ def vmlinux_has_type(name: str, kind: int = BTF_KIND_TYPEDEF) -> bool:
         lib.btf__free(btf)
 
 
+def generic_xdp_redirects_to_cpumap() -> bool:
+    """Whether generic (skb) XDP can redirect to a cpumap: Linux 5.15 added that path
+    (cpu_map_generic_redirect); before it the kernel refuses to attach generic XDP that uses a
+    cpumap (5.9-5.14: EINVAL), or drops what it redirects."""
+    return vmlinux_has_type("cpu_map_generic_redirect", BTF_KIND_FUNC)
+
+
 # perf_event_open: the fields up to config1 (PERF_ATTR_SIZE_VER0, 64 bytes) are all steer sets
 class _PerfEventAttr(ctypes.Structure):
     _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),

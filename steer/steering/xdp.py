@@ -17,13 +17,16 @@ from steer.abi import xdp as abi
 from steer.model.flowspec import FlowSpec, mask_order
 from steer.kernel.gateway import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, BpfMap, BpfObject,
                                   KernelError, bpf_dir, ensure_bpffs, netns_of, obj_get, obj_pin,
-                                  possible_cpus, xdp_link, xdp_link_ifindex)
+                                  generic_xdp_redirects_to_cpumap, possible_cpus, xdp_link,
+                                  xdp_link_ifindex)
 from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, require_caps
 
 PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
 CPUMAP_QSIZE = 2048                # frames queued per target CPU: absorbs a NAPI budget (64) of
                                    # bulk-enqueued (8) batches from several RX queues at once
 MAP_NAMES = ("rules", "masks", "rule_stats", "counters", "cpu_map")
+NO_GENERIC_CPUMAP = ("generic XDP cannot redirect to a cpumap on this kernel (Linux 5.15 added "
+                     "it)")
 MODES = ("auto", "generic", "native")
 
 
@@ -185,6 +188,11 @@ class XdpSteering:
             # native XDP on a veth drops locally generated CHECKSUM_PARTIAL packets unless the
             # peer's tx checksum offload is off (docs/how-it-measures.md, "Steered flows"): generic is safe there
             mode = "generic" if kind == "veth" else "native"
+        if mode == "generic" and not generic_xdp_redirects_to_cpumap():
+            raise SteerError(NO_GENERIC_CPUMAP + (
+                f"; on a veth, native XDP needs the peer's tx checksum offload off first "
+                f"(ethtool -K PEER tx off, in the peer's namespace), then steer pin --mode native"
+                if kind == "veth" else "; --mode native needs a driver with XDP"))
         prog_fd = self._obj.prog_fd("steer_xdp")
         with netns_of(ns_path):
             try:
@@ -192,6 +200,9 @@ class XdpSteering:
                               XDP_FLAGS_DRV_MODE if mode == "native" else XDP_FLAGS_SKB_MODE)
             except KernelError as e:
                 if self.mode == "auto" and mode == "native":
+                    if not generic_xdp_redirects_to_cpumap():
+                        raise SteerError(f"cannot attach native XDP to {self.dev} ({e}), and "
+                                         f"{NO_GENERIC_CPUMAP}") from None
                     mode = "generic"   # the driver has no native XDP
                     fd = xdp_link(prog_fd, self.ifindex, XDP_FLAGS_SKB_MODE)
                 elif e.errno in (16,):   # EBUSY

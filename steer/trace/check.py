@@ -96,6 +96,11 @@ def _steering() -> str:
         return f"unavailable: the kernel refused a cpumap entry: {e}"
     finally:
         obj.close()
+    from steer.kernel.gateway import generic_xdp_redirects_to_cpumap
+    from steer.steering.xdp import NO_GENERIC_CPUMAP
+    if not generic_xdp_redirects_to_cpumap():
+        return ("available with native XDP only (XDP program and cpumap; " + NO_GENERIC_CPUMAP
+                + "; attaching to a device is tried by `steer pin`)")
     return "available (XDP program and cpumap; attaching to a device is tried by `steer pin`)"
 
 
