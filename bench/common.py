@@ -248,7 +248,8 @@ def host() -> dict:
         except (OSError, subprocess.SubprocessError):
             return None
     return {"kernel": os.uname().release, "cpus": os.cpu_count(),
-            "virtualization": out("systemd-detect-virt"), "commit": out("git", "rev-parse", "--short", "HEAD")}
+            "vm": out("systemd-detect-virt", "--vm"), "container": out("systemd-detect-virt", "--container"),
+            "commit": out("git", "rev-parse", "--short", "HEAD")}
 
 
 def write(name: str, out_dir: str, data: dict, table: str) -> None:

@@ -32,7 +32,8 @@ def _where(d: dict) -> str:
     parts = [d["date"][:10]]
     if h:
         parts.append(f"kernel {h.get('kernel')}, {h.get('cpus')} CPUs"
-                     + (f", {h['virtualization']}" if h.get("virtualization") not in (None, "none") else "")
+                     + (f", a {h['vm']} VM" if h.get("vm") not in (None, "none") else "")
+                     + (f" ({h['container']} container)" if h.get("container") not in (None, "none") else "")
                      + (f", commit {h['commit']}" if h.get("commit") else ""))
     else:
         parts.append("this project's 2-vCPU development VM (kernel 6.18)")
