@@ -190,8 +190,8 @@ class XdpSteering:
             mode = "generic" if kind == "veth" else "native"
         if mode == "generic" and not generic_xdp_redirects_to_cpumap():
             raise SteerError(NO_GENERIC_CPUMAP + (
-                f"; on a veth, native XDP needs the peer's tx checksum offload off first "
-                f"(ethtool -K PEER tx off, in the peer's namespace), then steer pin --mode native"
+                "; on a veth, native XDP needs the peer's tx checksum offload off first "
+                "(ethtool -K PEER tx off, in the peer's namespace), then --mode native"
                 if kind == "veth" else "; --mode native needs a driver with XDP"))
         prog_fd = self._obj.prog_fd("steer_xdp")
         with netns_of(ns_path):
