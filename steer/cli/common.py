@@ -25,16 +25,58 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def positive(kind=float, minimum=0.0):
+def number(kind=float, lo: float = 0, hi: float = float("inf"), lo_open: bool = False):
+    """An argparse type: a KIND (int or float) from LO (excluded with LO_OPEN) to HI, in ASCII
+    digits, finite; anything else is a one-line usage error, never a traceback."""
+    from steer.model.units import parse_float, parse_int
+
     def parse(text):
         try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not v > minimum:
-            raise argparse.ArgumentTypeError(f"must be greater than {minimum:g}: {text!r}")
+            v = parse_int(text) if kind is int else parse_float(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if v < lo or (lo_open and v == lo) or v > hi:
+            low = f"greater than {_num(lo)}" if lo_open else f"at least {_num(lo)}"
+            high = f" and at most {_num(hi)}" if hi != float("inf") else ""
+            raise argparse.ArgumentTypeError(f"must be {low}{high}: {text!r}")
         return v
     return parse
+
+
+def _num(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e15 else f"{v:g}"
+
+
+def device_name(text: str) -> str:
+    """An argparse type: a name the kernel would take for a network device."""
+    from steer.model.names import ifname_error, printable
+    if (why := ifname_error(text)) is not None:
+        raise argparse.ArgumentTypeError(f"{printable(repr(text))} is not a device name: {why}")
+    return text
+
+
+def netns_name(text: str) -> str:
+    """An argparse type: a named network namespace (under /run/netns) or a path to one."""
+    from steer.model.names import netns_error, printable
+    if "/" not in text and (why := netns_error(text)) is not None:
+        raise argparse.ArgumentTypeError(f"{printable(repr(text))} is not a namespace name: {why}")
+    return text
+
+
+MAX_SECONDS = 10 * 365 * 86400    # a duration or timeout: ten years is "until stopped" enough
+MAX_INTERVAL = 3600.0
+MAX_ROWS = 10**6                  # --limit, --top-k
+PID_MAX_LIMIT = 1 << 22           # the kernel's ceiling of pid_max
+MAX_QUEUE = 4095                  # queue numbers: below the kernel's 4096 queues a device
+
+
+def positive(kind=float, minimum=0.0, maximum: float = MAX_SECONDS):
+    """More than MINIMUM (0), at most MAXIMUM."""
+    return number(kind, minimum, maximum, lo_open=True)
+
+
+def bounded_int(lo: int, hi: int):
+    return number(int, lo, hi)
 
 
 MAX_FLOWS_PER_CELL = 64   # iperf3 pairs a lab cell starts at once
@@ -42,8 +84,9 @@ MAX_FLOWS_PER_CELL = 64   # iperf3 pairs a lab cell starts at once
 
 def flow_counts(text):
     """'1,8,16,24' -> [1, 8, 16, 24]: parallel flows per sweep cell."""
+    from steer.model.units import parse_int
     try:
-        counts = [int(p) for p in text.split(",") if p.strip()]
+        counts = [parse_int(p) for p in text.split(",") if p.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a list of flow counts: {text!r} (e.g. 1,8,16,24)") from None
     if not counts or any(not 1 <= n <= MAX_FLOWS_PER_CELL for n in counts):
@@ -75,24 +118,12 @@ def rate(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def bounded_int(lo: int, hi: int):
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be from {lo} to {hi}: {text!r}")
-        return v
-    return parse
-
-
 def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
     """TIMING: this command's default timing mode, where it is not the always-on one."""
     from steer.trace.counters import MODES as COUNTER_MODES
     from steer.trace.programs import HOOK_CHOICES, TIMING_CHOICES
     from steer.trace.tracer import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ,
-                                    DEFAULT_TIMING, MAX_SAMPLE_HZ)
+                                    DEFAULT_TIMING, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ)
     g = p.add_argument_group("tracer")
     g.add_argument("--timing", choices=TIMING_CHOICES, default=timing or DEFAULT_TIMING,
                    help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
@@ -109,7 +140,8 @@ def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> Non
                    metavar="HZ",
                    help="samples per second per busy CPU with --timing sampled; more is more "
                         "precise for small flows and costs more (default: %(default)s)")
-    g.add_argument("--max-flows", type=positive(int, 0), default=DEFAULT_MAX_FLOWS, metavar="N",
+    g.add_argument("--max-flows", type=bounded_int(1, MAX_FLOWS_LIMIT), default=DEFAULT_MAX_FLOWS,
+                   metavar="N",
                    help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "
                         "used are evicted beyond it, and counted (default: %(default)s)")
     g.add_argument("--counters", choices=COUNTER_MODES, default="auto",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from steer.cli.common import (UsageError, UserError, check_usable, positive, start_tracer,
+from steer.cli.common import (MAX_INTERVAL, UsageError, UserError, check_usable, positive, start_tracer,
                               tracer_options, view_options, view_state)
 
 
@@ -15,7 +15,7 @@ def add_parsers(sub, fmt) -> dict:
                        "the live view, print a summary, and tear everything down.")
     d.add_argument("--duration", type=positive(), default=15.0, metavar="SECONDS",
                    help="traffic time (Ctrl-C stops earlier)")
-    d.add_argument("--interval", type=positive(), default=1.0, metavar="SECONDS",
+    d.add_argument("--interval", type=positive(maximum=MAX_INTERVAL), default=1.0, metavar="SECONDS",
                    help="refresh period of the live view")
     d.add_argument("--flow", action="append", metavar="KCPU:APPCPU", dest="flows",
                    help="a lab flow whose receive softirq runs on KCPU (the sender's CPU) and whose "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from steer.cli.common import UsageError, UserError, positive, start_tracer, tracer_options
+from steer.cli.common import MAX_ROWS, UsageError, UserError, positive, start_tracer, tracer_options
 
 
 def add_parsers(sub, fmt) -> dict:
@@ -17,7 +17,7 @@ def add_parsers(sub, fmt) -> dict:
     ex.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                     help="address to serve /metrics on; :PORT listens on every address (IPv6 "
                          "and IPv4), as Go exporters do (default %(default)s)")
-    ex.add_argument("--top-k", type=positive(int, 0), default=DEFAULT_TOP_K, metavar="K",
+    ex.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K, metavar="K",
                     help="flows (by rate) that get per-flow series")
     ex.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
                     help="labels of the per-flow series: five-tuple (a series per connection), or "

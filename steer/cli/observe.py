@@ -5,7 +5,7 @@ import json
 import sys
 import time
 
-from steer.cli.common import (EXIT_ERROR, UserError, bounded_int, need_matplotlib, positive,
+from steer.cli.common import (EXIT_ERROR, MAX_INTERVAL, MAX_ROWS, UserError, bounded_int, need_matplotlib, positive,
                               start_profiler, start_tracer, tracer_options, view_options,
                               view_state)
 
@@ -13,7 +13,7 @@ from steer.cli.common import (EXIT_ERROR, UserError, bounded_int, need_matplotli
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
     from steer.trace.profile import DEFAULT_FREQUENCY as DEFAULT_PROFILE_HZ
-    from steer.trace.tracer import DEFAULT_MAX_FLOWS, MAX_SAMPLE_HZ
+    from steer.trace.tracer import DEFAULT_MAX_FLOWS, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ
     from steer.present.view import DEFAULT_LIMIT
     t = sub.add_parser("topology", formatter_class=fmt, help="CPUs, cores, LLC domains, sockets",
                        description="Print the CPU topology steer classifies flows with.")
@@ -27,7 +27,7 @@ def add_parsers(sub, fmt) -> dict:
     f.add_argument("--duration", type=positive(), default=5.0, metavar="SECONDS",
                    help="length of the window")
     f.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
-    f.add_argument("--limit", type=positive(int, 0), default=50, help="flows in the table")
+    f.add_argument("--limit", type=positive(int, 0, MAX_ROWS), default=50, help="flows in the table")
     view_options(f)
     tracer_options(f)
 
@@ -38,11 +38,11 @@ def add_parsers(sub, fmt) -> dict:
                          "seconds per GB and LLC misses, as the terminal's width allows. Keys: "
                          "r k a c sort (rate, kernel, app, class), / filter, i idle flows, p "
                          "pause, ? help, q quit. Off a terminal, one table per interval.")
-    top.add_argument("--interval", type=positive(), default=1.0, metavar="SECONDS",
+    top.add_argument("--interval", type=positive(maximum=MAX_INTERVAL), default=1.0, metavar="SECONDS",
                      help="refresh period (each view covers one period)")
     top.add_argument("--duration", type=positive(), default=None, metavar="SECONDS",
                      help="quit after this long (default: run until Ctrl-C)")
-    top.add_argument("--limit", type=positive(int, 0), default=DEFAULT_LIMIT,
+    top.add_argument("--limit", type=positive(int, 0, MAX_ROWS), default=DEFAULT_LIMIT,
                      help="flows printed per interval off a terminal (on one, as many as fit)")
     view_options(top)
     tracer_options(top)
@@ -69,8 +69,8 @@ def add_parsers(sub, fmt) -> dict:
     pr.add_argument("--svg", metavar="FILE",
                     help="also draw the split as stacked bars, one per flow and side (needs "
                          "matplotlib)")
-    pr.add_argument("--limit", type=positive(int, 0), default=20, help="flows in the table")
-    pr.add_argument("--max-flows", type=positive(int, 0), default=DEFAULT_MAX_FLOWS, metavar="N",
+    pr.add_argument("--limit", type=positive(int, 0, MAX_ROWS), default=20, help="flows in the table")
+    pr.add_argument("--max-flows", type=bounded_int(1, MAX_FLOWS_LIMIT), default=DEFAULT_MAX_FLOWS, metavar="N",
                     help="bound of the kernel flow map, in (flow, CPU) entries")
     pr.add_argument("--btf", metavar="FILE",
                     help="kernel BTF for CO-RE relocations, for kernels without "

@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 
 from steer.cli.export import serve
-from steer.cli.common import (UsageError, UserError, cpus_online, positive, start_tracer,
-                              tracer_options)
+from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_ROWS, MAX_SECONDS, PID_MAX_LIMIT,
+                              UsageError, UserError, bounded_int, cpus_online, device_name,
+                              netns_name, number, positive, start_tracer, tracer_options)
+from steer.model.topology import MAX_CPU
 
 
 def add_parsers(sub, fmt) -> dict:
@@ -13,8 +15,9 @@ def add_parsers(sub, fmt) -> dict:
     from steer.present.exporter import DEFAULT_FLOW_LABELS, DEFAULT_TOP_K, FLOW_LABEL_SETS
     from steer.cli.logs import LOG_FORMATS
     def steer_target(sp):
-        sp.add_argument("--dev", required=True, metavar="IFACE", help="receiving interface")
-        sp.add_argument("--netns", metavar="NAME",
+        sp.add_argument("--dev", required=True, type=device_name, metavar="IFACE",
+                        help="receiving interface")
+        sp.add_argument("--netns", type=netns_name, metavar="NAME",
                         help="network namespace of IFACE (a name under /run/netns, or a path)")
 
     pin = sub.add_parser("pin", formatter_class=fmt, help="steer flows to a CPU (XDP + cpumap)",
@@ -26,7 +29,7 @@ def add_parsers(sub, fmt) -> dict:
                      help="comma-separated key=value from proto, src, sport, dst, dport, in the "
                           "receive direction (src = the sender); all five make an exact rule. "
                           "Example: proto=tcp,dport=5201")
-    pin.add_argument("--cpu", required=True, type=int, help="target CPU (must be online)")
+    pin.add_argument("--cpu", required=True, type=bounded_int(0, MAX_CPU), help="target CPU (must be online)")
     steer_target(pin)
     pin.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
                      help="XDP attach mode; auto picks native where the driver has it, generic on "
@@ -46,7 +49,7 @@ def add_parsers(sub, fmt) -> dict:
 
     app = sub.add_parser("app", formatter_class=fmt, help="pin an application to CPUs",
                          description="Set the CPU affinity of every thread of a process.")
-    app.add_argument("--pid", required=True, type=int, help="process id")
+    app.add_argument("--pid", required=True, type=bounded_int(1, PID_MAX_LIMIT), help="process id")
     app.add_argument("--cpu", required=True, metavar="LIST", help="CPU list, e.g. 2 or 2-3,6")
 
     irq = sub.add_parser("irq", formatter_class=fmt, help="point a device's receive IRQs at CPUs",
@@ -56,8 +59,9 @@ def add_parsers(sub, fmt) -> dict:
                          "so the flows' receive softirq, runs, unless RPS or threaded NAPI move it "
                          "on. The old values are kept in /run/steer and restored by steer reset. "
                          "irqbalance, where it runs, moves IRQs back: stop it first.")
-    irq.add_argument("--dev", required=True, metavar="IFACE", help="the device whose IRQs move")
-    irq.add_argument("--queue", type=int, metavar="N",
+    irq.add_argument("--dev", required=True, type=device_name, metavar="IFACE",
+                     help="the device whose IRQs move")
+    irq.add_argument("--queue", type=bounded_int(0, MAX_QUEUE), metavar="N",
                      help="only the IRQ of RX queue N (a flow's queue: steer flows --json, rx.queue)")
     irq.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
 
@@ -77,15 +81,15 @@ def add_parsers(sub, fmt) -> dict:
                       help="llc-peer, same-core, spread, static:FILE.toml (or FILE.toml), or "
                            "FILE.py defining place(snapshot, topology)")
     steer_target(auto)
-    auto.add_argument("--interval", type=positive(), default=2.0, metavar="SECONDS",
+    auto.add_argument("--interval", type=positive(maximum=MAX_INTERVAL), default=2.0, metavar="SECONDS",
                       help="how often the flows are traced and the policy asked")
     auto.add_argument("--duration", type=positive(), default=None, metavar="SECONDS",
                       help="stop after this long (default: until Ctrl-C)")
-    auto.add_argument("--confirm", type=positive(int, 0), default=2, metavar="N",
+    auto.add_argument("--confirm", type=bounded_int(1, 1000), default=2, metavar="N",
                       help="intervals in a row a move must be asked for")
-    auto.add_argument("--hold", type=float, default=10.0, metavar="SECONDS",
+    auto.add_argument("--hold", type=number(float, 0, MAX_SECONDS), default=10.0, metavar="SECONDS",
                       help="minimum time between two moves of one flow")
-    auto.add_argument("--min-rate", type=float, default=1e6, metavar="BPS",
+    auto.add_argument("--min-rate", type=number(float, 0), default=1e6, metavar="BPS",
                       help="flows slower than this (bit/s) are left alone")
     auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
     auto.add_argument("--log-format", choices=list(LOG_FORMATS), default="text",
@@ -99,7 +103,7 @@ def add_parsers(sub, fmt) -> dict:
     auto.add_argument("--listen", metavar="HOST:PORT",
                       help="also serve Prometheus metrics here, with steer_auto_moves_total "
                            "(:PORT: every address)")
-    auto.add_argument("--top-k", type=positive(int, 0), default=DEFAULT_TOP_K,
+    auto.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K,
                       help="per-flow series with --listen")
     auto.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
                       help="labels of the per-flow series with --listen (see steer export)")
@@ -191,8 +195,6 @@ def cmd_irq(args) -> int:
     from steer.kernel.privileges import CAP_SYS_ADMIN, require_caps
     from steer.model.topology import format_cpulist
     cpus = cpus_online(args.cpu)   # a bad argument is exit 2 whoever runs it
-    if args.queue is not None and args.queue < 0:
-        raise UsageError(f"--queue {args.queue}: a queue number is 0 or more")
     require_caps([CAP_SYS_ADMIN], "changing IRQ affinity")
     irqs = receive_irqs(args.dev, queue=args.queue)
     before = set_irq_affinity(irqs, cpus)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import os
 
-from steer.cli.common import (GracefulStop, UsageError, UserError, check_usable, cpus_online,
-                              flow_counts, interrupted_status, need_matplotlib, offload_settings,
+from steer.cli.common import (MAX_INTERVAL, GracefulStop, UsageError, UserError, bounded_int,
+                              check_usable, cpus_online, device_name, flow_counts,
+                              interrupted_status, need_matplotlib, netns_name, offload_settings,
                               pause_values, positive, start_profiler, start_tracer,
                               tracer_options)
 
@@ -22,9 +23,9 @@ def add_parsers(sub, fmt) -> dict:
     sw.add_argument("--out", required=True, metavar="DIR", help="output directory")
     sw.add_argument("--cpus", metavar="LIST",
                     help="CPUs to sweep (default: every online CPU this process may run on)")
-    sw.add_argument("--seconds", type=positive(), default=None,
+    sw.add_argument("--seconds", type=positive(maximum=MAX_INTERVAL), default=None,
                     help="traffic per run (default: 5, or 30 with --paper)")
-    sw.add_argument("--repeat", type=positive(int, 0), default=None,
+    sw.add_argument("--repeat", type=bounded_int(1, 1000), default=None,
                     help="runs per cell, the median kept (default: 1, or 3 with --paper)")
     sw.add_argument("--paper", action="store_true",
                     help="the papers' method where the lab can follow it: one flow, iperf3 -Z "
@@ -40,12 +41,12 @@ def add_parsers(sub, fmt) -> dict:
                          "the IRQs are put back after). xdp (--dev default): XDP cpumap steering "
                          "of the flow. rps (the lab's only way: its veth has no IRQ): RPS on the "
                          "receiving veth")
-    sw.add_argument("--dev", metavar="IFACE", help="sweep a real host: the receiving interface")
-    sw.add_argument("--netns", metavar="NAME", help="network namespace of --dev")
+    sw.add_argument("--dev", type=device_name, metavar="IFACE", help="sweep a real host: the receiving interface")
+    sw.add_argument("--netns", type=netns_name, metavar="NAME", help="network namespace of --dev")
     sw.add_argument("--server-cmd", metavar="CMD",
                     help="with --dev: the receiver to start and pin, e.g. 'iperf3 -s -p 5201'; "
                          "a client on another host must send to it for the whole sweep")
-    sw.add_argument("--port", type=int, default=5201, help="TCP port of the swept flow")
+    sw.add_argument("--port", type=bounded_int(1, 65535), default=5201, help="TCP port of the swept flow")
     sw.add_argument("--flows", type=flow_counts, default=[1], metavar="N[,N...]",
                     help="parallel flows per cell, each count a matrix of its own (lab only; "
                          "flow i on --port + i): all are steered to the cell's kernel CPU and read "
@@ -94,8 +95,6 @@ def cmd_sweep(args) -> int:
     if not args.dev and args.method == "irq":
         raise UsageError("--method irq moves the receiving NIC's IRQs, and the lab's veth has "
                          "none: give --dev IFACE --server-cmd CMD, or use --method rps in the lab")
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port {args.port}: not a port number")
     if args.dev and args.flows != [1]:
         raise UsageError("--flows is for the lab; on a real host the client decides how many flows")
     if args.paper and args.flows != [1]:

@@ -2,6 +2,7 @@
 the value), and throughput by class. Each figure is written as PNG and SVG."""
 from __future__ import annotations
 
+import io
 import os
 import statistics
 
@@ -13,6 +14,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from steer.model.classify import CLASSES  # noqa: E402
 from steer.model.topology import Topology, nic_sockets  # noqa: E402
+from steer.kernel.files import write_atomically  # noqa: E402
 
 CLASS_COLOURS = {"same-core": "#d62728", "same-socket": "#2ca02c", "cross-socket": "#ff7f0e",
                  "unknown": "#7f7f7f"}
@@ -162,7 +164,9 @@ def _save(fig, path: str) -> list[str]:
     fig.tight_layout()
     out = []
     for ext in ("png", "svg"):
-        fig.savefig(f"{path}.{ext}", dpi=120)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=120)
+        write_atomically(f"{path}.{ext}", buf.getvalue())
         out.append(f"{path}.{ext}")
     plt.close(fig)
     return out

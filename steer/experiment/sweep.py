@@ -44,6 +44,7 @@ from steer.experiment.hostconfig import counter_delta, irq_method_problems, rece
 from steer.model.irqs import busiest_cpu, interrupt_counts, queue_irq
 from steer.experiment.report import COUNTER_KEYS, PAPER_PRESET, paper_text
 from steer.model.units import hit_ratio, per_gb
+from steer.kernel.files import write_atomically, write_json
 
 RESULTS_VERSION = 1
 SETTLE_SECONDS = 0.5    # after a move, before measuring: the old placement's queues drain
@@ -153,10 +154,7 @@ def load_results(path: str, cfg: SweepConfig) -> dict:
 
 
 def save_results(path: str, results: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=1)
-    os.replace(tmp, path)
+    write_json(path, results)
 
 
 def _median(vals):
@@ -672,12 +670,10 @@ def write_outputs(results: dict, out_dir: str, topo: Topology) -> list[str]:
     from steer.experiment.figures import write_figures
     from steer.experiment.report import report_md, to_csv
     files = [os.path.join(out_dir, "results.json")]
-    with open(os.path.join(out_dir, "results.csv"), "w") as f:
-        f.write(to_csv(results))
+    write_atomically(os.path.join(out_dir, "results.csv"), to_csv(results))
     files.append(os.path.join(out_dir, "results.csv"))
     files += write_figures(results, out_dir, topo)
-    with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(report_md(results, topo))
+    write_atomically(os.path.join(out_dir, "report.md"), report_md(results, topo))
     files.append(os.path.join(out_dir, "report.md"))
     return files
 

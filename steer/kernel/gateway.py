@@ -755,9 +755,10 @@ _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctype
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
-def _mount(source: str, target: str, fstype: str | None, flags: int = 0) -> None:
+def _mount(source: str, target: str, fstype: str | None, flags: int = 0,
+           data: str | None = None) -> None:
     if _libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
-                   flags, None) != 0:
+                   flags, data.encode() if data else None) != 0:
         err = ctypes.get_errno()
         raise KernelError(f"mount {fstype or source} on {target}: {os.strerror(err)}", err)
 
@@ -835,7 +836,9 @@ def ensure_bpffs(path: str = BPFFS) -> str:
         return path
     os.makedirs(path, exist_ok=True)
     try:
-        _mount("bpf", path, "bpf")
+        # 0700: without mode= the kernel makes bpffs 1777, where anyone could make steer's pin
+        # directory first
+        _mount("bpf", path, "bpf", data="mode=0700")
     except KernelError as e:
         raise KernelError(f"no bpffs at {path} and mounting one failed: {os.strerror(e.errno)}",
                           e.errno) from None

@@ -91,7 +91,7 @@ def _value(key: str, value: str):
             raise FlowSpecError(f"proto must be tcp or udp, not {value!r}")
         return v
     if key in ("sport", "dport"):
-        if not value.isdigit() or not 1 <= int(value) <= 65535:
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 65535:
             raise FlowSpecError(f"{key} must be a port number 1-65535, not {value!r}")
         return int(value)
     try:

@@ -7,6 +7,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from steer.model.units import parse_int
+
+MAX_CPU = 8191   # CONFIG_NR_CPUS is at most 8192
+
 
 def parse_cpulist(text: str) -> list[int]:
     """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11] (the kernel's cpulist format)."""
@@ -17,11 +21,13 @@ def parse_cpulist(text: str) -> list[int]:
             continue
         lo, dash, hi = part.partition("-")
         try:
-            a, b = int(lo), int(hi if dash else lo)
+            a, b = parse_int(lo), parse_int(hi if dash else lo)
         except ValueError:
             raise ValueError(f"not a CPU list: {text.strip()!r}") from None
         if a < 0 or b < a:
             raise ValueError(f"not a CPU list: {text.strip()!r}")
+        if b > MAX_CPU:
+            raise ValueError(f"CPU {b} is beyond any Linux kernel's (CPUs 0 to {MAX_CPU})")
         out.extend(range(a, b + 1))
     return sorted(set(out))
 

@@ -3,6 +3,9 @@ per GB, and of how a figure that does not exist is written, for the live view, t
 report and its cells alike."""
 from __future__ import annotations
 
+import math
+import re
+
 GB = 1e9   # CPU-seconds per GB use decimal gigabytes, as link rates do
 
 
@@ -23,3 +26,27 @@ def hit_ratio(misses: float | None, references: float | None) -> float | None:
 def figure(value: float | None, fmt: str = "{:.3f}") -> str:
     """VALUE as FMT, or "-" for a figure that was not measured."""
     return "-" if value is None else fmt.format(value)
+
+
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_int(text: str) -> int:
+    """TEXT as a whole number, in ASCII digits alone: Python's int() also takes Arabic-Indic and
+    other digits and underscores, which no user means in a CPU number."""
+    t = text.strip()
+    if not _INT.fullmatch(t):
+        raise ValueError(f"not a whole number: {text!r}")
+    return int(t)
+
+
+def parse_float(text: str) -> float:
+    """TEXT as a finite decimal number (float() also takes 'inf', 'nan' and other digits)."""
+    t = text.strip()
+    if not _FLOAT.fullmatch(t):
+        raise ValueError(f"not a number: {text!r}")
+    value = float(t)
+    if not math.isfinite(value):
+        raise ValueError(f"out of range: {text!r}")
+    return value

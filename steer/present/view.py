@@ -16,10 +16,11 @@ from rich.text import Text
 
 from steer.model.classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET
 from steer.model.flows import FEW_SAMPLES, FlowReport, Snapshot
+from steer.model.names import printable
 from steer.trace.programs import FIGURE_NAMES
 from steer.model.samples import FlowId
 from steer.model.topology import Topology, format_cpulist
-from steer.model.units import figure
+from steer.model.units import figure, parse_float
 
 if TYPE_CHECKING:
     from steer.steering.xdp import DeviceState
@@ -89,7 +90,7 @@ def parse_rate(text: str) -> float:
     t = text.strip().lower().removesuffix("bit/s").removesuffix("bps").strip()
     scale = {"k": 1e3, "m": 1e6, "g": 1e9}.get(t[-1:], 1.0)
     try:
-        value = float(t[:-1] if scale != 1.0 else t) * scale
+        value = parse_float(t[:-1] if scale != 1.0 else t) * scale
     except ValueError:
         raise ValueError(f"{text!r}: expected a rate in bit/s such as 500, 10k, 1.5M or 2G") \
             from None
@@ -196,7 +197,8 @@ def columns(snap: Snapshot, history: History | None) -> list[Column]:
         cols.append(Column("history", lambda f: sparkline(history.rates.get(f.flow, [])), 2,
                            "left"))
     cols += [
-        Column("reader", lambda f: f"{f.app_comm}/{f.app_pid}" if f.app_pid else "-", 3, "left"),
+        Column("reader", lambda f: f"{printable(f.app_comm or '')}/{f.app_pid}" if f.app_pid else "-",
+               3, "left"),
         Column("k s/GB", lambda f: _per_gb(f.kernel_seconds_per_gb, f), 4),
         Column("a s/GB", lambda f: _per_gb(f.app_seconds_per_gb, f), 4),
     ]
@@ -265,11 +267,10 @@ def flow_table(snap: Snapshot, flows: list[FlowReport], width: int,
         t.add_column(cols[i].header, justify=cols[i].justify, width=widths[i], no_wrap=True,
                      overflow="crop")
     for f, text, row in zip(shown, texts, cells):
-        values: list = [row[i] for i in keep]
-        for n, i in enumerate(keep):
-            if cols[i].header == "class":
-                values[n] = Text(row[i], style=class_label(f)[1])
-        t.add_row(text, *values)
+        # Text, never markup: a reader named "[/x]" is a name, not a closing tag
+        values = [Text(row[i], style=class_label(f)[1] if cols[i].header == "class" else "")
+                  for i in keep]
+        t.add_row(Text(text), *values)
     return t
 
 
@@ -486,7 +487,7 @@ def rules_lines(devices: list[DeviceState], online: set[int]) -> list[str]:
         return ["no pinned steering rules"]
     out = []
     for d in devices:
-        where = d.dev + (f" in {d.netns}" if d.netns else "")
+        where = printable(d.dev) + (f" in {printable(d.netns)}" if d.netns else "")
         if d.error:
             out.append(f"{where}: {d.error}")
             continue

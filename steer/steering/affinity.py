@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from steer.model.irqs import DeviceIrq, device_irqs, queue_irq, rx_irqs
 from steer.kernel.gateway import KernelError, call_with_netns_sysfs
-from steer.steering.xdp import SteerError, netns_path
+from steer.kernel.files import UnsafePath, trusted_dir, write_json
+from steer.steering.xdp import SteerError, check_names, netns_path
 from steer.model.topology import format_cpulist
 
 STATE_DIR = "/run/steer"           # original IRQ/RPS settings, restored by `steer reset`
@@ -34,20 +36,30 @@ def set_app_affinity(pid: int, cpus: set[int]) -> dict[int, list[int]]:
     return before
 
 
+def _state_dir(create: bool) -> bool:
+    try:
+        return trusted_dir(STATE_DIR, create)
+    except UnsafePath as e:
+        raise SteerError(f"refusing the state directory: {e}") from None
+
+
 def _state() -> dict:
+    """The settings to put back: {"irq": {IRQ: cpulist}, "rps": {[netns, dev, queue]: mask}},
+    the RPS keys JSON lists (a namespace's name may hold any character but '/')."""
+    empty = {"irq": {}, "rps": {}}
+    if not _state_dir(create=False):
+        return empty
     try:
         with open(os.path.join(STATE_DIR, "restore.json")) as f:
-            return json.load(f)
+            state = json.load(f)
     except (OSError, ValueError):
-        return {"irq": {}, "rps": {}}
+        return empty
+    return state if isinstance(state, dict) and state.keys() == empty.keys() else empty
 
 
 def _save_state(state: dict) -> None:
-    os.makedirs(STATE_DIR, exist_ok=True)
-    tmp = os.path.join(STATE_DIR, "restore.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=1)
-    os.replace(tmp, os.path.join(STATE_DIR, "restore.json"))
+    _state_dir(create=True)
+    write_json(os.path.join(STATE_DIR, "restore.json"), state)
 
 
 def receive_irqs(dev: str, netns: str | None = None, queue: int | None = None) -> list[DeviceIrq]:
@@ -157,7 +169,7 @@ def set_rps(dev: str, cpus: list[int], netns: str | None = None,
         return results
     state = _state()
     for path, old in results.items():
-        state["rps"].setdefault(f"{netns or ''}|{dev}|{path}", old)
+        state["rps"].setdefault(json.dumps([netns or "", dev, path]), old)
     _save_state(state)
     return results
 
@@ -180,9 +192,10 @@ def _restore_rps(sysfs: str, dev: str, queue: str, mask: str) -> dict:
     return {}
 
 
-def _with_sysfs_of(netns: str | None, fn, *args):
+def _with_sysfs_of(netns: str | None, fn, dev: str, *args):
+    check_names(dev, netns)   # DEV becomes a path under sysfs
     try:
-        return call_with_netns_sysfs(netns_path(netns), fn, *args)
+        return call_with_netns_sysfs(netns_path(netns), fn, dev, *args)
     except KernelError as e:
         raise SteerError(str(e)) from None
 
@@ -193,6 +206,8 @@ def restore() -> list[str]:
     done = []
     state = _state()
     for irq, cpus in state["irq"].items():
+        if not irq.isascii() or not irq.isdigit():
+            continue
         try:
             with open(f"/proc/irq/{irq}/smp_affinity_list", "w") as f:
                 f.write(cpus)
@@ -200,7 +215,12 @@ def restore() -> list[str]:
         except OSError:
             pass
     for key, mask in state["rps"].items():
-        ns, dev, queue = key.split("|")
+        try:
+            ns, dev, queue = json.loads(key)
+        except (ValueError, TypeError):
+            continue
+        if not re.fullmatch(r"rx-\d+", str(queue)):
+            continue
         try:
             _with_sysfs_of(ns or None, _restore_rps, dev, queue, mask)
             done.append(f"restored RPS of {dev} {queue} to {mask}")

@@ -3,15 +3,15 @@ packets through a cpumap). The papers' other knobs (application, IRQ and RPS aff
 affinity.py.
 
 XDP steering of one device is either *pinned* (`steer pin`: the link and maps live under
-/sys/fs/bpf/steer/<dev>@<netns> and outlive the command until `steer unpin` or `steer reset`) or
-*owned* by a process (`steer auto`: a plain BPF link that the kernel drops when the process dies).
+/sys/fs/bpf/steer/<dev>[@<netns>], a directory only root may write, and outlive the command until
+`steer unpin` or `steer reset`) or *owned* by a process (`steer auto`: a plain BPF link that the kernel drops when the process dies).
 """
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 from dataclasses import dataclass, field
+from urllib.parse import unquote_to_bytes
 
 from steer.abi import xdp as abi
 from steer.model.flowspec import FlowSpec, mask_order
@@ -19,7 +19,9 @@ from steer.kernel.gateway import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE,
                                   KernelError, bpf_dir, ensure_bpffs, netns_of, obj_get, obj_pin,
                                   generic_xdp_redirects_to_cpumap, possible_cpus, xdp_link,
                                   xdp_link_ifindex)
+from steer.kernel.files import UnsafePath, remove_tree, trusted_dir
 from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, require_caps
+from steer.model.names import file_part, ifname_error, netns_error, printable
 
 PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
 CPUMAP_QSIZE = 2048                # frames queued per target CPU: absorbs a NAPI budget (64) of
@@ -42,9 +44,30 @@ def pin_root() -> str:
     return os.path.join(BPFFS, PIN_DIR)
 
 
+def _trusted_pin_root(create: bool) -> bool:
+    """Whether the pin root exists (made 0700 when CREATE); SteerError when someone other than
+    root could have put files there."""
+    try:
+        return trusted_dir(pin_root(), create)
+    except UnsafePath as e:
+        raise SteerError(f"refusing the pin directory: {e}") from None
+
+
+def check_names(dev: str, netns: str | None) -> None:
+    """SteerError unless DEV could be a device's name and NETNS a namespace's name or path: both
+    become parts of paths (sysfs, the pin directory)."""
+    if (why := ifname_error(dev)) is not None:
+        raise SteerError(f"interface {printable(repr(dev))}: {why}")
+    if netns and "/" not in netns and (why := netns_error(netns)) is not None:
+        raise SteerError(f"network namespace {printable(repr(netns))}: {why}")
+
+
 def netns_path(name: str | None) -> str | None:
+    """The file of network namespace NAME: a name under /run/netns, or a path (/proc/PID/ns/net)."""
     if not name:
         return None
+    if "/" not in name and (why := netns_error(name)) is not None:
+        raise SteerError(f"network namespace {printable(repr(name))}: {why}")
     path = name if "/" in name else os.path.join("/run/netns", name)
     if not os.path.exists(path):
         raise SteerError(f"network namespace {name!r} not found (looked for {path})")
@@ -67,12 +90,21 @@ def device_info(dev: str, netns: str | None) -> tuple[int, str | None]:
 
 
 def _dir_name(dev: str, netns: str | None) -> str:
-    return f"{dev}@{netns or 'root'}"
+    """DEV's directory under the pin root: DEV, then @NETNS for another namespace, each encoded
+    (file_part) so that no name holds '/' or '@' and no two (DEV, NETNS) share one."""
+    return file_part(dev) + (f"@{file_part(netns)}" if netns else "")
+
+
+def _names_of(dir_name: str) -> tuple[str, str | None]:
+    dev, at, ns = dir_name.partition("@")
+    return os.fsdecode(unquote_to_bytes(dev)), os.fsdecode(unquote_to_bytes(ns)) if at else None
 
 
 def has_pins(dev: str, netns: str | None) -> bool:
     """Whether `steer pin` left steering of DEV (in NETNS) in the kernel."""
-    return os.path.isdir(os.path.join(pin_root(), _dir_name(dev, netns)))
+    check_names(dev, netns)
+    return _trusted_pin_root(create=False) and \
+        os.path.isdir(os.path.join(pin_root(), _dir_name(dev, netns)))
 
 
 @dataclass
@@ -121,6 +153,7 @@ class XdpSteering:
     reattached: tuple[str, int] | None = field(default=None, init=False)
 
     def __post_init__(self):
+        check_names(self.dev, self.netns)
         self._maps: dict[str, BpfMap] = {}
         self._obj: BpfObject | None = None
         self._link_fd = -1
@@ -162,7 +195,8 @@ class XdpSteering:
             raise SteerError(f"{obj_path} is not built: run `make` in the steer checkout")
         if self.pinned:
             ensure_bpffs()
-            os.makedirs(self.pin_dir, exist_ok=True)
+            _trusted_pin_root(create=True)
+            os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
         try:
             self._obj = BpfObject(str(obj_path), max_entries={"cpu_map": possible_cpus()},
                                   pin_root=self.pin_dir if self.pinned else None,
@@ -238,6 +272,8 @@ class XdpSteering:
         self.reattached = (gone, len(kept))
 
     def _pinned_link(self) -> str | None:
+        if not _trusted_pin_root(create=False):
+            return None
         for m in ("generic", "native"):
             p = os.path.join(self.pin_dir, f"link-{m}")
             if os.path.exists(p):
@@ -418,12 +454,7 @@ def load_unattached() -> tuple[BpfObject, RuleTable]:
 
 def remove_pin_dir(path: str) -> None:
     """Unlink every pin of one device directory: the link pin first, which detaches XDP."""
-    if not os.path.isdir(path):
-        return
-    names = sorted(os.listdir(path), key=lambda n: not n.startswith("link-"))
-    for name in names:
-        os.unlink(os.path.join(path, name))
-    os.rmdir(path)
+    remove_tree(path, first="link-")
 
 
 def pinned_state() -> list[DeviceState]:
@@ -440,27 +471,18 @@ def pinned_state() -> list[DeviceState]:
 
 def pinned_devices() -> list[tuple[str, str | None]]:
     """(dev, netns) of every device with pinned steering."""
-    root = pin_root()
-    out = []
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return out
-    for name in names:
-        dev, _, ns = name.rpartition("@")
-        out.append((dev, None if ns == "root" else ns))
-    return out
+    if not _trusted_pin_root(create=False):
+        return []
+    return [_names_of(name) for name in sorted(os.listdir(pin_root()))]
 
 
 def remove_pinned() -> list[str]:
     """Remove all steering `steer pin` left in the kernel; what was done, one line each."""
     done = []
-    root = pin_root()
     for dev, ns in pinned_devices():
-        remove_pin_dir(os.path.join(root, _dir_name(dev, ns)))
-        done.append(f"removed XDP steering of {dev}" + (f" in {ns}" if ns else ""))
-    if os.path.isdir(root):
-        shutil.rmtree(root, ignore_errors=True)
+        remove_pin_dir(os.path.join(pin_root(), _dir_name(dev, ns)))
+        done.append(f"removed XDP steering of {printable(dev)}" + (f" in {printable(ns)}" if ns else ""))
+    remove_tree(pin_root())
     return done
 
 

@@ -27,6 +27,7 @@ from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId,
 
 PROFILE_ENTRIES = 32768   # (flow, CPU, side, category) counts while profiling: ~3 MB
 DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
+MAX_FLOWS_LIMIT = 1 << 22   # ~1.2 GB of kernel memory: beyond it is a typo, not a plan
 DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
                              # short connection (a scrape, a health check) would otherwise sit in
                              # the map until the LRU pushes it out, and cost every later read

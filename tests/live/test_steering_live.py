@@ -296,7 +296,7 @@ def test_bad_steering_input_is_one_line():
                               "no rule proto=udp", "proto=tcp,dport=5201")
         assert_one_line_error(steer("auto", "--dev", "veth-rx", "--netns", lab.rx, "--duration", "1"),
                               "has pinned steering rules")
-    assert_one_line_error(steer("pin", "proto=tcp", "--cpu", "x", "--dev", "lo"), "invalid int", code=2)
+    assert_one_line_error(steer("pin", "proto=tcp", "--cpu", "x", "--dev", "lo"), "not a whole number", code=2)
 
 
 def _xdp_links():
@@ -483,3 +483,68 @@ def test_a_kernel_without_generic_cpumap_redirect_is_told_what_to_do(mode, monke
     assert not [d for d in (os.listdir(pin_root()) if os.path.isdir(pin_root()) else [])
                 if lab.rx in d]
     assert not [p for p in bpftool_objects("prog") if p.get("name") == "steer_xdp"]
+
+
+@pytest.fixture
+def no_pins():
+    """The pin root absent before and after (steer reset leaves none)."""
+    assert not os.path.lexists(pin_root()), os.listdir(pin_root())
+    yield
+    subprocess.run(["rm", "-rf", pin_root()], check=True)
+
+
+def test_a_pin_directory_someone_else_made_is_refused_and_nothing_attaches(no_pins):
+    """An unprivileged user who makes /sys/fs/bpf/steer first (bpffs mounted 1777 by another
+    tool) must not get root to pin into it, read from it or remove through it."""
+    os.mkdir(pin_root(), 0o755)
+    os.chown(pin_root(), 65534, 65534)
+    links = len(_xdp_links())
+    for args in (("pin", "proto=udp,dport=9", "--cpu", "0", "--dev", "lo"), ("rules",), ("reset",),
+                 ("unpin", "proto=udp,dport=9", "--dev", "lo")):
+        assert_one_line_error(steer(*args), "refusing the pin directory: /sys/fs/bpf/steer "
+                                            "belongs to uid 65534")
+    assert len(_xdp_links()) == links
+    os.chown(pin_root(), 0, 0)
+    os.chmod(pin_root(), 0o777)
+    assert_one_line_error(steer("rules"), "writable by others (mode 0777); chmod go-w")
+
+
+def test_reset_removes_a_planted_link_not_its_target(no_pins, tmp_path):
+    victim = tmp_path / "precious"
+    victim.write_text("keep")
+    os.mkdir(pin_root(), 0o700)
+    os.mkdir(os.path.join(pin_root(), "lo"), 0o700)
+    os.symlink(str(victim), os.path.join(pin_root(), "lo", "rules"))
+    for name in ("eth9", "eth9@root", "eth9@ns"):   # device directories, old names and new
+        os.symlink(str(tmp_path), os.path.join(pin_root(), name))
+    r = steer("reset")
+    assert r.returncode == 0, r.stderr
+    assert not os.path.lexists(pin_root()) and victim.read_text() == "keep"
+
+
+NASTY_NETNS = "st@a|b x"
+
+
+def test_a_namespace_named_with_separators_pins_and_resets_as_itself(no_pins):
+    subprocess.run(["ip", "netns", "add", NASTY_NETNS], check=True)
+    try:
+        r = steer("pin", "proto=udp,dport=9", "--cpu", "0", "--dev", "lo", "--netns", NASTY_NETNS)
+        assert r.returncode == 0, r.stderr
+        (entry,) = os.listdir(pin_root())
+        assert entry == "lo@st%40a%7Cb%20x", entry
+        rules = json.loads(steer("rules", "--json").stdout)["devices"]
+        assert [(d["dev"], d["netns"], len(d["rules"])) for d in rules] == [("lo", NASTY_NETNS, 1)]
+        r = steer("reset")
+        assert r.returncode == 0 and f"removed XDP steering of lo in {NASTY_NETNS}" in r.stdout
+    finally:
+        subprocess.run(["ip", "netns", "del", NASTY_NETNS])
+
+
+def test_steer_mounts_its_own_bpffs_private_to_root(tmp_path):
+    from steer.kernel.gateway import ensure_bpffs
+    mnt = tmp_path / "bpf"
+    ensure_bpffs(str(mnt))
+    try:
+        assert (os.stat(mnt).st_mode & 0o777) == 0o700   # (bpffs adds the sticky bit)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

@@ -213,3 +213,33 @@ def test_a_share_resting_on_few_samples_is_marked_rough():
     line = next(l for l in _text(few).splitlines() if "5201" in l)
     assert "~50%" in line and "~25%" not in line and " 25%" in line
     assert "~" not in next(l for l in _text(snap).splitlines() if "5201" in l)
+
+
+HOSTILE = ["[/x]", "[bold red]x", "\x1b[2J\x1b]0;pwned\x07", "a\u202eb", "[/]"]
+
+
+@pytest.mark.parametrize("comm", HOSTILE)
+def test_a_readers_name_is_shown_as_text_never_as_markup_or_terminal_codes(comm):
+    """Anyone picks their process's name: it must neither break the view (rich parses "[/x]"
+    as a closing tag) nor reach the terminal as an escape sequence."""
+    data = [FlowCpuSample(A, 1, rx_bytes=10**9, rx_skbs=100, kernel_ns=S // 10, app_ns=S // 2,
+                          app_calls=5, app_bytes=10**9, app_pid=42, app_comm=comm)]
+    snap = _snapshot(data)
+    for width, height in ((200, 40), (80, 24)):
+        console = Console(width=width, height=height, record=True, force_terminal=True,
+                          color_system="truecolor")
+        console.print(screen(snap, read_topology(VM), ViewState(), width, height))
+        console.print(render(snap, read_topology(VM), width=width))
+        raw = console.export_text(styles=True, clear=False)
+        # what rich itself writes is SGR colour (ESC [ ... m); nothing else may get through
+        assert "\x1b[2J" not in raw and "\x1b]" not in raw and "\x07" not in raw
+        assert "\u202e" not in raw
+        plain = console.export_text()
+        shown = comm.replace("\x1b", "\\x1b").replace("\x07", "\\x07").replace("\u202e", "\\u202e")
+        if width == 200:   # at 80 columns the reader column gives way to the flow's
+            assert f"{shown}/42" in plain, plain
+
+
+def test_device_and_namespace_names_in_rules_are_escaped():
+    (line,) = rules_lines([DeviceState("ev\x1bil", "n\x9bs", error="gone")], {0, 1})
+    assert "\x1b" not in line and "\x9b" not in line and "ev\\x1bil in n\\x9bs" in line
