@@ -62,3 +62,15 @@ def pytest_collection_modifyitems(config, items):
         rel = os.path.relpath(str(item.path), here).split(os.sep)
         if rel[0] not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")
+
+
+@pytest.fixture
+def private_tmp():
+    """A directory that nobody but this user could have written, nor any directory above it (a
+    policy file must live in one; pytest's tmp_path is below /tmp, which everyone may write)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+    d = tempfile.mkdtemp(prefix=".steer-test-", dir=os.path.expanduser("~"))
+    yield Path(d)
+    shutil.rmtree(d)

@@ -15,9 +15,10 @@ write. Built-ins:
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
+import sys
+import types
 from dataclasses import dataclass
 from typing import Callable
 
@@ -102,10 +103,9 @@ def static(path: str) -> Policy:
     """A policy from TOML rules; checked when loaded, so errors show before anything runs."""
     import tomllib
     try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except OSError as e:
-        raise PolicyError(f"{path}: {e.strerror}") from None
+        doc = tomllib.loads(read_policy_file(path).decode())
+    except UnicodeDecodeError:
+        raise PolicyError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise PolicyError(f"{path}: not valid TOML: {e}") from None
     rules = doc.get("rule")
@@ -139,22 +139,35 @@ def static(path: str) -> Policy:
 BUILTIN = {"llc-peer": llc_peer, "same-core": same_core, "spread": spread}
 
 
-def check_policy_file(path: str) -> None:
-    """Refuse a policy file another user could have written: it runs with our privileges."""
+def read_policy_file(path: str) -> bytes:
+    """The bytes of policy file PATH, refused unless nobody but root or this user could have
+    written it or any directory above it (sshd's StrictModes): a policy runs as root. The file
+    is checked through the descriptor it is read from, so it cannot be swapped in between."""
+    real = os.path.realpath(path)
     try:
-        st = os.stat(path)
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise PolicyError(f"policy file {path}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise PolicyError(f"policy file {path} is not a regular file")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise PolicyError(f"policy file {path} is writable by group or others: chmod go-w it")
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PolicyError(f"policy file {path} is not a regular file")
+        _check_owner(path, "policy file", st)
+        d = real
+        while d != "/":
+            d = os.path.dirname(d)
+            _check_owner(path, f"its directory {d}", os.lstat(d))
+        return f.read()
+
+
+def _check_owner(path: str, what: str, st: os.stat_result) -> None:
     if st.st_uid not in (0, os.geteuid()):
-        raise PolicyError(f"policy file {path} belongs to uid {st.st_uid}, neither root nor you")
-    parent = os.path.dirname(os.path.abspath(path))
-    pst = os.stat(parent)
-    if pst.st_mode & stat.S_IWOTH and not pst.st_mode & stat.S_ISVTX:
-        raise PolicyError(f"policy file {path} is in a directory anyone can write to")
+        raise PolicyError(f"policy file {path}: {what} belongs to uid {st.st_uid}, neither root "
+                          "nor you, who could make it run anything as root")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PolicyError(f"policy file {path}: {what} is writable by group or others "
+                          f"(mode {stat.S_IMODE(st.st_mode):04o}), who could make it run anything "
+                          "as root: chmod go-w it, or keep policies in a directory only root writes")
 
 
 def load_policy(spec: str, min_rate: float = DEFAULT_MIN_RATE) -> tuple[str, Policy]:
@@ -164,15 +177,16 @@ def load_policy(spec: str, min_rate: float = DEFAULT_MIN_RATE) -> tuple[str, Pol
         return spec, lambda snap, topo: fn(snap, topo, min_rate)
     if spec.startswith("static:") or spec.endswith(".toml"):
         path = spec.split(":", 1)[1] if spec.startswith("static:") else spec
-        check_policy_file(path)
         return f"static {path}", static(path)
     if spec.endswith(".py"):
-        check_policy_file(spec)
-        modname = "steer_user_policy"
+        source = read_policy_file(spec)
+        # compiled from the bytes just checked: no bytecode is read (a planted __pycache__/*.pyc
+        # would run instead) or written next to it
+        mod = types.ModuleType("steer_user_policy")
+        mod.__file__ = spec
+        sys.modules[mod.__name__] = mod   # what dataclasses and pickle look a module up by
         try:
-            sp = importlib.util.spec_from_file_location(modname, spec)
-            mod = importlib.util.module_from_spec(sp)
-            sp.loader.exec_module(mod)
+            exec(compile(source, spec, "exec"), mod.__dict__)   # noqa: S102 - the user's policy
         except Exception as e:  # noqa: BLE001 - any error in the user's file is one line
             raise PolicyError(f"policy file {spec} failed to load: {type(e).__name__}: {e}") from None
         place = getattr(mod, "place", None)

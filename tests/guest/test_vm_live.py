@@ -237,11 +237,11 @@ def test_pinned_rule_whose_cpu_goes_offline(offline):
 
 
 @hotplug
-def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, tmp_path):
+def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, private_tmp):
     """steer auto, told by a static policy to use the CPU, removes its rule with a warning once
     the CPU is offline, and stops asking for it."""
     cpu = HOTPLUG_CPU
-    policy = tmp_path / "rules.toml"
+    policy = private_tmp / "rules.toml"
     policy.write_text(f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {cpu}\n')
     seen = []
 

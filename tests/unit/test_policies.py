@@ -94,8 +94,8 @@ def _write(tmp_path, name, text, mode=0o644):
     return str(p)
 
 
-def test_static_rules(tmp_path):
-    path = _write(tmp_path, "r.toml", '[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = 1\n')
+def test_static_rules(private_tmp):
+    path = _write(private_tmp, "r.toml", '[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = 1\n')
     (d,) = static(path)(snap([flow(1, 0, 0), flow(2, 0, 0, port=80)]), read_topology(VM))
     assert d.cpu == 1 and d.flow.dport == 5201
 
@@ -108,13 +108,13 @@ def test_static_rules(tmp_path):
     ('[[rule]]\nflow = "proto=icmp"\ncpu = 1\n', "tcp or udp"),
     ('[[rule]]\nflow = "proto=tcp"\ncpu = 1\nprio = 2\n', "exactly the keys"),
 ])
-def test_static_rules_errors(tmp_path, text, msg):
+def test_static_rules_errors(private_tmp, text, msg):
     with pytest.raises(PolicyError, match=msg):
-        load_policy(_write(tmp_path, "bad.toml", text))
+        load_policy(_write(private_tmp, "bad.toml", text))
 
 
-def test_user_policy_file(tmp_path):
-    path = _write(tmp_path, "p.py", "from steer.steering.policies import Decision\n"
+def test_user_policy_file(private_tmp):
+    path = _write(private_tmp, "p.py", "from steer.steering.policies import Decision\n"
                   "def place(snapshot, topology):\n"
                   "    return [Decision(f.flow, 1, 'mine') for f in snapshot.flows]\n")
     name, place = load_policy(path)
@@ -122,14 +122,15 @@ def test_user_policy_file(tmp_path):
 
 
 @pytest.mark.parametrize("text,mode,msg", [
-    ("def place(s, t): return []\n", 0o666, "writable by group or others"),
+    ("def place(s, t): return []\n", 0o666, "policy file is writable by group or others"),
+    ("def place(s, t): return []\n", 0o620, "policy file is writable by group or others"),
     ("import nonexistent_module_x\n", 0o644, "failed to load: ModuleNotFoundError"),
     ("def plac(s, t): return []\n", 0o644, "no place"),
     ("def place(:\n", 0o644, "SyntaxError"),
 ])
-def test_user_policy_file_refused(tmp_path, text, mode, msg):
+def test_user_policy_file_refused(private_tmp, text, mode, msg):
     with pytest.raises(PolicyError, match=msg):
-        load_policy(_write(tmp_path, "p.py", text, mode))
+        load_policy(_write(private_tmp, "p.py", text, mode))
 
 
 def test_unknown_policy():
@@ -308,3 +309,45 @@ def test_llc_peer_prefers_the_nics_numa_node_within_the_llc(tmp_path):
     assert d.cpu == 4 and "NIC's NUMA node 1" in d.reason
     (d,) = llc_peer(snap([replace(f, rx_device={"dev": "veth0", "numa_node": None})], ncpu=8), t)
     assert d.cpu == 0
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o1777])
+def test_a_policy_in_a_directory_others_may_write_is_refused(private_tmp, mode):
+    """sshd's StrictModes: whoever may write a directory above the file may replace it."""
+    d = private_tmp / "shared"
+    d.mkdir()
+    path = _write(d, "p.py", "def place(s, t): return []\n")
+    os.chmod(d, mode)
+    with pytest.raises(PolicyError, match=f"its directory {d} is writable by group or others"):
+        load_policy(path)
+    with pytest.raises(PolicyError, match="writable by group or others"):
+        load_policy(_write(d, "r.toml", '[[rule]]\nflow = "dport=1"\ncpu = 0\n'))
+
+
+def test_a_policy_in_tmp_is_refused(tmp_path):
+    with pytest.raises(PolicyError, match="its directory /tmp is writable by group or others"):
+        load_policy(_write(tmp_path, "p.py", "def place(s, t): return []\n"))
+
+
+def test_a_policy_runs_from_its_source_and_leaves_no_bytecode(private_tmp):
+    """A stale or planted __pycache__/p.cpython-*.pyc must not run in place of the source."""
+    import importlib.util
+    import py_compile
+    path = _write(private_tmp, "p.py", "from steer.steering.policies import Decision\n"
+                  "def place(s, t): return [Decision(f.flow, 1, 'source') for f in s.flows]\n")
+    evil = private_tmp / "evil.py"
+    evil.write_text("def place(s, t): raise SystemExit('the bytecode ran')\n")
+    _, place = load_policy(path)
+    assert not os.path.exists(private_tmp / "__pycache__")
+    # bytecode that Python's import would run without looking at the source at all
+    py_compile.compile(str(evil), cfile=importlib.util.cache_from_source(path),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    _, place = load_policy(path)
+    assert [d.reason for d in place(snap([flow(1, 0, 0)]), read_topology(VM))] == ["source"]
+
+
+def test_a_policy_may_define_dataclasses(private_tmp):
+    _, place = load_policy(_write(private_tmp, "p.py", "from dataclasses import dataclass\n"
+                                  "@dataclass\nclass R:\n    cpu: int\n"
+                                  "def place(s, t): return []\n"))
+    assert place(snap([]), read_topology(VM)) == []
