@@ -1,9 +1,11 @@
 """steer export: the Prometheus exporter."""
 from __future__ import annotations
 
+import sys
 import time
 
-from steer.cli.common import MAX_ROWS, UsageError, UserError, positive, start_tracer, tracer_options
+from steer.cli.common import (MAX_INTERVAL, MAX_ROWS, UsageError, UserError, bounded_int, positive,
+                              start_tracer, tracer_options)
 
 
 def add_parsers(sub, fmt) -> dict:
@@ -29,17 +31,81 @@ def add_parsers(sub, fmt) -> dict:
                     help="stop after this long (default: until Ctrl-C or SIGTERM)")
     ex.add_argument("--keep-privileges", action="store_true",
                     help="keep the process's capabilities after start-up (by default it drops "
-                         "them all once its programs are loaded and its port is bound)")
+                         "them all once its programs are loaded and its port is bound, before its "
+                         "first thread starts)")
+    ex.add_argument("--user", metavar="USER[:GROUP]",
+                    help="after start-up, also become this user (a name or uid; its primary "
+                         "group unless GROUP is given), with no supplementary groups; needs "
+                         "CAP_SETUID and CAP_SETGID at start. The pinned steering rules are "
+                         "root's: another user does not see them (steer_steering_readable 0)")
+    web_options(ex)
     tracer_options(ex)
     return {"export": cmd_export}
 
 
-def serve(collector, listen):
-    from steer.present.exporter import serve
+def web_options(p) -> None:
+    from steer.present.webserver import DEFAULT_TIMEOUT, DEFAULT_WORKERS
+    p.add_argument("--web-config", metavar="FILE",
+                   help="TLS, client certificates and basic auth, from a file in the format of "
+                        "the Prometheus exporter toolkit (node_exporter --web.config.file): "
+                        "tls_server_config (cert_file, key_file, client_ca_file, "
+                        "client_auth_type, min_version, max_version) and basic_auth_users (bcrypt "
+                        "hashes); read once at start-up, before privileges are dropped")
+    p.add_argument("--web-workers", type=bounded_int(1, 64), default=DEFAULT_WORKERS, metavar="N",
+                   help="requests served at once; a few more connections wait, the rest are "
+                        "closed at once")
+    p.add_argument("--web-timeout", type=positive(maximum=MAX_INTERVAL), default=DEFAULT_TIMEOUT,
+                   metavar="SECONDS",
+                   help="longest time to read a request (TLS handshake included) or write a "
+                        "reply; an idle kept-alive connection is closed after it too")
+
+
+def web_config(args):
+    from steer.present.webserver import WebConfig, WebConfigError
+    if not args.web_config:
+        return None
     try:
-        return serve(collector, listen)
+        return WebConfig.load(args.web_config)
+    except WebConfigError as e:
+        raise UserError(f"--web-config {e}") from None
+
+
+def run_as(text: str | None) -> tuple[int, int] | None:
+    """(uid, gid) of USER[:GROUP], each a name or a number."""
+    import grp
+    import pwd
+    if text is None:
+        return None
+    user, _, group = text.partition(":")
+    try:
+        pw = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, OverflowError):
+        if not user.isdigit():
+            raise UsageError(f"--user {text}: no user {user!r} on this host") from None
+        pw = None
+    uid = pw.pw_uid if pw else int(user)
+    gid = pw.pw_gid if pw else uid
+    if group:
+        try:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise UsageError(f"--user {text}: no group {group!r} on this host") from None
+    if uid == 0:
+        raise UsageError(f"--user {text}: that is root")
+    return uid, gid
+
+
+def bind_server(collector, args, web):
+    from steer.present.exporter import bind
+    try:
+        return bind(collector, args.listen, web, args.web_workers, args.web_timeout)
     except ValueError as e:
         raise UserError(str(e)) from None
+
+
+def serve(collector, args, web=None):
+    """bind and start at once, for a command that keeps its privileges (steer auto)."""
+    return bind_server(collector, args, web).start()
 
 
 def cmd_export(args) -> int:
@@ -50,18 +116,33 @@ def cmd_export(args) -> int:
         parse_listen(args.listen)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if args.user and args.keep_privileges:
+        raise UsageError("--user and --keep-privileges: the one gives up what the other keeps")
+    user = run_as(args.user)
+    web = web_config(args)
     topo = read_topology()
     tracer = start_tracer(args)
+    server = None
     try:
         collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state,
                                    flow_labels=args.flow_labels)
-        serve(collector, args.listen)
+        server = bind_server(collector, args, web)
         if not args.keep_privileges:
-            # everything that needs a capability is done: the programs are loaded and attached,
-            # the maps and counters open, the port bound; scrapes only read through those fds
-            from steer.kernel.gateway import drop_all_capabilities
-            drop_all_capabilities()
-        print(f"steer export: serving http://{args.listen}/metrics", flush=True)
+            # everything that needs a capability is done: the programs loaded and attached, the
+            # maps and counters open, the certificates read, the port bound; and no thread yet,
+            # so that what the main thread gives up, all of them have given up
+            from steer.kernel.gateway import bpf_syscall_needs_capability, drop_privileges
+            from steer.kernel.privileges import CAP_BPF
+            keep = (CAP_BPF,) if bpf_syscall_needs_capability() else ()
+            drop_privileges(user, keep)
+            if keep:
+                print("steer export: kept CAP_BPF alone: before Linux 6.5, with "
+                      "kernel.unprivileged_bpf_disabled set, reading an open map needs it",
+                      file=sys.stderr, flush=True)
+        server.start()
+        scheme = "https" if web and web.tls else "http"
+        print(f"steer export: serving {scheme}://{args.listen}/metrics"
+              + (f" ({web.describe()})" if web else ""), flush=True)
         end = None if args.duration is None else time.monotonic() + args.duration
         try:
             while end is None or time.monotonic() < end:
@@ -69,5 +150,7 @@ def cmd_export(args) -> int:
         except KeyboardInterrupt:
             pass
     finally:
+        if server:
+            server.close()
         tracer.stop()
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from steer.cli.export import serve
+from steer.cli.export import serve, web_config, web_options
 from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_ROWS, MAX_SECONDS, PID_MAX_LIMIT,
                               UsageError, UserError, bounded_int, cpus_online, device_name,
                               netns_name, number, positive, start_tracer, tracer_options)
@@ -107,6 +107,7 @@ def add_parsers(sub, fmt) -> dict:
                       help="per-flow series with --listen")
     auto.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
                       help="labels of the per-flow series with --listen (see steer export)")
+    web_options(auto)
 
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
                    description="Detach and unpin every pinned steering program, restore IRQ and "
@@ -227,6 +228,7 @@ def cmd_auto(args) -> int:
             parse_listen(args.listen)
         except ValueError as e:
             raise UsageError(str(e)) from None
+    web = web_config(args)
     try:
         name, policy = load_policy(args.policy, args.min_rate)
     except PolicyError as e:
@@ -235,7 +237,7 @@ def cmd_auto(args) -> int:
     topo = read_topology()
     steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
                                                       pinned=False).open()
-    tracer = None
+    tracer = server = None
     try:
         from steer.trace.netdevs import DeviceResolver
         tracer = start_tracer(args)
@@ -244,9 +246,10 @@ def cmd_auto(args) -> int:
                                 log=log)
         if args.listen:
             from steer.present.exporter import SteerCollector
-            serve(SteerCollector(tracer, topo, top_k=args.top_k, flow_labels=args.flow_labels,
-                                  steering=lambda: [steering.state()] if steering else [],
-                                  actions=lambda: {name: engine.moves}), args.listen)
+            server = serve(SteerCollector(tracer, topo, top_k=args.top_k,
+                                          flow_labels=args.flow_labels,
+                                          steering=lambda: [steering.state()] if steering else [],
+                                          actions=lambda: {name: engine.moves}), args, web)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
         log(f"steer auto: policy {name}, every {args.interval:g} s, {mode}")
         auto.run(engine, intervals, period=args.interval, duration=args.duration,
@@ -254,6 +257,8 @@ def cmd_auto(args) -> int:
     except auto.AutoStopped as e:
         raise UserError(str(e)) from None
     finally:
+        if server:
+            server.close()
         if tracer:
             tracer.stop()
         if steering:

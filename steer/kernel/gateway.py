@@ -25,6 +25,7 @@ from steer.kernel.signals import called_from_c, hold, raise_held
 __all__ = [
     "KernelError", "BpfObject", "BpfMap", "PerfCounter", "bpf_dir",
     "possible_cpus", "setns", "enter_netns", "call_with_netns_sysfs", "ensure_bpffs",
+    "drop_privileges", "bpf_syscall_needs_capability",
     "vmlinux_has_type",
 ]
 
@@ -1011,14 +1012,48 @@ _PR_SET_NO_NEW_PRIVS = 38
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 
-def drop_all_capabilities() -> None:
-    """Give up every capability of this process, for good (no_new_privs too): what is already
-    loaded and open keeps working, since map and link fds are checked when opened, not when used."""
+_PR_SET_KEEPCAPS = 8
+
+
+def bpf_syscall_needs_capability() -> bool:
+    """Whether this kernel refuses every bpf() command, reading an open map included, to a process
+    without CAP_BPF: before Linux 6.5 the syscall checked unprivileged_bpf_disabled at its entry
+    (Debian and most distributions set it), since then only loading programs and making maps."""
+    try:
+        with open("/proc/sys/kernel/unprivileged_bpf_disabled") as f:
+            disabled = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        disabled = 1
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+    return disabled != 0 and (major, minor) < (6, 5)
+
+
+def drop_privileges(user: tuple[int, int] | None = None, keep: tuple[int, ...] = ()) -> None:
+    """Give up every capability but KEEP (bit numbers), for good, in every thread of this process,
+    and become USER (uid, gid) with no supplementary groups where one is given. What is already
+    loaded and open keeps working: map and link fds are checked when opened, not when used.
+
+    Call it before any thread starts: capset() changes the calling thread alone (setresuid() is
+    applied to all of them by the C library). no_new_privs is set too."""
+    if user is not None:
+        uid, gid = user
+        if keep and _libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise KernelError(f"prctl(PR_SET_KEEPCAPS): {os.strerror(err)}", err)
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        except OSError as e:
+            raise KernelError(f"switching to uid {uid}, gid {gid}: {e.strerror}", e.errno) from None
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise KernelError(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}", err)
     hdr = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
-    data = (_CapData * 2)()   # two 32-bit halves, all zero
+    data = (_CapData * 2)()
+    for cap in keep:
+        data[cap // 32].effective |= 1 << (cap % 32)
+        data[cap // 32].permitted |= 1 << (cap % 32)
     nr = _SYS_CAPSET.get(platform.machine())
     rc = _libc.syscall(ctypes.c_long(nr), ctypes.byref(hdr), ctypes.byref(data)) if nr else -1
     if rc != 0:

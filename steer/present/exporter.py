@@ -13,6 +13,7 @@ import errno
 import heapq
 import os
 import platform
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -28,6 +29,7 @@ from steer.model.flows import (SIDE_EVENTS, SIDES, FlowTotals, PlacementMemory, 
 from steer.trace.programs import SECTIONS
 from steer.model.topology import Topology, read_int
 from steer.model.samples import TraceSample, TraceSource
+from steer.present.webserver import DEFAULT_TIMEOUT, DEFAULT_WORKERS, ExporterServer, WebConfig
 
 if TYPE_CHECKING:
     from steer.steering.xdp import DeviceState
@@ -121,7 +123,17 @@ class SteerCollector(Collector):
         info.add_metric([__version__, platform.python_version(), os.uname().release], 1)
         yield info
         if self.steering:
-            yield from self._steering_metrics(self.steering())
+            readable = GaugeMetricFamily(
+                "steer_steering_readable", "1 when the exporter can read the pinned steering "
+                "rules (steer pin); 0, with why, when it cannot, such as when it runs as a user "
+                "other than root (they are root's).", labels=["why"])
+            try:
+                devices, why = self.steering(), ""
+            except Exception as e:  # noqa: BLE001 - unreadable rules must not fail the scrape
+                devices, why = [], str(e)
+            readable.add_metric([why], 0 if why else 1)
+            yield readable
+            yield from self._steering_metrics(devices)
         if self.actions:
             moves = CounterMetricFamily("steer_auto_moves", "Flows moved by steer auto.",
                                         labels=["policy"])
@@ -402,19 +414,32 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def serve(collector: SteerCollector, listen: str):
-    """Start the HTTP server on LISTEN with a private registry; returns the server."""
-    from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
-    host, port = parse_listen(listen)
+def bind(collector: SteerCollector, listen: str, web: WebConfig | None = None,
+         workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT) -> ExporterServer:
+    """The HTTP server of COLLECTOR (in a private registry) with its socket bound on LISTEN and no
+    thread started yet: the caller gives up its privileges, then calls start()."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     ProcessCollector(registry=registry)   # process_*: steer's own CPU, memory and fds
+    host, port = parse_listen(listen)
     # every address, as ":PORT" means to Go exporters: IPv6 and (dual-stack) IPv4, or IPv4 alone
     # on a host without IPv6
     hosts = [host] if host else ["::", "0.0.0.0"]
     for i, h in enumerate(hosts):
         try:
-            return start_http_server(port, addr=h, registry=registry)
+            family, _, _, _, addr = socket.getaddrinfo(h, port, type=socket.SOCK_STREAM,
+                                                       flags=socket.AI_PASSIVE)[0]
+            return ExporterServer(lambda: generate_latest(registry), [addr[:2]], web, workers,
+                                  timeout).bind()
+        except socket.gaierror as e:
+            raise ValueError(f"--listen {listen}: {e.strerror}") from None
         except OSError as e:
             if i + 1 == len(hosts) or e.errno != errno.EAFNOSUPPORT:
                 raise ValueError(f"--listen {listen}: {e.strerror}") from None
+    raise AssertionError("unreachable")
+
+
+def serve(collector: SteerCollector, listen: str, web: WebConfig | None = None) -> ExporterServer:
+    """bind() and start() at once, for a command that keeps its privileges (steer auto)."""
+    return bind(collector, listen, web).start()

@@ -230,13 +230,32 @@ def test_the_daemonset_is_valid_kubernetes(k8s):
         kubernetes_validate.validate(bad, version, strict=True)
 
 
+@pytest.mark.parametrize("k8s", ["1.25.0", "latest"])
+def test_the_network_policy_is_valid_and_admits_prometheus_to_the_metrics_port_alone(k8s):
+    import kubernetes_validate
+    version = kubernetes_validate.latest_version() if k8s == "latest" else k8s
+    np = _fleet_yaml("networkpolicy.yaml")
+    kubernetes_validate.validate(np, version, strict=True)
+    ds = _fleet_yaml("daemonset.yaml")
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert np["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert np["metadata"]["namespace"] == ds["metadata"]["namespace"]
+    (rule,) = np["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    (peer,) = rule["from"]
+    assert set(peer) == {"namespaceSelector", "podSelector"}   # one peer: both must match
+
+
 def test_the_daemonset_keeps_its_hardening():
     pod = _fleet_yaml("daemonset.yaml")["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and sc["allowPrivilegeEscalation"] is False
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYSLOG"]}
+    # SETUID/SETGID only to become --user, after which every capability is gone
+    assert sc["capabilities"] == {"drop": ["ALL"],
+                                  "add": ["BPF", "PERFMON", "SYSLOG", "SETUID", "SETGID"]}
+    assert c["args"][c["args"].index("--user") + 1] == "nobody"
     assert not pod.get("hostPID") and not pod.get("hostNetwork")
     assert pod["priorityClassName"]
     assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)

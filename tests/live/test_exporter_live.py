@@ -190,13 +190,31 @@ def test_values_agree_with_steer_flows(stack):
     assert abs(kernel_prom - kernel_ours) / kernel_ours < bound
 
 
+def task_status(pid: int) -> dict[int, dict[str, str]]:
+    """{thread id: its /proc status fields} of every thread of PID: capabilities are per thread."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            out[int(tid)] = dict(re.findall(r"^(\w+):[ \t]*(.*)$", f.read(), re.M))
+    return out
+
+
+def assert_unprivileged(pid: int, uid: int | None = None):
+    tasks = task_status(pid)
+    assert len(tasks) > 1   # the HTTP server's threads, which used to keep root's capabilities
+    for tid, st in tasks.items():
+        assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0, (tid, st["Name"], st["CapEff"])
+        assert st["NoNewPrivs"] == "1", tid
+        if uid is not None:
+            assert st["Uid"].split() == [str(uid)] * 4 and st["Gid"].split()[0] == str(uid), st["Uid"]
+            assert st["Groups"].strip() == "", st["Groups"]
+
+
 def test_exporter_runs_without_privileges(stack):
-    """Once loaded and bound, the exporter holds no capability at all, and still reads the tracer
-    maps and the pinned rules (they are fds and root-owned pins, checked when opened)."""
-    with open(f"/proc/{stack['exporter_pid']}/status") as f:
-        status = dict(re.findall(r"^(Cap\w+|NoNewPrivs):\s+(\S+)", f.read(), re.M))
-    assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
-    assert status["NoNewPrivs"] == "1"
+    """Once loaded and bound, the exporter holds no capability at all, in any of its threads, and
+    still reads the tracer maps and the pinned rules (fds and root-owned pins, checked when
+    opened)."""
+    assert_unprivileged(stack["exporter_pid"])
     body = http_get(stack["exporter"])
     assert b"steer_rule_packets_total{" in body and b'steer_class_rx_bytes_total{class="same-core"' in body
 
@@ -244,3 +262,96 @@ def test_scrape_loop_60s_at_10_per_second():
     print(f"{n} scrapes in 60 s, {errors} errors, RSS kB every 100 scrapes: {rss}")
     assert errors == 0 and n >= 500
     assert rss[-1] - rss[1] < 2048, rss   # flat after warm-up: under 2 MB of growth
+
+
+def _metric_sum(body: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M))
+
+
+@pytest.mark.skipif(__import__("steer.kernel.gateway", fromlist=["x"]).bpf_syscall_needs_capability(),
+                    reason="this kernel gates every bpf() call on CAP_BPF (before 6.5, "
+                           "unprivileged_bpf_disabled set): steer keeps that one, said on stderr")
+def test_exporter_as_nobody_has_no_capability_in_any_thread_and_counts_the_traffic():
+    """`--user nobody`: every thread is uid 65534 with nothing effective or permitted, and the
+    scrapes still read the maps: the receive bytes between two scrapes match iperf3's."""
+    port = free_port()
+    with Lab([LabFlow(CPU_A, CPU_B)], seconds=6) as lab:
+        lab.start_servers()
+        p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}", "--user", "nobody"],
+                             env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            url = f"http://127.0.0.1:{port}/metrics"
+            before = _metric_sum(wait_http(url, p).decode(), "steer_class_rx_bytes_total")
+            assert_unprivileged(p.pid, uid=65534)
+            lab.start_clients()
+            (res,) = lab.wait()
+            time.sleep(0.5)
+            body = http_get(url).decode()
+            assert_unprivileged(p.pid, uid=65534)
+        finally:
+            p.terminate()
+            p.wait(timeout=10)
+    got = _metric_sum(body, "steer_class_rx_bytes_total") - before
+    print(f"exporter as nobody: {got:,.0f} B received by class, iperf3 {res.received_bytes:,} B")
+    assert res.received_bytes * 0.98 <= got <= res.received_bytes * 1.02 + 10**6
+    assert re.search(r'^steer_steering_readable\{why=".*"\} [01]\.0$', body, re.M)
+
+
+def test_exporter_with_a_web_config_serves_only_a_client_with_certificate_and_password(
+        tmp_path, private_tmp):
+    """`steer export --web-config` (the exporter toolkit's format): TLS with client certificates
+    required and basic auth; the key files are root's (0600) and read before the drop to nobody."""
+    import base64
+    import http.client
+    import ssl
+    import bcrypt
+    from tls import make_pki
+    pki = make_pki(private_tmp / "pki")
+    for f in pki.values():
+        os.chmod(f, 0o600)
+    hashed = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(rounds=4)).decode()
+    web = private_tmp / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: pki/server.crt\n  key_file: pki/server.key\n"
+                   f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: pki/ca.crt\n"
+                   f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    port = free_port()
+    p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}", "--user", "nobody",
+                          "--web-config", str(web)], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+
+    def get(cert: bool, password: str | None):
+        ctx = ssl.create_default_context(cafile=str(pki["ca_crt"]))
+        if cert:
+            ctx.load_cert_chain(str(pki["client_crt"]), str(pki["client_key"]))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+        headers = {"Authorization": "Basic " + base64.b64encode(
+            f"prometheus:{password}".encode()).decode()} if password else {}
+        try:
+            conn.request("GET", "/metrics", headers=headers)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+    try:
+        line = p.stdout.readline()
+        assert f"serving https://127.0.0.1:{port}/metrics (TLS with client certificates " \
+               "required, basic auth (1 user))" in line, (line, p.stderr.read() if p.poll() else "")
+        status, body = get(cert=True, password="scrape-me")
+        assert status == 200 and b"steer_class_rx_bytes_total" in body
+        assert get(cert=True, password="wrong")[0] == 401
+        assert get(cert=True, password=None)[0] == 401
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            get(cert=False, password="scrape-me")
+        assert_unprivileged(p.pid, uid=65534)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def test_a_web_config_steer_cannot_serve_stops_it_before_loading(tmp_path):
+    web = tmp_path / "web.yml"
+    web.write_text("tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /x.key\n")
+    r = steer("export", "--web-config", str(web), "--duration", "1")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--web-config" in r.stderr \
+        and "No such file" in r.stderr, r.stderr

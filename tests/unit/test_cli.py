@@ -263,10 +263,10 @@ def test_listen_colon_port_means_every_address():
     ("[[rule]\n", "not valid TOML"),
     (None, "unknown policy 'nope'"),
 ])
-def test_auto_refuses_a_bad_policy_before_touching_anything(tmp_path, text, msg):
+def test_auto_refuses_a_bad_policy_before_touching_anything(private_tmp, text, msg):
     path = "nope"
     if text is not None:
-        path = str(tmp_path / "p.toml")
+        path = str(private_tmp / "p.toml")
         with open(path, "w") as f:
             f.write(text)
         os.chmod(path, 0o644)

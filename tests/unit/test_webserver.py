@@ -1,0 +1,223 @@
+"""The exporter's HTTP server on loopback with a stand-in collection: the web configuration
+(TLS, client certificates, basic auth) in the exporter toolkit's format, the deadline on slow
+clients, the bounded pool, and one collection shared by concurrent scrapes."""
+import base64
+import http.client
+import socket
+import ssl
+import threading
+import time
+
+import bcrypt
+import pytest
+
+from steer.present.webserver import ExporterServer, WebConfig, WebConfigError
+from tls import make_pki
+
+BODY = b"# TYPE up gauge\nup 1\n"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def _server(web=None, render=lambda: BODY, **kw):
+    return ExporterServer(render, [("127.0.0.1", 0)], web, **kw).bind().start()
+
+
+def _config(tmp_path, text) -> WebConfig:
+    p = tmp_path / "web.yml"
+    p.write_text(text)
+    return WebConfig.load(str(p))
+
+
+def _get(port, context=None, headers=None, timeout=5):
+    conn = (http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
+            if context else http.client.HTTPConnection("127.0.0.1", port, timeout=timeout))
+    try:
+        conn.request("GET", "/metrics", headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def _client_context(pki, cert=None):
+    ctx = ssl.create_default_context(cafile=str(pki["ca_crt"]))
+    if cert:
+        ctx.load_cert_chain(str(pki[f"{cert}_crt"]), str(pki[f"{cert}_key"]))
+    return ctx
+
+
+def test_plain_http_serves_metrics_and_nothing_else():
+    s = _server()
+    try:
+        assert _get(s.port) == (200, BODY)
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
+        conn.request("GET", "/secret")
+        assert conn.getresponse().status == 404
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
+        conn.request("POST", "/metrics", body=b"x")
+        assert conn.getresponse().status == 501
+    finally:
+        s.close()
+
+
+def test_tls_with_required_client_certificates(tmp_path, pki):
+    web = _config(tmp_path, f"""
+tls_server_config:
+  cert_file: {pki['server_crt']}
+  key_file: {pki['server_key']}
+  client_auth_type: RequireAndVerifyClientCert
+  client_ca_file: {pki['ca_crt']}
+""")
+    assert web.describe() == "TLS with client certificates required"
+    s = _server(web)
+    try:
+        assert _get(s.port, _client_context(pki, "client")) == (200, BODY)
+        for refused in (_client_context(pki), _client_context(pki, "stranger")):
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                _get(s.port, refused)
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            _get(s.port)   # plain HTTP to a TLS port
+    finally:
+        s.close()
+
+
+def test_basic_auth_with_bcrypt_hashes(tmp_path, pki):
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    web = _config(tmp_path, f"""
+tls_server_config:
+  cert_file: server.crt
+  key_file: server.key
+basic_auth_users:
+  prometheus: {hashed}
+http_server_config:
+  headers:
+    X-Content-Type-Options: nosniff
+""".replace("server.crt", str(pki["server_crt"])).replace("server.key", str(pki["server_key"])))
+    s = _server(web)
+
+    def auth(user, password):
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    try:
+        ctx = _client_context(pki)
+        assert _get(s.port, ctx, auth("prometheus", "s3cret")) == (200, BODY)
+        assert _get(s.port, ctx, auth("prometheus", "s3cret")) == (200, BODY)   # remembered
+        for h in (None, auth("prometheus", "wrong"), auth("nobody", "s3cret"),
+                  {"Authorization": "Basic !!!"}, {"Authorization": "Bearer x"}):
+            assert _get(s.port, ctx, h)[0] == 401
+    finally:
+        s.close()
+
+
+def test_paths_in_the_config_are_relative_to_it(tmp_path, pki):
+    for name in ("server_crt", "server_key"):
+        (tmp_path / pki[name].name).write_bytes(pki[name].read_bytes())
+    web = _config(tmp_path, "tls_server_config: {cert_file: server.crt, key_file: server.key}\n")
+    assert web.tls is not None
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("- a list\n", "expected a mapping at the top"),
+    ("tls_server_config: {cert_file: a}\n", "needs cert_file and key_file"),
+    ("tls_server_config: {cert_file: /nonexistent, key_file: /nonexistent}\n", "No such file"),
+    ("tls_server_config: {cert_file: x, key_file: y, cipher_suites: [A]}\n",
+     "cipher_suites is not supported"),
+    ("tls_server_config: {cert_file: x, key_file: y, min_version: TLS99}\n", "min_version: one of"),
+    ("basic_auth_users: {alice: plaintext}\n", "expected a bcrypt hash"),
+    ("web: {}\n", "unknown key 'web'"),
+    ("tls_server_config: [\n", "not valid YAML"),
+    ("http_server_config: {headers: {X-A: \"a\\nb\"}}\n", "one-line strings"),
+])
+def test_a_web_config_steer_cannot_serve_is_one_line(tmp_path, text, fragment):
+    with pytest.raises(WebConfigError, match=fragment) as e:
+        _config(tmp_path, text)
+    assert "\n" not in str(e.value)
+
+
+def test_client_auth_without_verification_is_refused_with_why(tmp_path, pki):
+    with pytest.raises(WebConfigError, match="cannot ask for a certificate without verifying"):
+        _config(tmp_path, f"tls_server_config: {{cert_file: {pki['server_crt']}, key_file: "
+                          f"{pki['server_key']}, client_auth_type: RequireAnyClientCert}}\n")
+
+
+def test_a_slow_client_is_cut_off_at_the_deadline_and_others_are_served():
+    """A client sending a byte every 0.2 s never trips a per-read timeout; the deadline on the
+    whole request (1 s here) does. Meanwhile the other worker serves."""
+    s = _server(workers=2, timeout=1.0)
+    try:
+        slow = socket.create_connection(("127.0.0.1", s.port))
+        slow.settimeout(0.2)
+        start, closed = time.monotonic(), None
+        for c in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+            try:
+                slow.send(bytes([c]))
+                if slow.recv(1) == b"":   # closed by the server
+                    closed = time.monotonic() - start
+                    break
+            except socket.timeout:
+                pass                      # not closed yet: the next byte
+            except OSError:
+                closed = time.monotonic() - start
+                break
+            if c == ord("/"):
+                assert _get(s.port) == (200, BODY)
+        assert closed is not None and 1.0 <= closed < 3.0, closed
+    finally:
+        s.close()
+
+
+def test_connections_beyond_the_pool_and_its_queue_are_closed_not_held():
+    hold = threading.Event()
+    s = _server(render=lambda: hold.wait(10) and BODY, workers=1, timeout=5.0)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(12)]
+        time.sleep(0.5)
+        assert s.refused >= 12 - 1 - 4   # one with the worker, four queued
+        for c in idle:
+            c.close()
+    finally:
+        hold.set()
+        s.close()
+
+
+def test_concurrent_scrapes_share_one_collection():
+    calls = []
+
+    def render():
+        calls.append(1)
+        time.sleep(0.5)
+        return BODY
+    s = _server(render=render, workers=4)
+    try:
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(_get(s.port))) for _ in range(4)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        for t in threads:
+            t.join()
+        assert results == [(200, BODY)] * 4 and len(calls) == 1
+        assert _get(s.port) == (200, BODY) and len(calls) == 2   # the next one collects anew
+    finally:
+        s.close()
+
+
+def test_a_failed_collection_is_a_500_and_the_server_lives_on():
+    state = {"fail": True}
+
+    def render():
+        if state["fail"]:
+            raise OSError("map gone")
+        return BODY
+    s = _server(render=render)
+    try:
+        status, body = _get(s.port)
+        assert status == 500 and b"map gone" in body
+        state["fail"] = False
+        assert _get(s.port) == (200, BODY)
+    finally:
+        s.close()
