@@ -100,6 +100,13 @@ struct ft_cpu_stats {
 	__u64 backlog_polls;
 	__u64 backlog_packets;
 	__u64 backlog_full_polls;
+	/* what was lost, counted so that no loss is silent: polls of NAPI instances beyond
+	 * napi_polls' entries, profile samples beyond profile's, and the frames a cpumap dropped
+	 * (its queue to the target CPU full at enqueue, or dropped by the target's kthread) */
+	__u64 napi_map_full;
+	__u64 profile_map_full;
+	__u64 cpumap_enqueue_drops;
+	__u64 cpumap_kthread_drops;
 };
 
 /* NAPI polls per CPU and NAPI instance (napi:napi_poll): where a device's receive work arrives.

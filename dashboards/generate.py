@@ -121,11 +121,23 @@ def overview():
             target(f"steer_tracer_flow_entries{{{INST}}} / steer_tracer_flow_entries_max{{{INST}}}",
                    "{{instance}}", "A")], "percentunit", 16, 16, w=4,
             description="Entries of the tracer's flow map in use, of --max-flows."),
-        timeseries(9, "Flow map evictions", [
-            target(f"rate(steer_tracer_evictions_total{{{INST}}}[{RATE}])", "{{instance}}", "A")],
+        timeseries(9, "Evicted and lost", [
+            target(f"rate(steer_tracer_evictions_total{{{INST}}}[{RATE}])",
+                   "flow map evictions {{instance}}", "A"),
+            target(f"sum by (instance, map) (rate(steer_tracer_map_full_total{{{INST}}}[{RATE}]))",
+                   "{{map}} map full {{instance}}", "B"),
+            target(f"sum by (instance, where) (rate(steer_cpu_cpumap_drops_total{{{INST}}}[{RATE}]))",
+                   "cpumap drops at {{where}} {{instance}}", "C"),
+            target(f"sum by (instance, structure) "
+                   f"(rate(steer_exporter_evictions_total{{{INST}}}[{RATE}]))",
+                   "exporter {{structure}} evicted {{instance}}", "D")],
             "ops", 20, 16, w=4,
-            description="Entries evicted a second because the map was full: raise --max-flows "
-                        "when this stays above 0 (alert SteerFlowMapEvicting)."),
+            description="A second: flow map entries evicted because the map was full (raise "
+                        "--max-flows when this stays above 0; alert SteerFlowMapEvicting); NAPI "
+                        "polls and profile samples a full map could not count; frames a steering "
+                        "cpumap dropped (its queue to the target CPU full, or in the target's "
+                        "kthread: the target CPU cannot keep up); entries the exporter's bounded "
+                        "memory forgot early."),
         timeseries(10, "LLC hit ratio per CPU (whole CPU)", [
             target(f"1 - sum by (instance, cpu) (rate(steer_cpu_events_total{{{INST}, "
                    f"event=\"llc_misses\"}}[{RATE}])) / sum by (instance, cpu) "

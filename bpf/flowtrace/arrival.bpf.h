@@ -70,8 +70,12 @@ int BPF_PROG(ft_napi_poll, struct napi_struct *napi, int work, int budget)
 	if (!v) {
 		bpf_map_update_elem(&napi_polls, &k, &zero, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&napi_polls, &k);
-		if (!v)
-			return 0;	/* more instances than entries: theirs go uncounted */
+		if (!v) {	/* more instances than entries: their polls are counted as lost */
+			tot = totals();
+			if (tot)
+				tot->napi_map_full++;
+			return 0;
+		}
 	}
 	v->polls++;
 	v->packets += work > 0 ? work : 0;

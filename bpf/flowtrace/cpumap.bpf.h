@@ -34,6 +34,8 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 	__u64 now = bpf_ktime_get_ns();
 	__u8 valid;
 
+	if (tot)
+		tot->cpumap_kthread_drops += drops;
 	if (!s || !tot || s->softirq_start)
 		return 0;
 	if (s->ctx == CTX_KTHREAD && !s->cur_valid)
@@ -44,5 +46,18 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 	 * last skb's flow, as a softirq's does), the batch's way up the stack since */
 	open_kthread(s, CTX_KTHREAD, now, llc_now());
 	s->cur_valid = valid;
+	return 0;
+}
+
+/* the frames a cpumap could not queue to its target CPU (the queue full: the target's kthread
+ * falls behind), per flush of a batch of up to 8 frames on the redirecting CPU */
+SEC("tp_btf/xdp_cpumap_enqueue")
+int BPF_PROG(ft_xdp_cpumap_enqueue, int map_id, unsigned int processed, unsigned int drops,
+	     int to_cpu)
+{
+	struct ft_cpu_stats *tot = totals();
+
+	if (tot)
+		tot->cpumap_enqueue_drops += drops;
 	return 0;
 }

@@ -372,11 +372,16 @@ static __always_inline void profile_sample(struct bpf_perf_event_data *ctx,
 	v = bpf_map_lookup_elem(&profile, &pk);
 	if (!v) {
 		/* a full map (PROFILE_ENTRIES in tracer.py: 32768 counts of (flow, CPU, side,
-		 * category)) drops the sample, and nothing counts the drop yet */
+		 * category)) drops the sample, and counts it */
 		bpf_map_update_elem(&profile, &pk, &fresh, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&profile, &pk);
-		if (!v)
+		if (!v) {
+			struct ft_cpu_stats *tot = totals();
+
+			if (tot)
+				tot->profile_map_full++;
 			return;
+		}
 	}
 	/* only this CPU writes an entry with its number in the key, and a sample does not nest */
 	v->samples++;

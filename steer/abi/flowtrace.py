@@ -37,7 +37,8 @@ class CpuStats(ctypes.Structure):
         "kthread_unattributed_ns", "softirq_ns", "softirq_llc", "app_ns", "app_nested_ns",
         "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs", "samples",
         "samples_kernel_mode", "rx_drops", *EVENT_FIELDS, "napi_thread_ns", "hardirq_ns",
-        "hardirqs", "backlog_polls", "backlog_packets", "backlog_full_polls")]
+        "hardirqs", "backlog_polls", "backlog_packets", "backlog_full_polls", "napi_map_full",
+        "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops")]
 
 
 class NapiKey(ctypes.Structure):

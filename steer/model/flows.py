@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from steer.model.classify import Placement, classify
 from steer.model.irqs import DeviceIrq, queue_irq
@@ -284,6 +284,7 @@ class Snapshot:
     evictions: int
     flow_failures: int
     untimed_skbs: int
+    lost: dict[str, int] = field(default_factory=dict)   # counts full maps and queues dropped
     napi: dict | None = None   # NapiId -> CPU -> NapiCounts in the interval (instances that polled)
 
     def as_json(self) -> dict:
@@ -299,7 +300,7 @@ class Snapshot:
                      for k, cpus in sorted((self.napi or {}).items())],
             "tracer": {"live_entries": self.live_entries, "max_entries": self.max_entries,
                        "evictions": self.evictions, "map_update_failures": self.flow_failures,
-                       "untimed_skbs": self.untimed_skbs},
+                       "untimed_skbs": self.untimed_skbs, **self.lost},
         }
 
 
@@ -399,6 +400,10 @@ def poll_cpus(napi: dict, rx: RxPath | None) -> dict[int, int] | None:
 
 def _is_wildcard(f: FlowId) -> bool:
     return f.sport == 0 and f.src in ("0.0.0.0", "::")
+
+
+# what the tracer could not count, and counted (since it started): flows --json's tracer block
+LOST_COUNTS = ("napi_map_full", "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops")
 
 
 def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topology,
@@ -510,6 +515,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
                     live_entries=after.live_entries, max_entries=after.max_entries,
                     evictions=after.evictions, napi=napi,
                     flow_failures=sum(c.flow_failures for c in after.cpus),
+                    lost={k: sum(getattr(c, k) for c in after.cpus) for k in LOST_COUNTS},
                     untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
                                      for c in after.cpus))
 
@@ -643,6 +649,7 @@ class FlowTotals:
 
 
 SERVICE_RETENTION = 600.0   # seconds a service with no flow left keeps its totals
+MAX_RETIRED_SERVICES = 4096  # and at most this many of them
 
 
 EPHEMERAL = "ephemeral"   # the dport of a service series that sums this host's client flows
@@ -666,8 +673,10 @@ class ServiceTotals:
     forgotten after SERVICE_RETENTION seconds (its counters then start again from zero, which
     rate() reads as a reset)."""
 
-    def __init__(self, ephemeral: range | None = None):
+    def __init__(self, ephemeral: range | None = None, max_retired: int | None = None):
         self.ephemeral = ephemeral_ports() if ephemeral is None else ephemeral
+        self.max_retired = MAX_RETIRED_SERVICES if max_retired is None else max_retired
+        self.evicted = 0   # retired services forgotten early: more of them than max_retired
         self._prev: dict[FlowId, FlowTotal] = {}
         self._retired: dict[tuple, FlowTotal] = {}
         self._seen: dict[tuple, float] = {}
@@ -690,5 +699,12 @@ class ServiceTotals:
                 del self._retired[k], self._seen[k]
                 continue
             out[k].absorb(self._retired[k])
+        if len(self._retired) > self.max_retired:
+            # a port scan makes a service of every port it touched: the longest unseen go first
+            gone = sorted(self._retired, key=lambda k: self._seen.get(k, now))
+            for k in gone[:len(self._retired) - self.max_retired]:
+                del self._retired[k]
+                self._seen.pop(k, None)
+                self.evicted += 1
         self._prev = dict(totals)
         return out

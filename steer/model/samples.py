@@ -121,6 +121,10 @@ class CpuSample:
     backlog_polls: int = 0       # also in TraceSample.napi, as the all-zero NapiId
     backlog_packets: int = 0
     backlog_full_polls: int = 0
+    napi_map_full: int = 0           # lost, and counted: polls beyond napi_polls' entries,
+    profile_map_full: int = 0        # samples beyond profile's,
+    cpumap_enqueue_drops: int = 0    # frames a cpumap's full queue dropped (redirecting CPU),
+    cpumap_kthread_drops: int = 0    # frames a cpumap kthread dropped (target CPU)
 
 
 def lost_to_kernel(figures: dict) -> dict:

@@ -45,6 +45,7 @@ FLOW_LABEL_SETS = {"five-tuple": ["proto", "src", "sport", "dst", "dport"],
                    "service": ["proto", "dst", "dport"]}
 DEFAULT_FLOW_LABELS = "five-tuple"
 ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffic in this window
+MAX_ACTIVE = 65536     # and at most this many (13,900 new connections a second fill 10 s twice)
 
 
 def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
@@ -73,6 +74,8 @@ class SteerCollector(Collector):
         self._flow_totals = FlowTotals()
         self._service_totals = ServiceTotals()
         self._active: dict = {}   # flow -> (monotonic time of its last traffic, class)
+        # per structure bounded by size, what it had to forget early
+        self.evicted: dict[str, int] = defaultdict(int)
 
     def _advance(self) -> tuple[TraceSample, Snapshot, dict]:
         """Read the maps once; fold the interval since the last read into the class totals; the
@@ -93,9 +96,13 @@ class SteerCollector(Collector):
             self._last = now
             t = now.monotonic_ns / 1e9
             for f in snap.flows:
+                self._active.pop(f.flow, None)   # to the end: the dict is in order of last traffic
                 self._active[f.flow] = (t, f.placement.cls)
             for flow in [k for k, (seen, _) in self._active.items() if t - seen > ACTIVE_WINDOW]:
                 del self._active[flow]
+            while len(self._active) > MAX_ACTIVE:
+                del self._active[next(iter(self._active))]
+                self.evicted["active_flows"] += 1
             totals = self._flow_totals.update(now)
             if self.flow_labels == "service":
                 totals = self._service_totals.update(totals, t)
@@ -320,6 +327,29 @@ class SteerCollector(Collector):
         c = CounterMetricFamily("steer_tracer_map_update_failures",
                                 "Flow map updates that failed; their time went to unattributed.")
         c.add_metric([], sum(x.flow_failures for x in s.cpus))
+        yield c
+        c = CounterMetricFamily("steer_exporter_evictions",
+                                "Entries the exporter's own bounded structures forgot before "
+                                "their time: active_flows (steer_class_flows' window), services "
+                                "(--flow-labels service: totals of services with no flow left).",
+                                labels=["structure"])
+        c.add_metric(["active_flows"], self.evicted["active_flows"])
+        c.add_metric(["services"], self._service_totals.evicted)
+        yield c
+        c = CounterMetricFamily("steer_tracer_map_full",
+                                "What a full map of the tracer could not count: NAPI polls of "
+                                "instances beyond napi_polls' entries, profile samples beyond "
+                                "profile's.", labels=["map"])
+        c.add_metric(["napi_polls"], sum(x.napi_map_full for x in s.cpus))
+        c.add_metric(["profile"], sum(x.profile_map_full for x in s.cpus))
+        yield c
+        c = CounterMetricFamily("steer_cpu_cpumap_drops",
+                                "Frames a steering cpumap dropped, per CPU: at enqueue (the "
+                                "queue to the target CPU full; on the redirecting CPU) or in the "
+                                "target's kthread.", labels=["cpu", "where"])
+        for x in s.cpus:
+            c.add_metric([str(x.cpu), "enqueue"], x.cpumap_enqueue_drops)
+            c.add_metric([str(x.cpu), "kthread"], x.cpumap_kthread_drops)
         yield c
         cap = GaugeMetricFamily("steer_capability_info",
                                 "Tracing mechanisms: state is available or unavailable (value 1).",

@@ -81,6 +81,10 @@ class AutoSteer:
                 self.log(f"policy asked for CPU {d.cpu} for {d.flow}, which is not online; ignored")
                 continue
             wanted[d.flow] = d
+        # a move needs the same answer in a row: a flow not asked for this time starts again,
+        # which also keeps these to the flows of the last interval however many come and go
+        self._pending = {f: p for f, p in self._pending.items() if f in wanted}
+        self._moved_at = {f: t for f, t in self._moved_at.items() if now - t < self.hold}
         for flow, d in wanted.items():
             current = self.placed.get(flow, kernel_cpu.get(flow))
             if d.cpu == current:

@@ -32,7 +32,7 @@ REMEDIES = [
                                 "addresses) or run as root with CAP_SYSLOG"),
     (r"cpu-clock", "sysctl kernel.perf_event_paranoid=2 or lower, or CAP_PERFMON"),
     (r"drop reason", "Linux 5.17 or later gives skb:kfree_skb a drop reason"),
-    (r"xdp_cpumap_kthread", "Linux 4.15 or later has the cpumap tracepoints"),
+    (r"xdp_cpumap_(kthread|enqueue)", "Linux 4.15 or later has the cpumap tracepoints"),
     (r"BTF has no|signature", "a kernel whose BTF describes tcp_recvmsg/udp_recvmsg "
                               "(CONFIG_DEBUG_INFO_BTF=y; IPv6 loaded for udpv6_recvmsg)"),
     (r"no hardware PMU|ENOENT", "a host with a hardware PMU: bare metal, or a VM given one "

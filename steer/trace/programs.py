@@ -42,6 +42,7 @@ SECTIONS = {
     "ft_kfree_skb": "tp_btf/kfree_skb",
     "ft_xdp_redirect": "tp_btf/xdp_redirect",
     "ft_xdp_cpumap_kthread": "tp_btf/xdp_cpumap_kthread",
+    "ft_xdp_cpumap_enqueue": "tp_btf/xdp_cpumap_enqueue",
     "ft_tcp_state": "tp_btf/inet_sock_set_state",
     "ft_tcp_destroy": "tp_btf/tcp_destroy_sock",
     "ft_flush_socks": "iter/bpf_sk_storage_map",
@@ -69,7 +70,8 @@ MAPS = ("flows", "cpu_totals", "llc_counters", "ref_counters", "instruction_coun
 OPTIONAL = tuple(p for p in ALL_PROGRAMS if not any(p in core for core in CORE.values()))
 
 # the per-CPU and per-device figures, in every mode
-DEVICE_PROGRAMS = ("ft_napi_poll", "ft_irq_handler_entry", "ft_irq_handler_exit", "ft_kfree_skb")
+DEVICE_PROGRAMS = ("ft_napi_poll", "ft_irq_handler_entry", "ft_irq_handler_exit", "ft_kfree_skb",
+                   "ft_xdp_cpumap_enqueue")
 # sampled timing's socket storage: a TCP socket's counts wait there until a flush (flowtrace.bpf.c,
 # sock_state)
 SOCKET_PROGRAMS = ("ft_tcp_state", "ft_tcp_destroy", "ft_flush_socks", "ft_tcp_sockets")
@@ -125,6 +127,7 @@ FIGURES = {
     "drops": "packets dropped per flow, with the reason",
     "napi_polls": "NAPI polls per CPU and device queue",
     "hardirqs": "device interrupt time per CPU",
+    "cpumap_drops": "frames a steering cpumap dropped because its queue to the target CPU was full",
 }
 # and in a few words, for tables and the live view's degraded line
 FIGURE_NAMES = {"kernel_time": "kernel time", "kthread_time": "kthread time",
@@ -132,7 +135,8 @@ FIGURE_NAMES = {"kernel_time": "kernel time", "kthread_time": "kthread time",
                 "tcp_app_bytes": "TCP app bytes", "udp_app_bytes": "UDP app bytes",
                 "reader": "reader CPU", "app_time": "app time", "app_calls": "calls",
                 "open_connections": "connections open at start", "drops": "drops",
-                "napi_polls": "NAPI polls", "hardirqs": "IRQ time"}
+                "napi_polls": "NAPI polls", "hardirqs": "IRQ time",
+                "cpumap_drops": "cpumap queue drops"}
 WORKS, DEGRADED, MISSING = "works", "degraded", "missing"
 
 
@@ -310,6 +314,8 @@ def _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why, hoo
                         why("ft_kfree_skb"))
     f["napi_polls"] = _state(has("ft_napi_poll"), SECTIONS["ft_napi_poll"], "not counted",
                              why("ft_napi_poll"))
+    f["cpumap_drops"] = _state(has("ft_xdp_cpumap_enqueue"), SECTIONS["ft_xdp_cpumap_enqueue"],
+                               "not counted", why("ft_xdp_cpumap_enqueue"))
     irq = ("ft_irq_handler_entry", "ft_irq_handler_exit")
     f["hardirqs"] = _state(all(map(has, irq)), "irq:irq_handler_entry/exit", "not measured",
                            why(*irq))

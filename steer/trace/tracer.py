@@ -262,6 +262,8 @@ class Tracer:
                 and vmlinux_has_type("btf_trace_xdp_redirect")):
             for prog in ("ft_xdp_cpumap_kthread", "ft_xdp_redirect"):
                 out[prog] = "this kernel has no xdp:xdp_cpumap_kthread tracepoint"
+        if not vmlinux_has_type("btf_trace_xdp_cpumap_enqueue"):
+            out["ft_xdp_cpumap_enqueue"] = "this kernel has no xdp:xdp_cpumap_enqueue tracepoint"
         if not vmlinux_has_type("skb_drop_reason", BTF_KIND_ENUM):
             out["ft_kfree_skb"] = "this kernel's skb:kfree_skb gives no drop reason (Linux 5.17+)"
         return out

@@ -36,7 +36,7 @@ def test_the_report_names_what_is_lost_why_and_what_would_change_it():
     # the walk stands in for the flush iterator: TCP's reader bytes still work, and say how
     tcp = next(l for l in lines if l.startswith("TCP app bytes"))
     assert "works" in tcp
-    assert "25 of 28 BPF programs run here" in "\n".join(lines)
+    assert "26 of 29 BPF programs run here" in "\n".join(lines)
 
 
 def test_programs_refused_for_one_reason_are_one_row():

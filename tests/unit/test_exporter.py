@@ -290,3 +290,64 @@ def test_sampled_seconds_come_with_the_samples_they_rest_on():
     tuple5 = dict(proto="tcp", src="198.18.0.1", sport=40000, dst="198.18.0.2", dport=5201)
     assert _get(m, "steer_flow_samples_total", side="kernel", **tuple5) == 90
     assert _get(m, "steer_flow_samples_total", side="app", **tuple5) == 20
+
+
+def test_what_the_tracer_could_not_count_is_exported():
+    """A full napi_polls or profile map and a cpumap's dropped frames are counts, not silence."""
+    cpus = (CpuSample(0, napi_map_full=3, profile_map_full=5, cpumap_enqueue_drops=7),
+            CpuSample(1, cpumap_kthread_drops=2, napi_map_full=1))
+    tracer = FakeTracer([_sample(0, []), TraceSample(S, {}, cpus, 0, 1024)])
+    c = SteerCollector(tracer, read_topology(VM))
+    list(c.collect())
+    m = _scrape(c)
+    assert _get(m, "steer_tracer_map_full_total", map="napi_polls") == 4
+    assert _get(m, "steer_tracer_map_full_total", map="profile") == 5
+    assert _get(m, "steer_cpu_cpumap_drops_total", cpu=0, where="enqueue") == 7
+    assert _get(m, "steer_cpu_cpumap_drops_total", cpu=1, where="kthread") == 2
+
+
+def test_unreadable_pinned_rules_are_a_gauge_with_why_not_a_failed_scrape():
+    def steering():
+        raise PermissionError(13, "Permission denied", "/sys/fs/bpf/steer")
+    tracer = FakeTracer([_sample(0, []), _sample(1, [])])
+    c = SteerCollector(tracer, read_topology(VM), steering=steering)
+    list(c.collect())
+    m = _scrape(c)
+    (why,) = [dict(k[1])["why"] for k in m if k[0] == "steer_steering_readable"]
+    assert "Permission denied" in why and _get(m, "steer_steering_readable", why=why) == 0
+
+
+def test_a_hostile_readers_name_is_a_label_value_and_nothing_more():
+    """A comm of '[/x]', quotes, a backslash or an ESC sequence: escaped by the text format and
+    read back unchanged by Prometheus' own parser (client_python's)."""
+    names = ['[/x]', 'a"b\\c', '\x1b[2Jx', 'new\nline'[:15]]
+    flows = [FlowId("tcp", "198.18.0.1", 40000 + i, "198.18.0.2", 5201) for i in range(len(names))]
+    entries = [FlowCpuSample(f, 1, rx_bytes=10**6, rx_skbs=10, kernel_ns=S // 100, app_bytes=10**6,
+                             app_calls=1, app_ns=S // 100, app_pid=7, app_comm=n)
+               for f, n in zip(flows, names)]
+    tracer = FakeTracer([_sample(0, []), _sample(1, entries), _sample(2, entries)])
+    c = SteerCollector(tracer, read_topology(VM), top_k=10)
+    list(c.collect())
+    m = _scrape(c)
+    comms = {dict(k[1])["app_comm"] for k in m if k[0] == "steer_flow_info"}
+    assert comms == set(names)
+
+
+def test_the_exporters_per_flow_memory_is_bounded_and_what_it_forgets_is_counted(monkeypatch):
+    """steer_class_flows' window and the retired services of --flow-labels service hold at
+    most their bound of entries under churn (a port scan, a frontend's short connections)."""
+    import steer.present.exporter as exporter
+    import steer.model.flows as flows
+    monkeypatch.setattr(exporter, "MAX_ACTIVE", 50)
+    monkeypatch.setattr(flows, "MAX_RETIRED_SERVICES", 20)
+    conns = [[FlowCpuSample(FlowId("tcp", "198.18.0.1", 40000 + t, "198.18.0.2", 1000 + t * 10 + i),
+                            0, rx_bytes=100, rx_skbs=1, kernel_ns=1000) for i in range(10)]
+             for t in range(12)]
+    tracer = FakeTracer([_sample(0, [])] + [_sample(t + 1, c) for t, c in enumerate(conns)])
+    c = SteerCollector(tracer, read_topology(VM), flow_labels="service")
+    for _ in conns:
+        list(c.collect())
+    assert len(c._active) <= 50 and len(c._service_totals._retired) <= 20
+    m = _scrape(c)
+    assert _get(m, "steer_exporter_evictions_total", structure="active_flows") == 120 - 50
+    assert _get(m, "steer_exporter_evictions_total", structure="services") > 0

@@ -351,3 +351,20 @@ def test_a_policy_may_define_dataclasses(private_tmp):
                                   "@dataclass\nclass R:\n    cpu: int\n"
                                   "def place(s, t): return []\n"))
     assert place(snap([]), read_topology(VM)) == []
+
+
+def test_auto_remembers_no_more_flows_than_the_last_interval_had():
+    """20,000 short connections, each asked about once and gone: the engine's memory stays with
+    the flows of the last interval (it kept every flow it ever saw)."""
+    t = read_topology(VM)
+    policy = lambda s, topo: [Decision(f.flow, 1, "test") for f in s.flows]  # noqa: E731
+    eng = AutoSteer(policy, Recorder(), t, confirm=3, hold=10, log=lambda m, **_: None)
+    for step in range(200):
+        eng.step(snap([flow(step * 100 + i, 0, 0) for i in range(100)]), now=step)
+    assert len(eng._pending) == 100 and len(eng._moved_at) == 0 and not eng.placed
+    # a flow moved at t is held until t + hold, then forgotten
+    eng = AutoSteer(policy, Recorder(), t, confirm=1, hold=10, log=lambda m, **_: None)
+    eng.step(snap([flow(1, 0, 0)]), now=0)
+    assert len(eng._moved_at) == 1
+    eng.step(snap([]), now=11)
+    assert eng._moved_at == {}
