@@ -45,7 +45,7 @@ def _dominant(weights: dict[int, float]) -> tuple[int | None, float | None]:
     return cpu, weights[cpu] / total
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RxPath:
     """The device a flow's packets arrive on: its index in the network namespace whose inode is
     netns, the RX queue (None: not recorded by the driver) and the NAPI instance (None: none)."""
@@ -65,7 +65,7 @@ class RxPath:
                    p.rx_napi_id or None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlowReport:
     flow: FlowId
     duration: float
@@ -238,7 +238,7 @@ def _r(v, digits=9):
     return None if v is None else round(v, digits)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuReport:
     cpu: int
     net_rx_events: int
@@ -573,7 +573,14 @@ class PlacementMemory:
         factor = 0.5 ** (snap.duration / self.half_life)
         flows, past = [], {}
         for f in snap.flows:
-            kernel, app = self._past.get(f.flow, ({}, {}))
+            known = self._past.get(f.flow)
+            if known is None:
+                # no past: the interval's own CPUs and class stand (most flows, under
+                # connection churn, are new at every read)
+                past[f.flow] = (dict(f.kernel_cpus), dict(f.app_cpus))
+                flows.append(f)
+                continue
+            kernel, app = known
             kernel, app = self._decayed(kernel, factor), self._decayed(app, factor)
             for mine, now in ((kernel, f.kernel_cpus), (app, f.app_cpus)):
                 for c, s in now.items():
@@ -592,7 +599,7 @@ class PlacementMemory:
         return replace(snap, flows=flows)
 
 
-@dataclass
+@dataclass(slots=True)
 class FlowTotal:
     """A flow's counts since its first entry in the tracer's map."""
     rx_bytes: int = 0

@@ -4,6 +4,7 @@ exporter's collector) import this, not the loader."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -18,7 +19,9 @@ def proto_name(number: int) -> str:
 def address_text(raw, family: int) -> str:
     """An address as the BPF maps hold it (16 bytes, an IPv4 one in the first 4), as text."""
     b = bytes(raw)
-    return str(ipaddress.IPv4Address(b[:4]) if family == 4 else ipaddress.IPv6Address(b))
+    if family == 4:   # the same text as ipaddress gives, at a twentieth of its cost
+        return socket.inet_ntop(socket.AF_INET, b[:4])
+    return str(ipaddress.IPv6Address(b))
 
 
 class FlowId(NamedTuple):
@@ -35,7 +38,7 @@ class FlowId(NamedTuple):
         return f"{self.proto} {fmt(self.src, self.sport)} -> {fmt(self.dst, self.dport)}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlowCpuSample:
     """Cumulative counters of one flow on one CPU since the tracer started."""
     flow: FlowId
@@ -89,7 +92,7 @@ class NapiCounts(NamedTuple):
     full_polls: int = 0   # polls that used their whole budget
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuSample:
     cpu: int
     net_rx_events: int = 0

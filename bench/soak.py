@@ -1,0 +1,219 @@
+"""Churn soak: the exporter and steer auto while a busy frontend's short connections and a port
+scan go by, for --seconds. Does the exporter's memory, scrape time and series count level off?
+
+The lab's receiving namespace runs redis-server; redis-benchmark in the sending one opens a new
+connection for every request (-k 0, as `Connection: close` does to a web server), as fast as it
+goes; a scanner there connects to every port of the receiver in turn (each a SYN and a RST: a
+new flow for the tracer each time). `steer export` is scraped every second; `steer auto
+--dry-run` (llc-peer) runs on the lab's veth. Targets (issue 37): RSS at most 80 MB and a scrape
+at most 0.3 s over the last half, with no growth there. At the end each long-running command is
+killed with SIGKILL, `steer reset` runs, and nothing of steer may be left in the kernel: no
+program, no link, no pin.
+
+    sudo .venv/bin/python -m bench.soak [--seconds 600]
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+from .common import host, parser, require_root, run, write
+
+TARGET_RSS_MB, TARGET_SCRAPE_S = 80.0, 0.3
+REDIS_PORT = 7000
+SCANNER = r"""
+import errno, select, socket, sys
+dst, window = sys.argv[1], 256
+port, live = 1, {}
+while True:
+    while len(live) < window:
+        s = socket.socket(); s.setblocking(False)
+        s.connect_ex((dst, port)); live[s.fileno()] = s
+        port = port % 65535 + 1
+    _, w, _ = select.select([], list(live), [], 0.5)
+    for fd in w or list(live):
+        live.pop(fd).close()
+"""
+
+
+def _steer(*args: str) -> list[str]:
+    return [sys.executable, "-m", "steer", *args]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1)) / 1024
+
+
+def _scrape(url: str) -> tuple[float, str | None]:
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            body = r.read().decode()
+    except OSError:
+        return time.monotonic() - start, None
+    return time.monotonic() - start, body
+
+
+def _value(body: str, name: str) -> float | None:
+    m = re.search(rf"^{name} (\S+)$", body, re.M)
+    return float(m.group(1)) if m else None
+
+
+def _redis_connections(ns: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "redis-cli", "-h", "198.18.0.2", "-p",
+                          str(REDIS_PORT), "info", "stats"], capture_output=True, text=True).stdout
+    m = re.search(r"total_connections_received:(\d+)", out)
+    return int(m.group(1)) if m else 0
+
+
+def leftovers() -> list[str]:
+    """What of steer is still in the kernel: programs (ft_*, steer_*), links, pins."""
+    out = []
+    progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True,
+                                      text=True).stdout or "[]")
+    out += [f"program {p.get('name')}" for p in progs
+            if str(p.get("name", "")).startswith(("ft_", "steer_"))]
+    if os.path.exists("/sys/fs/bpf/steer"):
+        out.append("pins under /sys/fs/bpf/steer")
+    return out
+
+
+def main() -> int:
+    p = parser(__doc__.split("\n")[0], seconds=600.0)
+    args = p.parse_args()
+    require_root()
+    for tool in ("redis-server", "redis-benchmark", "redis-cli", "bpftool"):
+        if not subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).stdout:
+            sys.exit(f"soak: {tool} not found (apt-get install redis-server redis-tools bpftool)")
+    seconds = 20.0 if args.smoke else args.seconds
+    from steer.experiment.lab import Lab
+    from .common import lab_flow
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    rows: list[dict] = []
+    procs: dict[str, subprocess.Popen] = {}
+    with Lab([lab_flow()]) as lab:
+        try:
+            procs["redis"] = subprocess.Popen(
+                ["ip", "netns", "exec", lab.rx, "redis-server", "--port", str(REDIS_PORT), "--bind",
+                 "198.18.0.2", "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs["export"] = subprocess.Popen(_steer("export", "--listen", f"127.0.0.1:{port}"),
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                               text=True)
+            procs["auto"] = subprocess.Popen(
+                _steer("auto", "--dev", "veth-rx", "--netns", lab.rx, "--policy", "llc-peer",
+                       "--dry-run", "--interval", "2"),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            end = time.monotonic() + 60
+            while _scrape(url)[1] is None:
+                if time.monotonic() > end or procs["export"].poll() is not None:
+                    sys.exit(f"soak: the exporter did not start: {procs['export'].stderr.read()}")
+                time.sleep(0.5)
+            procs["churn"] = subprocess.Popen(
+                ["ip", "netns", "exec", lab.tx, "redis-benchmark", "-h", "198.18.0.2", "-p",
+                 str(REDIS_PORT), "-k", "0", "-c", "20", "-n", str(10**9), "-t", "ping_inline",
+                 "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs["scan"] = subprocess.Popen(["ip", "netns", "exec", lab.tx, sys.executable, "-c",
+                                              SCANNER, "198.18.0.2"], stdout=subprocess.DEVNULL)
+            start, conns0 = time.monotonic(), _redis_connections(lab.rx)
+            while (t := time.monotonic() - start) < seconds:
+                took, body = _scrape(url)
+                rows.append({"t": round(t, 1), "rss_mb": round(_rss_mb(procs["export"].pid), 1),
+                             "scrape_s": round(took, 3), "ok": body is not None,
+                             "series": sum(1 for l in (body or "").splitlines()
+                                           if l and not l.startswith("#")),
+                             "flow_entries": _value(body or "", "steer_tracer_flow_entries"),
+                             "evictions": _value(body or "", "steer_tracer_evictions_total")})
+                time.sleep(max(0.0, 1.0 - took))
+            rate = (_redis_connections(lab.rx) - conns0) / seconds
+        finally:
+            alive = {n: p.poll() is None for n, p in procs.items()}
+            for name in ("export", "auto"):   # the long-running commands die without a word
+                if name in procs:
+                    procs[name].send_signal(signal.SIGKILL)
+            for proc in procs.values():
+                proc.kill()
+                proc.wait()
+    reset = subprocess.run(_steer("reset"), capture_output=True, text=True)
+    left = leftovers()
+    half = [r for r in rows if r["t"] >= seconds / 2 and r["ok"]]
+    summary = _summary(rows, half, rate, alive, left, reset.returncode)
+    write("soak" if not args.smoke else "soak_smoke", args.out,
+          {"seconds": seconds, "targets": {"rss_mb": TARGET_RSS_MB, "scrape_s": TARGET_SCRAPE_S},
+           "summary": summary, "rows": rows}, _table(summary, seconds))
+    return 0
+
+
+def _summary(rows, half, rate, alive, left, reset_rc) -> dict:
+    def med(key, rs):
+        vals = [r[key] for r in rs if r[key] is not None]
+        return round(statistics.median(vals), 3) if vals else None
+    first = [r for r in rows if r not in half and r["ok"]]
+    slope = None
+    if len(half) > 2:
+        ts, ms = [r["t"] for r in half], [r["rss_mb"] for r in half]
+        mt, mm = statistics.mean(ts), statistics.mean(ms)
+        den = sum((t - mt) ** 2 for t in ts)
+        slope = round(60 * sum((t - mt) * (m - mm) for t, m in zip(ts, ms)) / den, 3) if den else None
+    return {
+        "new_connections_per_s": round(rate),
+        "scrapes": len(rows), "failed_scrapes": sum(not r["ok"] for r in rows),
+        "rss_mb": {"first_half_median": med("rss_mb", first), "last_half_median": med("rss_mb", half),
+                   "last_half_max": max((r["rss_mb"] for r in half), default=None),
+                   "last_half_slope_mb_per_min": slope},
+        "scrape_s": {"first_half_median": med("scrape_s", first),
+                     "last_half_median": med("scrape_s", half),
+                     "last_half_max": max((r["scrape_s"] for r in half), default=None)},
+        "series": {"min": min((r["series"] for r in rows if r["ok"]), default=None),
+                   "max": max((r["series"] for r in rows if r["ok"]), default=None)},
+        "flow_entries_max": max((r["flow_entries"] or 0 for r in rows), default=None),
+        "alive_until_the_end": alive,
+        "after_kill_9_and_reset": {"reset_exit": reset_rc, "left_in_kernel": left},
+    }
+
+
+def _table(s: dict, seconds: float) -> str:
+    rss, scr = s["rss_mb"], s["scrape_s"]
+    ok = lambda good: "met" if good else "NOT met"  # noqa: E731
+    return "\n".join([
+        f"Churn soak, {seconds:g} s: {s['new_connections_per_s']:,} new connections/s "
+        "(redis-benchmark -k 0) plus a port scan; the exporter scraped every second, steer auto "
+        "--dry-run running.",
+        "",
+        "| | first half | last half (median) | last half (max) | target |",
+        "|---|---|---|---|---|",
+        f"| exporter RSS, MB | {rss['first_half_median']} | {rss['last_half_median']} | "
+        f"{rss['last_half_max']} | <= {TARGET_RSS_MB:g}: "
+        f"{ok((rss['last_half_max'] or 1e9) <= TARGET_RSS_MB)} |",
+        f"| scrape, s | {scr['first_half_median']} | {scr['last_half_median']} | "
+        f"{scr['last_half_max']} | <= {TARGET_SCRAPE_S:g}: "
+        f"{ok((scr['last_half_max'] or 1e9) <= TARGET_SCRAPE_S)} |",
+        "",
+        f"RSS slope over the last half: {rss['last_half_slope_mb_per_min']} MB/min; series "
+        f"{s['series']['min']}-{s['series']['max']}; flow map entries up to "
+        f"{s['flow_entries_max']}; scrapes {s['scrapes']}, failed {s['failed_scrapes']}.",
+        f"After kill -9 of export and auto and `steer reset` (exit "
+        f"{s['after_kill_9_and_reset']['reset_exit']}): "
+        + (", ".join(s["after_kill_9_and_reset"]["left_in_kernel"]) or "nothing left in the kernel")
+        + ".",
+    ])
+
+
+if __name__ == "__main__":
+    run(main)
