@@ -154,8 +154,9 @@ def main() -> int:
     left = leftovers()
     half = [r for r in rows if r["t"] >= seconds / 2 and r["ok"]]
     summary = _summary(rows, half, rate, alive, left, reset.returncode)
-    write("soak" if not args.smoke else "soak_smoke", args.out,
-          {"seconds": seconds, "targets": {"rss_mb": TARGET_RSS_MB, "scrape_s": TARGET_SCRAPE_S},
+    write("soak", args.out,
+          {"smoke": args.smoke, "seconds": seconds,
+           "targets": {"rss_mb": TARGET_RSS_MB, "scrape_s": TARGET_SCRAPE_S},
            "summary": summary, "rows": rows}, _table(summary, seconds))
     return 0
 
@@ -192,7 +193,9 @@ def _table(s: dict, seconds: float) -> str:
     rss, scr = s["rss_mb"], s["scrape_s"]
     ok = lambda good: "met" if good else "NOT met"  # noqa: E731
     return "\n".join([
-        f"Churn soak, {seconds:g} s: {s['new_connections_per_s']:,} new connections/s "
+        "### Churn soak: the exporter's memory and scrape time under connection churn",
+        "",
+        f"{seconds:g} s: {s['new_connections_per_s']:,} new connections/s "
         "(redis-benchmark -k 0) plus a port scan; the exporter scraped every second, steer auto "
         "--dry-run running.",
         "",

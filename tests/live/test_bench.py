@@ -12,7 +12,7 @@ from helpers import ROOT, live
 
 pytestmark = live
 BENCHES = ["overhead", "bulk", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
-           "peer", "fuzz"]
+           "peer", "fuzz"]   # and soak, below
 
 
 @pytest.mark.parametrize("name", BENCHES)
@@ -71,3 +71,19 @@ def test_sigterm_tears_the_lab_down(tmp_path):
                                                       "nothing was written"), err
     assert not [n for n in lab_namespaces() if n.startswith(mine)]
     assert not (tmp_path / "bulk.json").exists()
+
+
+def test_soak_kill_9_of_export_and_auto_leaves_nothing_after_reset(tmp_path):
+    """bench.soak ends by SIGKILL of `steer export` and `steer auto` under churn, then `steer
+    reset`: no program, link or pin of steer may be left (bpftool's listing, the pin root)."""
+    r = subprocess.run([sys.executable, "-m", "bench.soak", "--smoke", "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    data = json.load(open(tmp_path / "soak.json"))
+    assert data["benchmark"] == "soak" and data["smoke"] is True
+    assert open(tmp_path / "soak.md").read().startswith("### ")
+    s = data["summary"]
+    assert s["alive_until_the_end"] == {n: True for n in ("redis", "export", "auto", "churn", "scan")}
+    assert s["after_kill_9_and_reset"] == {"reset_exit": 0, "left_in_kernel": []}
+    assert s["failed_scrapes"] == 0 and s["flow_entries_max"] > 1000   # the churn reached it
