@@ -25,7 +25,7 @@ import sys
 import time
 import urllib.request
 
-from .common import host, parser, require_root, run, write
+from .common import parser, require_root, run, write
 
 TARGET_RSS_MB, TARGET_SCRAPE_S = 80.0, 0.3
 REDIS_PORT = 7000
