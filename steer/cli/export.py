@@ -119,6 +119,9 @@ def cmd_export(args) -> int:
     if args.user and args.keep_privileges:
         raise UsageError("--user and --keep-privileges: the one gives up what the other keeps")
     user = run_as(args.user)
+    if user is not None:
+        from steer.kernel.privileges import CAP_SETGID, CAP_SETUID, require_caps
+        require_caps([CAP_SETUID, CAP_SETGID], f"--user {args.user}")
     web = web_config(args)
     topo = read_topology()
     tracer = start_tracer(args)

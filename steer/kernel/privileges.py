@@ -7,9 +7,10 @@ class PrivilegeError(Exception):
 
 
 # capability bits (include/uapi/linux/capability.h)
-CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 12, 21, 38, 39
+CAP_SETGID, CAP_SETUID, CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 6, 7, 12, 21, 38, 39
 CAP_NAMES = {CAP_NET_ADMIN: "CAP_NET_ADMIN", CAP_SYS_ADMIN: "CAP_SYS_ADMIN",
-             CAP_PERFMON: "CAP_PERFMON", CAP_BPF: "CAP_BPF"}
+             CAP_PERFMON: "CAP_PERFMON", CAP_BPF: "CAP_BPF", CAP_SETUID: "CAP_SETUID",
+             CAP_SETGID: "CAP_SETGID"}
 
 
 def effective_caps(status: str = "/proc/self/status") -> int:

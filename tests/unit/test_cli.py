@@ -59,6 +59,9 @@ from steer.model.topology import parse_cpulist
     (["flows", "--duration", "nan"], "--duration: not a number: 'nan'"),
     (["top", "--interval", "1e9"], "--interval: must be greater than 0 and at most 3,600"),
     (["flows", "--max-flows", "4294967297"], "--max-flows: must be at least 1"),
+    (["export", "--user", "no-such-user-x"], "no user 'no-such-user-x'"),
+    (["export", "--user", "nobody", "--keep-privileges"], "the one gives up what the other keeps"),
+    (["export", "--user", "0"], "that is root"),
     (["auto", "--dev", "lo", "--hold=-inf"], "--hold: not a number"),
     (["top", "--min-rate", "1e400"], "--min-rate"),
     # names that would become paths: checked against the kernel's own rules first
@@ -168,12 +171,14 @@ def _dropping(*caps):
     (("pin", "proto=tcp,dport=5201", "--cpu", "0", "--dev", "lo"), ("bpf",),
      "steering needs CAP_BPF:"),
     (("rps", "--dev", "lo", "--cpu", "0"), (), "changing RPS needs CAP_SYS_ADMIN"),
+    (("export", "--user", "nobody", "--duration", "1"), ("setuid",),
+     "--user nobody needs CAP_SETUID:"),
 ])
 def test_each_missing_capability_is_named(cmd, dropped, named):
     """Each capability taken away alone is the one the message names, and nothing else."""
     r = steer(*cmd, prefix=_dropping(*dropped))
     assert_one_line_error(r, named)
-    others = {"CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN"} - {named.split("needs ")[1].rstrip(":")}
+    others = {"CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN", "CAP_SETUID"} - {named.split("needs ")[1].rstrip(":")}
     assert not any(o in r.stderr for o in others), r.stderr
 
 
