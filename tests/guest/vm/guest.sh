@@ -33,4 +33,6 @@ unset IFS
 echo "STEER_VM_EXIT=$?"
 sync
 echo o > /proc/sysrq-trigger
-sleep 10
+# the power-off tears virtiofs down, where sleep's binary lives: a sleep started then fails (EIO),
+# init exits and the kernel panics before it powers off; wait in the shell itself
+while :; do :; done
