@@ -4,7 +4,8 @@ affinity.py.
 
 XDP steering of one device is either *pinned* (`steer pin`: the link and maps live under
 /sys/fs/bpf/steer/<dev>[@<netns>], a directory only root may write, and outlive the command until
-`steer unpin` or `steer reset`) or *owned* by a process (`steer auto`: a plain BPF link that the kernel drops when the process dies).
+`steer unpin` or `steer reset`) or *owned* by a process (`steer auto`: a plain BPF link that the
+kernel drops when the process dies).
 """
 from __future__ import annotations
 
