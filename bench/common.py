@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -250,6 +251,12 @@ def host() -> dict:
     return {"kernel": os.uname().release, "cpus": os.cpu_count(),
             "vm": out("systemd-detect-virt", "--vm"), "container": out("systemd-detect-virt", "--container"),
             "commit": out("git", "rev-parse", "--short", "HEAD")}
+
+
+def rss_kb(pid: int | str = "self") -> int:
+    """Resident memory of process PID (this one by default), in kB."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
 
 
 def write(name: str, out_dir: str, data: dict, table: str) -> None:

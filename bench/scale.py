@@ -7,7 +7,6 @@ Target: 100k flows scraped in under 0.5 s.
 from __future__ import annotations
 
 import gc
-import re
 import statistics
 import time
 
@@ -19,12 +18,7 @@ from steer.model.flows import build_snapshot
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
 
-from .common import fmt, parser, require_root, run, write
-
-
-def rss_kb() -> int:
-    with open("/proc/self/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
+from .common import fmt, parser, require_root, rss_kb, run, write
 
 
 def fill(tracer: Tracer, n: int, ncpu: int) -> None:

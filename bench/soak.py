@@ -25,7 +25,7 @@ import sys
 import time
 import urllib.request
 
-from .common import parser, require_root, run, write
+from .common import parser, require_root, rss_kb, run, write
 
 TARGET_RSS_MB, TARGET_SCRAPE_S = 80.0, 0.3
 REDIS_PORT = 7000
@@ -52,11 +52,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1)) / 1024
 
 
 def _scrape(url: str) -> tuple[float, str | None]:
@@ -134,7 +129,7 @@ def main() -> int:
             start, conns0 = time.monotonic(), _redis_connections(lab.rx)
             while (t := time.monotonic() - start) < seconds:
                 took, body = _scrape(url)
-                rows.append({"t": round(t, 1), "rss_mb": round(_rss_mb(procs["export"].pid), 1),
+                rows.append({"t": round(t, 1), "rss_mb": round(rss_kb(procs["export"].pid) / 1024, 1),
                              "scrape_s": round(took, 3), "ok": body is not None,
                              "series": sum(1 for l in (body or "").splitlines()
                                            if l and not l.startswith("#")),

@@ -468,8 +468,3 @@ def bind(collector: SteerCollector, listen: str, web: WebConfig | None = None,
             if i + 1 == len(hosts) or e.errno != errno.EAFNOSUPPORT:
                 raise ValueError(f"--listen {listen}: {e.strerror}") from None
     raise AssertionError("unreachable")
-
-
-def serve(collector: SteerCollector, listen: str, web: WebConfig | None = None) -> ExporterServer:
-    """bind() and start() at once, for a command that keeps its privileges (steer auto)."""
-    return bind(collector, listen, web).start()
