@@ -74,8 +74,10 @@ def cmd_demo(args) -> int:
                                    keep_going=lab.running, state=view_state(args))
         except KeyboardInterrupt:
             interrupted = True
-        interval()
+        # the traffic ends first, then the last read: read before iperf3 is done, the tail of
+        # its flows (a skb or two) would be in iperf3's count and not in steer's
         results = lab.wait(timeout=5) if not interrupted else []
+        interval()
         total = interval.total()
     finally:
         lab.down()
