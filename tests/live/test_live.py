@@ -436,8 +436,13 @@ def test_demo_runs_and_tears_down(refuse):
     app_bytes = j["snapshot"]["capabilities"]["figures"]["tcp_app_bytes"]
     for f in j["flows"]:
         got = f["iperf3_received_bytes"]
-        # per skb, where the kernel refused the socket programs: retransmitted segments too
-        assert got <= f["traced"]["rx_bytes"] < 1.03 * got
+        # per skb, where the kernel refused the socket programs: retransmitted segments too.
+        # Not a byte below iperf3's count as a rule, but in this two-flow lab (both readers on
+        # one CPU) net:netif_receive_skb itself now and then passes fewer bytes of a flow than
+        # its reader reads: whole 64 KB TSO skbs, 1 to 8 of ~60,000, in 4 of 20 runs with
+        # bpftrace alone on the tracepoint and no steer loaded; where steer was loaded beside
+        # bpftrace, the two counts agreed to the byte (#37's notes, 2026-11-26)
+        assert 0.9995 * got <= f["traced"]["rx_bytes"] < 1.03 * got
         if app_bytes["state"] == "works":
             assert abs(f["traced"]["app_bytes"] - got) < 0.005 * got
         else:
