@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 
 from steer.model.classify import Placement, classify
 from steer.model.irqs import DeviceIrq, queue_irq
@@ -21,14 +22,38 @@ def _restarted(a: FlowCpuSample, b: FlowCpuSample) -> bool:
             or b.kernel_ns + b.kthread_ns < a.kernel_ns + a.kthread_ns)
 
 
+# the cumulative counters of a FlowCpuSample: what an interval subtracts, and a flow's entries sum
+_COUNTERS = ("rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns",
+             "app_bytes", "app_calls", "app_ns", "app_nested_ns", "llc_kernel", "llc_app",
+             "rx_drops", "refs_kernel", "refs_app", "instructions_kernel", "instructions_app",
+             "cycles_kernel", "cycles_app", "kernel_samples", "app_samples")
+
+
+# FlowCpuSample's fields in order, all read at once, and where its counters are among them
+_FIELDS = attrgetter(*(f.name for f in fields(FlowCpuSample)))
+_COUNTER_AT = [i for i, f in enumerate(fields(FlowCpuSample)) if f.name in _COUNTERS]
+
+
 def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:
     if a is None or _restarted(a, b):
         return b   # new, or evicted and re-created since the earlier sample
-    fields = {n: getattr(b, n) - getattr(a, n) for n in (
-        "rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns", "app_bytes", "app_calls",
-        "app_ns", "app_nested_ns", "llc_kernel", "llc_app", "rx_drops", "kernel_samples",
-        "app_samples")}
-    return replace(b, **fields)
+    values, was = list(_FIELDS(b)), _FIELDS(a)
+    for i in _COUNTER_AT:
+        values[i] -= was[i]
+    return FlowCpuSample(*values)
+
+
+def _summed(parts: list[FlowCpuSample]) -> FlowCpuSample:
+    """A flow's entries summed (their counters; the rest from the first): the one entry itself
+    where there is one, as under connection churn nearly every flow has."""
+    if len(parts) == 1:
+        return parts[0]
+    values = list(_FIELDS(parts[0]))
+    for p in parts[1:]:
+        more = _FIELDS(p)
+        for i in _COUNTER_AT:
+            values[i] += more[i]
+    return FlowCpuSample(*values)
 
 
 def _last_drop(parts: list[FlowCpuSample]) -> str | None:
@@ -406,6 +431,34 @@ def _is_wildcard(f: FlowId) -> bool:
 LOST_COUNTS = ("napi_map_full", "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops")
 
 
+def _dominant_cpus(parts: list[FlowCpuSample]) -> tuple:
+    """A flow's kernel, stack and app CPUs with their shares, and its kernel and app seconds by
+    CPU, from its entries on several CPUs."""
+    kcpu: dict[int, float] = defaultdict(float)
+    acpu: dict[int, float] = defaultdict(float)
+    kskb: dict[int, float] = defaultdict(float)
+    acalls: dict[int, float] = defaultdict(float)
+    for p in parts:
+        kcpu[p.cpu] += (p.kernel_ns + p.kthread_ns) / NS
+        kskb[p.cpu] += p.rx_skbs
+        acpu[p.cpu] += p.app_ns / NS
+        acalls[p.cpu] += p.app_calls
+    kernel_cpu, kshare = _dominant(kcpu)
+    stack_cpu, stack_share = _dominant({c: max(0.0, n) for c, n in kskb.items()})
+    if stack_cpu is None:
+        # no skb of the flow counted (sampled timing counts TCP's by its sockets): the stack
+        # ran where its kernel time did, in its cpumap kthread where it was steered (the
+        # arrival CPU then runs XDP and, with generic XDP, the skb's linearising)
+        kth = {p.cpu: p.kthread_ns for p in parts if p.kthread_ns}
+        stack_cpu, stack_share = _dominant(kth) if kth else (kernel_cpu, kshare)
+    if kernel_cpu is None:
+        kernel_cpu, kshare = stack_cpu, stack_share
+    app_cpu, ashare = _dominant(acpu)
+    if app_cpu is None:
+        app_cpu, ashare = _dominant(acalls)
+    return kernel_cpu, kshare, stack_cpu, stack_share, app_cpu, ashare, kcpu, acpu
+
+
 def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topology,
                    caps: Capabilities) -> Snapshot:
     """What happened between BEFORE (None: since the tracer started) and AFTER."""
@@ -437,56 +490,54 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
     per_flow_events = caps.counters_per_flow_available
     sampled = caps.mode == "sampled"
     napi = napi_deltas(before, after)
+    placements: dict[tuple, Placement] = {}   # (kernel CPU, app CPU) -> its class, once
     reports = []
     for fid, parts in per_flow.items():
-        kcpu: dict[int, float] = defaultdict(float)
-        acpu: dict[int, float] = defaultdict(float)
-        kskb: dict[int, float] = defaultdict(float)
-        acalls: dict[int, float] = defaultdict(float)
-        for p in parts:
-            kcpu[p.cpu] += (p.kernel_ns + p.kthread_ns) / NS
-            kskb[p.cpu] += p.rx_skbs
-            acpu[p.cpu] += p.app_ns / NS
-            acalls[p.cpu] += p.app_calls
-        kernel_cpu, kshare = _dominant(kcpu)
-        stack_cpu, stack_share = _dominant({c: max(0.0, n) for c, n in kskb.items()})
-        if stack_cpu is None:
-            # no skb of the flow counted (sampled timing counts TCP's by its sockets): the stack
-            # ran where its kernel time did, in its cpumap kthread where it was steered (the
-            # arrival CPU then runs XDP and, with generic XDP, the skb's linearising)
-            kth = {p.cpu: p.kthread_ns for p in parts if p.kthread_ns}
-            stack_cpu, stack_share = _dominant(kth) if kth else (kernel_cpu, kshare)
-        if kernel_cpu is None:
-            kernel_cpu, kshare = stack_cpu, stack_share
-        app_cpu, ashare = _dominant(acpu)
-        if app_cpu is None:
-            app_cpu, ashare = _dominant(acalls)
-        # the reader: of the processes seen reading, the one with most calls, else most time
-        reader = max((p for p in parts if p.app_pid), key=lambda p: (p.app_calls, p.app_ns),
-                     default=None)
+        t = _summed(parts)
+        if len(parts) == 1:
+            # one CPU for everything: its shares are whole (the loop below, without its dicts)
+            p, cpu = t, t.cpu
+            ks, as_ = (p.kernel_ns + p.kthread_ns) / NS, p.app_ns / NS
+            kcpu, acpu = ({cpu: ks} if ks else {}), ({cpu: as_} if as_ else {})
+            kernel_cpu = cpu if ks > 0 else None
+            stack_cpu = cpu if p.rx_skbs > 0 or p.kthread_ns > 0 else kernel_cpu
+            app_cpu = cpu if as_ > 0 or p.app_calls > 0 else None
+            kshare, stack_share, ashare = (None if c is None else 1.0
+                                           for c in (kernel_cpu, stack_cpu, app_cpu))
+            if kernel_cpu is None:
+                kernel_cpu, kshare = stack_cpu, stack_share
+            reader = p if p.app_pid else None
+        else:
+            kernel_cpu, kshare, stack_cpu, stack_share, app_cpu, ashare, kcpu, acpu = \
+                _dominant_cpus(parts)
+            # the reader: of the processes seen reading, the one with most calls, else most time
+            reader = max((p for p in parts if p.app_pid), key=lambda p: (p.app_calls, p.app_ns),
+                         default=None)
+        placement = placements.get((kernel_cpu, app_cpu))
+        if placement is None:
+            placement = placements[kernel_cpu, app_cpu] = classify(kernel_cpu, app_cpu, topo)
         reports.append(FlowReport(
             flow=fid, duration=duration,
-            rx_bytes=sum(p.rx_bytes for p in parts), rx_packets=sum(p.rx_packets for p in parts),
-            rx_skbs=sum(p.rx_skbs for p in parts),
+            rx_bytes=t.rx_bytes, rx_packets=t.rx_packets, rx_skbs=t.rx_skbs,
             kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
             kernel_seconds=sum(kcpu.values()),
-            kernel_kthread_seconds=sum(p.kthread_ns for p in parts) / NS,
+            kernel_kthread_seconds=t.kthread_ns / NS,
             app_cpu=app_cpu, app_cpu_share=ashare, app_seconds=sum(acpu.values()),
-            app_nested_seconds=sum(p.app_nested_ns for p in parts) / NS,
-            app_bytes=sum(p.app_bytes for p in parts),
-            app_calls=sum(p.app_calls for p in parts) if caps.app_calls_counted else None,
+            app_nested_seconds=t.app_nested_ns / NS,
+            app_bytes=t.app_bytes,
+            app_calls=t.app_calls if caps.app_calls_counted else None,
             app_pid=reader.app_pid if reader else None, app_comm=reader.app_comm if reader else None,
-            llc_misses_kernel=sum(p.llc_kernel for p in parts) if llc else None,
-            llc_misses_app=sum(p.llc_app for p in parts) if llc else None,
-            placement=classify(kernel_cpu, app_cpu, topo),
+            llc_misses_kernel=t.llc_kernel if llc else None,
+            llc_misses_app=t.llc_app if llc else None,
+            placement=placement,
             kernel_cpus={c: s for c, s in kcpu.items() if s},
             app_cpus={c: s for c, s in acpu.items() if s},
             stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=(rx := RxPath.of(parts)),
-            rx_poll_cpus=poll_cpus(napi, rx),
-            rx_drops=sum(p.rx_drops for p in parts), last_drop_reason=_last_drop(parts),
-            kernel_samples=sum(p.kernel_samples for p in parts) if sampled else None,
-            app_samples=sum(p.app_samples for p in parts) if sampled else None,
-            **(side_events(parts) if per_flow_events else {})))
+            rx_poll_cpus=poll_cpus(napi, rx) if napi else ({} if rx else None),
+            rx_drops=t.rx_drops, last_drop_reason=_last_drop(parts) if t.rx_drops else None,
+            kernel_samples=t.kernel_samples if sampled else None,
+            app_samples=t.app_samples if sampled else None,
+            **(side_events([t]) if per_flow_events else {})))
     reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
 
     cpus = []
@@ -577,7 +628,7 @@ class PlacementMemory:
             if known is None:
                 # no past: the interval's own CPUs and class stand (most flows, under
                 # connection churn, are new at every read)
-                past[f.flow] = (dict(f.kernel_cpus), dict(f.app_cpus))
+                past[f.flow] = (f.kernel_cpus, f.app_cpus)   # read, never changed
                 flows.append(f)
                 continue
             kernel, app = known
@@ -609,6 +660,18 @@ class FlowTotal:
     kernel_samples: int = 0
     app_samples: int = 0
 
+    def add_delta(self, old: FlowCpuSample, new: FlowCpuSample) -> None:
+        """What entry OLD counted since, as NEW (a later read of it; OLD None: a new entry)."""
+        if old is None:
+            self.add(new)
+            return
+        self.rx_bytes += new.rx_bytes - old.rx_bytes
+        self.kernel_ns += new.kernel_ns + new.kthread_ns - old.kernel_ns - old.kthread_ns
+        self.app_ns += new.app_ns - old.app_ns
+        self.rx_drops += new.rx_drops - old.rx_drops
+        self.kernel_samples += new.kernel_samples - old.kernel_samples
+        self.app_samples += new.app_samples - old.app_samples
+
     def add(self, e: FlowCpuSample) -> None:
         self.rx_bytes += e.rx_bytes
         self.kernel_ns += e.kernel_ns + e.kthread_ns
@@ -632,26 +695,46 @@ class FlowTotals:
     total is the sum of its entries plus what its entries that went away had counted: an entry
     deleted while its flow lives on (idle on one CPU after the flow moved, or evicted and
     inserted again from zero, seen as counts that went down) keeps its counts in the flow's
-    total. When every entry of a flow is gone, so is the flow: state is bounded by the map."""
+    total. When every entry of a flow is gone, so is the flow: state is bounded by the map.
+    Kept up to date from the entries that changed since the previous read (TraceSample.changed)
+    and those gone from it: a scrape under connection churn costs what changed, not the map."""
 
     def __init__(self):
         self._prev: dict[tuple[FlowId, int], FlowCpuSample] = {}
-        self._retired: dict[FlowId, FlowTotal] = {}
+        self._seq: int | None = None
+        self._totals: dict[FlowId, FlowTotal] = {}
+        self._entries: dict[FlowId, int] = {}   # flow -> its entries in the map
 
     def update(self, sample: TraceSample) -> dict[FlowId, FlowTotal]:
-        now = sample.entries
-        for key, old in self._prev.items():
+        """Every flow's total as of SAMPLE. The dict is this object's own, updated in place by
+        the next call: read it before then."""
+        now, prev = sample.entries, self._prev
+        totals, entries = self._totals, self._entries
+        consecutive = self._seq is not None and sample.seq == self._seq + 1
+        for key in (set(sample.changed) if consecutive else now):
             new = now.get(key)
-            if new is None or _restarted(old, new):
-                self._retired.setdefault(key[0], FlowTotal()).add(old)
-        totals: dict[FlowId, FlowTotal] = defaultdict(FlowTotal)
-        for (flow, _), e in now.items():
-            totals[flow].add(e)
-        for flow in [f for f in self._retired if f not in totals]:
-            del self._retired[flow]
-        for flow, r in self._retired.items():
-            totals[flow].absorb(r)
-        self._prev = now
+            old = prev.get(key)
+            if new is None or new is old:
+                continue
+            flow = key[0]
+            t = totals.get(flow)
+            if t is None:
+                t = totals[flow] = FlowTotal()
+            if old is None:
+                entries[flow] = entries.get(flow, 0) + 1
+                t.add(new)
+            elif _restarted(old, new):
+                t.add(new)   # re-created from zero: what the old entry had counted stays
+            else:
+                t.add_delta(old, new)
+        for key in prev.keys() - now.keys():
+            flow = key[0]
+            left = entries[flow] - 1
+            if left:
+                entries[flow] = left   # the flow lives on: the entry's counts stay in its total
+            else:
+                del entries[flow], totals[flow]
+        self._prev, self._seq = now, sample.seq
         return totals
 
 

@@ -16,7 +16,7 @@ import platform
 import socket
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -48,6 +48,10 @@ ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffi
 MAX_ACTIVE = 65536     # and at most this many (13,900 new connections a second fill 10 s twice)
 
 
+_CLASS_INDEX = {cls: i for i, cls in enumerate(CLASSES)}   # in two bits: four classes
+assert len(CLASSES) <= 4
+
+
 def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
     return read_int(path) == 1
 
@@ -73,46 +77,68 @@ class SteerCollector(Collector):
             c: defaultdict(float) for c in CLASSES}
         self._flow_totals = FlowTotals()
         self._service_totals = ServiceTotals()
-        self._active: dict = {}   # flow -> (monotonic time of its last traffic, class)
+        self._active: OrderedDict[int, int] = OrderedDict()   # steer_class_flows' window
+        self._active_classes = [0] * len(CLASSES)   # of _active, by class
         # per structure bounded by size, what it had to forget early
         self.evicted: dict[str, int] = defaultdict(int)
 
     def _advance(self) -> tuple[TraceSample, Snapshot, dict]:
         """Read the maps once; fold the interval since the last read into the class totals; the
-        per-series totals as of this read."""
-        with self._lock:
-            now = self.tracer.sample()
-            snap = self._placement.update(
-                build_snapshot(self._last, now, self.topo, self.tracer.capabilities))
-            for f in snap.flows:
-                t = self._class_totals[f.placement.cls]
-                t["rx_bytes"] += f.rx_bytes
-                t["kernel_seconds"] += f.kernel_seconds
-                t["app_seconds"] += f.app_seconds
-                t["llc_kernel"] += f.llc_misses_kernel or 0
-                t["llc_app"] += f.llc_misses_app or 0
-                for key in _SIDE_EVENTS:
-                    t[key] += getattr(f, key) or 0
-            self._last = now
-            t = now.monotonic_ns / 1e9
-            for f in snap.flows:
-                self._active.pop(f.flow, None)   # to the end: the dict is in order of last traffic
-                self._active[f.flow] = (t, f.placement.cls)
-            for flow in [k for k, (seen, _) in self._active.items() if t - seen > ACTIVE_WINDOW]:
-                del self._active[flow]
-            while len(self._active) > MAX_ACTIVE:
-                del self._active[next(iter(self._active))]
+        per-series totals as of this read. Called under self._lock."""
+        now = self.tracer.sample()
+        snap = self._placement.update(
+            build_snapshot(self._last, now, self.topo, self.tracer.capabilities))
+        for f in snap.flows:
+            t = self._class_totals[f.placement.cls]
+            t["rx_bytes"] += f.rx_bytes
+            t["kernel_seconds"] += f.kernel_seconds
+            t["app_seconds"] += f.app_seconds
+            t["llc_kernel"] += f.llc_misses_kernel or 0
+            t["llc_app"] += f.llc_misses_app or 0
+            for key in _SIDE_EVENTS:
+                t[key] += getattr(f, key) or 0
+        self._last = now
+        t = now.monotonic_ns / 1e9
+        # flow's hash -> when it last had traffic (ms) and its class then, both in one int: a
+        # port scan fills this window with tens of thousands of flows, and a FlowId and a tuple
+        # each would keep ~250 bytes a flow where this keeps ~100 (a collision of two hashes
+        # in 2^64 counts two flows as one)
+        active, count = self._active, self._active_classes   # in order of last traffic
+        ms = int(t * 1000)
+        for f in snap.flows:
+            key, cls = hash(f.flow), _CLASS_INDEX[f.placement.cls]
+            was = active.get(key)
+            if was is not None:
+                count[was & 3] -= 1
+            active[key] = ms << 2 | cls
+            active.move_to_end(key)
+            count[cls] += 1
+        # from the oldest end, in O(1) a flow (a plain dict's first key, after many deletions at
+        # its front, is found by a scan past them: a scrape under churn spent most of its time so)
+        window = int(ACTIVE_WINDOW * 1000)
+        while active and (ms - (next(iter(active.values())) >> 2) > window
+                          or len(active) > MAX_ACTIVE):
+            was = active.popitem(last=False)[1]
+            count[was & 3] -= 1
+            if ms - (was >> 2) <= window:
                 self.evicted["active_flows"] += 1
-            totals = self._flow_totals.update(now)
-            if self.flow_labels == "service":
-                totals = self._service_totals.update(totals, t)
-            return now, snap, totals
+        totals = self._flow_totals.update(now)
+        if self.flow_labels == "service":
+            totals = self._service_totals.update(totals, t)
+        return now, snap, totals
 
     def _series_key(self, flow) -> tuple:
         return (flow.proto, flow.src, flow.sport, flow.dst, flow.dport) \
             if self.flow_labels == "five-tuple" else self._service_totals.key(flow)
 
     def collect(self) -> Iterable:
+        # one scrape at a time from the read to the last family: the totals and the flows the
+        # families are made of belong to this read until the next one
+        with self._lock:
+            families = list(self._families())
+        yield from families
+
+    def _families(self) -> Iterable:
         start = time.monotonic()
         sample, snap, totals = self._advance()
         took = time.monotonic() - start
@@ -177,11 +203,8 @@ class SteerCollector(Collector):
         flows = GaugeMetricFamily("steer_class_flows",
                                   f"Flows with traffic in the last {ACTIVE_WINDOW:g} s, by class.",
                                   labels=["class"])
-        count = defaultdict(int)
-        for _, cls in self._active.values():
-            count[cls] += 1
-        for cls in CLASSES:
-            flows.add_metric([cls], count[cls])
+        for i, cls in enumerate(CLASSES):
+            flows.add_metric([cls], self._active_classes[i])
         yield flows
 
     def _cpu_metrics(self, s: TraceSample, caps):

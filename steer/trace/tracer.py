@@ -101,6 +101,7 @@ _NAPI_KEY = struct.Struct(abi.struct_format(abi.NapiKey))
 _NAPI_VALUE = struct.Struct(abi.struct_format(abi.NapiStats))
 _LAST_SEEN_OFFSET = abi.FlowStats.last_seen_ns.offset
 _U64 = struct.Struct("@Q").unpack_from
+_FLOW_KEY_SIZE = abi.FlowCpuKey.cpu.offset   # the flow part of a (flow, CPU) key
 _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuSample's order
 
 
@@ -122,7 +123,7 @@ class Tracer:
         self._clocks: list[PerfCounter] = []     # sampled timing: the cpu-clock events
         self._softirqs0: dict[int, int] | None = None   # sampled: /proc/softirqs NET_RX at start
         self._expired = 0
-        self._ids: dict[tuple, FlowId] = {}                     # key fields -> FlowId
+        self._ids: dict[bytes, FlowId] = {}                     # raw flow key -> FlowId
         self._last: dict[bytes, tuple] = {}     # raw key -> ((FlowId, cpu), sample, raw counters)
         self._entries: dict[tuple, FlowCpuSample] = {}   # what the next sample starts from
         self._seq = 0
@@ -514,24 +515,26 @@ class Tracer:
             for i in range(n):
                 kraw = kbuf[i * ks:(i + 1) * ks]
                 # an entry changed when any counter did: comparing the raw counters, not a
-                # timestamp, lets the kernel side stamp last_seen_ns with a coarse clock
-                vraw = vbuf[i * vs:i * vs + _LAST_SEEN_OFFSET]
+                # timestamp, lets the kernel side stamp last_seen_ns with a coarse clock. Their
+                # hash stands for them: 300 bytes an entry less to keep, and a collision (1 in
+                # 2^64) only puts a change off to the next read
+                vhash = hash(vbuf[i * vs:i * vs + _LAST_SEEN_OFFSET])
                 hit = prev.pop(kraw, None)
-                if hit is None or hit[2] != vraw:
+                if hit is None or hit[2] != vhash:
                     # new or updated: unpack it; an unchanged entry keeps its object, which lets
                     # build_snapshot pass over idle flows with an identity test
                     k = _KEY.unpack(kraw)
                     v = _VALUE.unpack_from(vbuf, i * vs)
-                    fid = ids.get(k[:6])
+                    fid = ids.get(kraw[:_FLOW_KEY_SIZE])
                     if fid is None:
-                        fid = ids[k[:6]] = _flow_id_of(k)
+                        fid = ids[kraw[:_FLOW_KEY_SIZE]] = _flow_id_of(k)
                     napi_id = v[_COUNTERS + 4]
                     hit = ((fid, k[7]), FlowCpuSample(
                         fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
                         app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
                         rx_netns=v[_COUNTERS + 3], rx_queue=v[_COUNTERS + 5],
                         rx_napi_id=napi_id if napi_id > self._max_sender_cpu else 0,
-                        last_drop_reason=self._reason_name(v[_COUNTERS + 7])), vraw)
+                        last_drop_reason=self._reason_name(v[_COUNTERS + 7])), vhash)
                     entries[hit[0]] = hit[1]
                     changed.append(hit[0])
                 last[kraw] = hit

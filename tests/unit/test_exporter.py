@@ -351,3 +351,50 @@ def test_the_exporters_per_flow_memory_is_bounded_and_what_it_forgets_is_counted
     m = _scrape(c)
     assert _get(m, "steer_exporter_evictions_total", structure="active_flows") == 120 - 50
     assert _get(m, "steer_exporter_evictions_total", structure="services") > 0
+    # steer_class_flows, counted as flows come and go, is what the window holds
+    from steer.model.classify import CLASSES
+    assert sum(_get(m, "steer_class_flows", **{"class": k}) or 0 for k in CLASSES) == 50
+
+
+def test_flow_totals_kept_from_what_changed_equal_a_recount():
+    """FlowTotals follows the changed and gone entries of consecutive reads; over reads where
+    entries grow, restart from zero, go and come back (and a read it missed), every flow's total
+    is what recounting every entry each time gives."""
+    import random
+    from steer.model.flows import FlowTotal, FlowTotals
+    from steer.model.samples import FlowCpuSample, FlowId, TraceSample
+    rng = random.Random(7)
+    flows = [FlowId("tcp", "198.18.0.1", 40000 + i, "198.18.0.2", 5201) for i in range(6)]
+    live: dict = {}
+    ours, seq = FlowTotals(), 0
+    retired: dict = {}          # the recount's own: flow -> counts of its gone entries
+    prev: dict = {}
+    for step in range(300):
+        changed = []
+        for _ in range(rng.randint(0, 5)):
+            key = (rng.choice(flows), rng.randint(0, 2))
+            old, what = live.get(key), rng.random()
+            if old is not None and what < 0.15:
+                del live[key]
+            else:
+                base = 0 if old is None or what < 0.25 else old.rx_bytes   # restarted, or grew
+                live[key] = FlowCpuSample(key[0], key[1], rx_bytes=base + rng.randint(1, 999),
+                                          kernel_ns=(old.kernel_ns if old and base else 0) + 5,
+                                          app_samples=step)
+                changed.append(key)
+        seq += 1 if step % 50 else 2          # now and then a read this reader did not see
+        now = TraceSample(step, dict(live), (), len(live), 64, seq=seq, changed=tuple(changed))
+        got = ours.update(now)
+        # the recount: every entry, every time, with what went away kept while its flow lives
+        for key, old in prev.items():
+            new = now.entries.get(key)
+            if new is None or new.rx_bytes < old.rx_bytes or new.kernel_ns < old.kernel_ns:
+                retired.setdefault(key[0], FlowTotal()).add(old)
+        want: dict = {}
+        for (flow, _), e in now.entries.items():
+            want.setdefault(flow, FlowTotal()).add(e)
+        retired = {f: r for f, r in retired.items() if f in want}
+        for f, r in retired.items():
+            want[f].absorb(r)
+        prev = now.entries
+        assert got == want, step
