@@ -230,7 +230,8 @@ def need_matplotlib(what: str) -> None:
                         "python3-matplotlib)") from None
 
 
-def cpus_online(text: str, what: str = "--cpu") -> list[int]:
+def cpus_online(text: str, what: str = "--cpu", topo=None) -> list[int]:
+    """The CPUs of TEXT (a CPU list), each online in TOPO (default: this host's)."""
     from steer.model.topology import parse_cpulist, read_topology
     try:
         cpus = parse_cpulist(text)
@@ -238,7 +239,7 @@ def cpus_online(text: str, what: str = "--cpu") -> list[int]:
         raise UsageError(f"{what}: {e}") from None
     if not cpus:
         raise UsageError(f"{what}: no CPU given")
-    topo = read_topology()
+    topo = topo or read_topology()
     for c in cpus:
         try:
             topo.check_online(c)

@@ -20,9 +20,19 @@ def add_parsers(sub, fmt) -> dict:
                         "exists, and the class. Writes results.json, results.csv, PNG and SVG "
                         "figures and report.md to --out. Ctrl-C keeps the finished cells; "
                         "--resume continues. Without --dev the built-in lab makes the traffic.")
-    sw.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    sw.add_argument("--cpus", metavar="LIST",
-                    help="CPUs to sweep (default: every online CPU this process may run on)")
+    sw.add_argument("--out", metavar="DIR", help="output directory (required but with --plan)")
+    sw.add_argument("--cpus", metavar="LIST|all",
+                    help="CPUs to sweep, every pair of them a cell; all: every online CPU this "
+                         "process may run on (default: those, up to 8; on a bigger host a CPU of "
+                         "each socket with its SMT sibling, a core sharing its LLC and one under "
+                         "another LLC, whose pairs hold every placement: at most 64 cells on 2 "
+                         "sockets, where every pair of 192 CPUs is 36,864)")
+    sw.add_argument("--plan", action="store_true",
+                    help="print the cells (kernel CPU, app CPU, class) and the estimated time as "
+                         "JSON, and run nothing")
+    sw.add_argument("--sysfs", metavar="ROOT",
+                    help="with --plan: plan for the machine whose sysfs tree is under ROOT (as "
+                         "steer topology --sysfs reads it), all its online CPUs usable")
     sw.add_argument("--seconds", type=positive(maximum=MAX_INTERVAL), default=None,
                     help="traffic per run (default: 5, or 30 with --paper)")
     sw.add_argument("--repeat", type=bounded_int(1, 1000), default=None,
@@ -80,13 +90,29 @@ def cmd_sweep(args) -> int:
     from steer.experiment.sweep import (SweepConfig, SweepError, SweepStopped, cells_of, describe, run_sweep,
                                         write_outputs)
     from steer.model.topology import read_topology
-    topo = read_topology()
-    if args.cpus:
-        cpus = cpus_online(args.cpus, "--cpus")
-        check_usable(cpus, "--cpus")
+    from steer.experiment.sweep import default_cpus
+    if args.sysfs and not args.plan:
+        raise UsageError("--sysfs plans for another machine: it goes with --plan")
+    if not args.plan and not args.out:
+        raise UsageError("--out DIR is required (or --plan, which runs nothing)")
+    if args.sysfs:
+        try:
+            topo = read_topology(args.sysfs)
+        except (OSError, ValueError) as e:
+            raise UserError(f"--sysfs {args.sysfs}: {e}") from None
+        usable = topo.online
     else:
         from steer.experiment.lab import usable_cpus
-        cpus = [c for c in topo.online if c in usable_cpus()]
+        topo, usable = read_topology(), usable_cpus()
+    why = ""
+    if args.cpus and args.cpus != "all":
+        cpus = cpus_online(args.cpus, "--cpus", topo)
+        if not args.sysfs:
+            check_usable(cpus, "--cpus")
+    elif args.cpus == "all":
+        cpus, why = [c for c in topo.online if c in set(usable)], "--cpus all"
+    else:
+        cpus, why = default_cpus(topo, usable)
     if bool(args.dev) != bool(args.server_cmd):
         raise UsageError("--dev and --server-cmd go together: a real host needs its receiver command")
     if args.dev and args.method == "rps":
@@ -112,13 +138,18 @@ def cmd_sweep(args) -> int:
                          "none: give --dev IFACE --server-cmd CMD")
     if args.port + max(args.flows) - 1 > 65535:
         raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
-    need_matplotlib("steer sweep")
+    if not args.plan:
+        need_matplotlib("steer sweep")
     cfg = SweepConfig(cpus=cpus, seconds=seconds, repeat=repeat,
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
                       server_cmd=args.server_cmd, port=args.port, flows=args.flows,
                       profile=args.profile, paper=args.paper, sender_cpu=sender,
                       pause=args.pause, offloads=args.offloads)
+    if args.plan:
+        from steer.experiment.sweep import plan
+        print(json.dumps(plan(cfg, topo, why), indent=1))
+        return 0
     if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
         raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
                         "another --out")

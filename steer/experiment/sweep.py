@@ -106,6 +106,69 @@ def cells_of(cfg: SweepConfig) -> list[tuple[int, int, int, dict]]:
             for k in cfg.cpus for a in cfg.cpus]
 
 
+# A sweep without --cpus measures every pair of the usable CPUs up to this many (64 cells); on a
+# bigger host, a selection whose pairs hold every placement there (covering_cpus): 192 CPUs would
+# be 36,864 cells, where the papers measured 144.
+DEFAULT_MAX_CPUS = 8
+# what a cell costs beyond its traffic (set-up, the tracer's reads, teardown): 0.2-0.5 s in the
+# lab on a 2-CPU VM (2026-11-26); a real host's IRQ moves settle longer. And once per sweep.
+CELL_OVERHEAD_S = 1.0
+SWEEP_OVERHEAD_S = 5.0
+
+
+def covering_cpus(topo: Topology, usable: list[int]) -> list[int]:
+    """A few CPUs of each socket whose pairs hold every placement the host has: a CPU, its SMT
+    sibling, another core that shares its last-level cache, a core under another one of the
+    socket's LLCs (chiplets, sub-NUMA clusters); the pairs across sockets give cross-socket.
+    At most four a socket: 2 sockets, 64 cells."""
+    by_socket: dict = {}
+    for c in sorted(usable):
+        by_socket.setdefault(topo.cpus[c].socket, []).append(c)
+    out = []
+    for cpus in by_socket.values():
+        first = topo.cpus[cpus[0]]
+        sibling = next((c for c in cpus if c != first.cpu and c in first.siblings), None)
+        same_llc = next((c for c in cpus if c not in first.siblings
+                         and topo.cpus[c].llc == first.llc), None)
+        other_llc = next((c for c in cpus if topo.cpus[c].llc != first.llc), None)
+        out += [c for c in (first.cpu, sibling, same_llc, other_llc) if c is not None]
+    return sorted(out)
+
+
+def default_cpus(topo: Topology, usable: list[int]) -> tuple[list[int], str]:
+    """The CPUs a sweep takes without --cpus, and why those."""
+    usable = [c for c in topo.online if c in set(usable)]
+    if len(usable) <= DEFAULT_MAX_CPUS:
+        return usable, "every usable CPU"
+    return covering_cpus(topo, usable), (
+        f"{len(usable)} usable CPUs: a CPU of each socket with its SMT sibling, a core sharing its "
+        "LLC and one under another LLC, which hold every placement (--cpus all: every pair)")
+
+
+def estimated_seconds(cfg: "SweepConfig") -> float:
+    return SWEEP_OVERHEAD_S + len(cells_of(cfg)) * cfg.repeat * (cfg.seconds + CELL_OVERHEAD_S)
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def plan(cfg: "SweepConfig", topo: Topology, why: str = "") -> dict:
+    """What a sweep of CFG would measure, run nothing: its cells with their classes, how many of
+    each class, and about how long it takes."""
+    cells = []
+    for k, a, n, setting in cells_of(cfg):
+        p = classify(k, a, topo)
+        cells.append({"kernel_cpu": k, "app_cpu": a, "flows": n, "setting": setting or None,
+                      "class": p.cls, "shared_llc": p.shared_llc, "smt_sibling": p.smt_sibling})
+    return {"cpus": format_cpulist(cfg.cpus), "why": why, "cells": len(cells),
+            "classes": dict(Counter(c["class"] for c in cells)),
+            "estimated_seconds": round(estimated_seconds(cfg)),
+            "seconds": cfg.seconds, "repeat": cfg.repeat, "plan": cells}
+
+
 def _key(kernel_cpu: int, app_cpu: int, flows: int, setting: dict | None) -> tuple[int, int, int, str]:
     return kernel_cpu, app_cpu, flows, setting_key(setting)
 
@@ -681,6 +744,7 @@ def write_outputs(results: dict, out_dir: str, topo: Topology) -> list[str]:
 def describe(cfg: SweepConfig) -> str:
     n = len(cells_of(cfg))
     return (f"{n} cells (CPUs {format_cpulist(cfg.cpus)}) x {cfg.repeat} run(s) x {cfg.seconds:g} s, "
+            f"about {duration_text(estimated_seconds(cfg))}, "
             f"kernel side by {cfg.method}, traffic from {'the lab' if cfg.mode == 'lab' else cfg.dev}"
             + (f"; device settings: {' / '.join(map(setting_label, cfg.settings()))}"
                if cfg.pause or cfg.offloads else "")

@@ -122,3 +122,20 @@ def add_nic(root: str, name: str, numa_node: int | None, local_cpus: list[int] |
         put(f"{base}/queues/rx-{q}/rps_cpus", (rps or {}).get(q, "00000000,00000000"))
         put(f"{base}/queues/rx-{q}/rps_flow_cnt", 0)
     return base
+
+
+def epyc_2s(root: str, cores: int = 48, ccx_cores: int = 8) -> str:
+    """Two sockets of CORES cores in CCXs of CCX_CORES (an L3 each), SMT: CPUs 0..2*CORES-1 the
+    first threads (socket 0, then 1), their siblings after, as Linux numbers an EPYC: 48 cores
+    give 192 CPUs, 64 give 256."""
+    n_first = 2 * cores
+    cpus = []
+    for n in range(2 * n_first):
+        first = n % n_first
+        sock, core = first // cores, first % cores
+        sib = [first, first + n_first]
+        ccx = sock * (cores // ccx_cores) + core // ccx_cores
+        l3 = [c for c in range(2 * n_first)
+              if (c % n_first) // cores == sock and (c % n_first) % cores // ccx_cores == core // ccx_cores]
+        cpus.append(FakeCpu(n, sock, core, sib, sib, l3, ccx, sock))
+    return write_tree(root, cpus)
