@@ -10,7 +10,8 @@ from steer.cli.common import (MAX_INTERVAL, MAX_ROWS, UsageError, UserError, bou
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.present.exporter import DEFAULT_FLOW_LABELS, DEFAULT_LISTEN, DEFAULT_TOP_K, FLOW_LABEL_SETS
+    from steer.present.exporter import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS,
+                                        DEFAULT_LISTEN, DEFAULT_TOP_K, FLOW_LABEL_SETS)
     ex = sub.add_parser("export", formatter_class=fmt, help="Prometheus exporter",
                         description="Serve Prometheus metrics, read from the BPF maps at every "
                         "scrape: per-class and per-CPU totals, the top-K flows, steering rule "
@@ -21,6 +22,11 @@ def add_parsers(sub, fmt) -> dict:
                          "and IPv4), as Go exporters do (default %(default)s)")
     ex.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K, metavar="K",
                     help="flows (by rate) that get per-flow series")
+    ex.add_argument("--cpu-labels", choices=list(CPU_LABELS), default=DEFAULT_CPU_LABELS,
+                    help="what the cpu label of the per-CPU series names: each CPU, or the CPUs "
+                         "of a last-level cache (cpu=\"llc3\") or of a socket (cpu=\"socket0\") "
+                         "summed, for hosts whose CPU count would make too many series (a 2 x "
+                         "64-core host with SMT: 4,352 per-CPU series, 34 by socket)")
     ex.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
                     help="labels of the per-flow series: five-tuple (a series per connection), or "
                          "service (proto, dst, dport: the connections to one local port summed, and "
@@ -128,7 +134,7 @@ def cmd_export(args) -> int:
     server = None
     try:
         collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state,
-                                   flow_labels=args.flow_labels)
+                                   flow_labels=args.flow_labels, cpu_labels=args.cpu_labels)
         server = bind_server(collector, args, web)
         if not args.keep_privileges:
             # everything that needs a capability is done: the programs loaded and attached, the

@@ -12,7 +12,8 @@ from steer.model.topology import MAX_CPU
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.present.exporter import DEFAULT_FLOW_LABELS, DEFAULT_TOP_K, FLOW_LABEL_SETS
+    from steer.present.exporter import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS,
+                                        DEFAULT_TOP_K, FLOW_LABEL_SETS)
     from steer.cli.logs import LOG_FORMATS
     def steer_target(sp):
         sp.add_argument("--dev", required=True, type=device_name, metavar="IFACE",
@@ -105,6 +106,11 @@ def add_parsers(sub, fmt) -> dict:
                            "(:PORT: every address)")
     auto.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K,
                       help="per-flow series with --listen")
+    auto.add_argument("--cpu-labels", choices=list(CPU_LABELS), default=DEFAULT_CPU_LABELS,
+                    help="what the cpu label of the per-CPU series names: each CPU, or the CPUs "
+                         "of a last-level cache (cpu=\"llc3\") or of a socket (cpu=\"socket0\") "
+                         "summed, for hosts whose CPU count would make too many series (a 2 x "
+                         "64-core host with SMT: 4,352 per-CPU series, 34 by socket)")
     auto.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
                       help="labels of the per-flow series with --listen (see steer export)")
     web_options(auto)
@@ -247,7 +253,7 @@ def cmd_auto(args) -> int:
         if args.listen:
             from steer.present.exporter import SteerCollector
             server = serve(SteerCollector(tracer, topo, top_k=args.top_k,
-                                          flow_labels=args.flow_labels,
+                                          flow_labels=args.flow_labels, cpu_labels=args.cpu_labels,
                                           steering=lambda: [steering.state()] if steering else [],
                                           actions=lambda: {name: engine.moves}), args, web)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"

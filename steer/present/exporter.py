@@ -44,6 +44,10 @@ DEFAULT_TOP_K = 20
 FLOW_LABEL_SETS = {"five-tuple": ["proto", "src", "sport", "dst", "dport"],
                    "service": ["proto", "dst", "dport"]}
 DEFAULT_FLOW_LABELS = "five-tuple"
+# what the cpu label of the per-CPU series names: each CPU, or the CPUs of a last-level cache or
+# of a socket summed (a 2 x 64-core host with SMT has 256 CPUs: see docs/guide/exporter.md)
+CPU_LABELS = ("cpu", "llc", "socket")
+DEFAULT_CPU_LABELS = "cpu"
 ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffic in this window
 MAX_ACTIVE = 65536     # and at most this many (13,900 new connections a second fill 10 s twice)
 
@@ -65,9 +69,12 @@ class SteerCollector(Collector):
     def __init__(self, tracer: TraceSource, topo: Topology, top_k: int = DEFAULT_TOP_K,
                  steering: Callable[[], list[DeviceState]] | None = None,
                  actions: Callable[[], dict[str, int]] | None = None,
-                 flow_labels: str = DEFAULT_FLOW_LABELS):
+                 flow_labels: str = DEFAULT_FLOW_LABELS, cpu_labels: str = DEFAULT_CPU_LABELS):
         if flow_labels not in FLOW_LABEL_SETS:
             raise ValueError(f"flow labels {flow_labels!r}: one of {', '.join(FLOW_LABEL_SETS)}")
+        if cpu_labels not in CPU_LABELS:
+            raise ValueError(f"cpu labels {cpu_labels!r}: one of {', '.join(CPU_LABELS)}")
+        self.cpu_labels = cpu_labels
         self.tracer, self.topo, self.top_k = tracer, topo, top_k
         self.steering, self.actions, self.flow_labels = steering, actions, flow_labels
         self._lock = threading.Lock()
@@ -207,80 +214,92 @@ class SteerCollector(Collector):
             flows.add_metric([cls], self._active_classes[i])
         yield flows
 
+    def _cpu_label(self, cpu: int) -> str | None:
+        """The cpu label of CPU's series: the CPU, or with --cpu-labels llc|socket the domain
+        it is folded into ("llc3", "socket0"); None for a CPU the topology does not know."""
+        c = self.topo.cpus.get(cpu)
+        if c is None:
+            return None
+        if self.cpu_labels == "cpu":
+            return str(cpu)
+        domain = c.llc if self.cpu_labels == "llc" else c.socket
+        return f"{self.cpu_labels}{'' if domain is None else domain}"
+
     def _cpu_metrics(self, s: TraceSample, caps):
-        kernel = CounterMetricFamily("steer_cpu_kernel_seconds",
-                                     "Kernel receive processing time per CPU and context (softirq: "
-                                     "NET_RX; napi_thread: threaded NAPI; kthread: cpumap).",
-                                     labels=["cpu", "context"])
-        hardirq = CounterMetricFamily("steer_cpu_hardirq_seconds",
-                                      "Device interrupt handler time per CPU: a NIC queue's "
-                                      "interrupt lands on its arrival CPU.", labels=["cpu"])
-        hardirqs = CounterMetricFamily("steer_cpu_hardirqs", "Device interrupt handler runs per "
-                                       "CPU (/proc/interrupts counts these).", labels=["cpu"])
-        unattr = CounterMetricFamily("steer_cpu_net_rx_unattributed_seconds",
-                                     "NET_RX time with no TCP/UDP skb to charge it to.", labels=["cpu"])
-        app = CounterMetricFamily("steer_cpu_app_seconds", "Application receive syscall time per CPU.",
-                                  labels=["cpu"])
-        events = CounterMetricFamily("steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.",
-                                     labels=["cpu"])
-        drops = CounterMetricFamily("steer_cpu_receive_drops",
-                                    "Received TCP/UDP packets the kernel dropped, per CPU.",
-                                    labels=["cpu"])
-        napi = {name: CounterMetricFamily(f"steer_cpu_napi_{name}", doc, labels=["cpu", "source"])
-                for name, doc in (
-                    ("polls", "NAPI polls per CPU (napi:napi_poll). source device: a driver's "
-                     "poll, where its packets arrive (the queue IRQ's CPU, its threaded NAPI "
-                     "kthread's, a busy-polling reader's); backlog: RPS, netif_rx, loopback."),
-                    ("packets", "Packets taken in by NAPI polls per CPU."),
-                    ("full_polls", "NAPI polls that used their whole budget per CPU: more was "
-                     "waiting."))}
-        polled = defaultdict(lambda: [0, 0, 0])
+        """Per-CPU counters, or per LLC or socket (--cpu-labels): the CPUs of a domain summed."""
+        label = {c.cpu: self._cpu_label(c.cpu) for c in s.cpus}
+        # family name -> labels -> value, summed over the CPUs that share a label
+        values: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
+
+        def add(name: str, cpu: int, value: float, *more: str) -> None:
+            key = label.get(cpu) if cpu in label else self._cpu_label(cpu)
+            if key is not None:
+                values[name][(key, *more)] += value
+
         for key, cpus in s.napi.items():
             for cpu, n in cpus.items():
-                for i, v in enumerate(n):
-                    polled[cpu, "device" if key.ifindex else "backlog"][i] += v
-        for (cpu, source), counts in sorted(polled.items()):
-            for family, v in zip(napi.values(), counts):
-                family.add_metric([str(cpu), source], v)
+                for name, v in zip(("polls", "packets", "full_polls"), n):
+                    add(f"napi_{name}", cpu, v, "device" if key.ifindex else "backlog")
         for c in s.cpus:
-            if c.cpu not in self.topo.cpus:
-                continue
-            cpu = str(c.cpu)
-            kernel.add_metric([cpu, "softirq"], (c.net_rx_ns - c.napi_thread_ns) / 1e9)
-            kernel.add_metric([cpu, "napi_thread"], c.napi_thread_ns / 1e9)
-            kernel.add_metric([cpu, "kthread"], c.kthread_ns / 1e9)
-            hardirq.add_metric([cpu], c.hardirq_ns / 1e9)
-            hardirqs.add_metric([cpu], c.hardirqs)
-            unattr.add_metric([cpu], c.net_rx_unattributed_ns / 1e9)
-            app.add_metric([cpu], c.app_ns / 1e9)
-            events.add_metric([cpu], c.net_rx_events)
-            drops.add_metric([cpu], c.rx_drops)
-        yield from (kernel, unattr, app, events, drops, hardirq, hardirqs, *napi.values())
-        if s.cpu_events:
-            whole = CounterMetricFamily(
-                "steer_cpu_events", "PMU events of everything a CPU ran (every task, user and "
-                "kernel), as PCM counts a core; software stand-ins with --counters software.",
-                labels=["cpu", "event"])
-            for cpu, counts in sorted(s.cpu_events.items()):
-                if cpu in self.topo.cpus:
-                    for event, n in counts.items():
-                        whole.add_metric([str(cpu), event], n)
-            yield whole
+            add("kernel", c.cpu, (c.net_rx_ns - c.napi_thread_ns) / 1e9, "softirq")
+            add("kernel", c.cpu, c.napi_thread_ns / 1e9, "napi_thread")
+            add("kernel", c.cpu, c.kthread_ns / 1e9, "kthread")
+            add("hardirq", c.cpu, c.hardirq_ns / 1e9)
+            add("hardirqs", c.cpu, c.hardirqs)
+            add("unattr", c.cpu, c.net_rx_unattributed_ns / 1e9)
+            add("app", c.cpu, c.app_ns / 1e9)
+            add("events", c.cpu, c.net_rx_events)
+            add("drops", c.cpu, c.rx_drops)
+            add("cpumap_drops", c.cpu, c.cpumap_enqueue_drops, "enqueue")
+            add("cpumap_drops", c.cpu, c.cpumap_kthread_drops, "kthread")
+        for cpu, counts in s.cpu_events.items():
+            for event, n in counts.items():
+                add("whole", cpu, n, event)
         if caps.llc_available or caps.counters_per_flow_available:
-            recv = CounterMetricFamily(
-                "steer_cpu_receive_events", "PMU events charged to receive work per CPU and side "
-                "(kernel: NET_RX and cpumap kthreads; app: receive syscalls).",
-                labels=["cpu", "side", "event"])
             for c in s.cpus:
-                if c.cpu not in self.topo.cpus:
-                    continue
                 counts = by_side(side_events([c])) if caps.counters_per_flow_available else {}
                 for side in SIDES:
                     if caps.llc_available:
-                        recv.add_metric([str(c.cpu), side, "llc_misses"], getattr(c, f"llc_{side}"))
+                        add("recv", c.cpu, getattr(c, f"llc_{side}"), side, "llc_misses")
                     for event, n in counts.get(side, {}).items():
-                        recv.add_metric([str(c.cpu), side, event], n)
-            yield recv
+                        add("recv", c.cpu, n, side, event)
+        families = [
+            ("kernel", "steer_cpu_kernel_seconds", "Kernel receive processing time per CPU and "
+             "context (softirq: NET_RX; napi_thread: threaded NAPI; kthread: cpumap).", ["context"]),
+            ("unattr", "steer_cpu_net_rx_unattributed_seconds",
+             "NET_RX time with no TCP/UDP skb to charge it to.", []),
+            ("app", "steer_cpu_app_seconds", "Application receive syscall time per CPU.", []),
+            ("events", "steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.", []),
+            ("drops", "steer_cpu_receive_drops",
+             "Received TCP/UDP packets the kernel dropped, per CPU.", []),
+            ("hardirq", "steer_cpu_hardirq_seconds", "Device interrupt handler time per CPU: a "
+             "NIC queue's interrupt lands on its arrival CPU.", []),
+            ("hardirqs", "steer_cpu_hardirqs", "Device interrupt handler runs per CPU "
+             "(/proc/interrupts counts these).", []),
+            ("napi_polls", "steer_cpu_napi_polls", "NAPI polls per CPU (napi:napi_poll). source "
+             "device: a driver's poll, where its packets arrive (the queue IRQ's CPU, its "
+             "threaded NAPI kthread's, a busy-polling reader's); backlog: RPS, netif_rx, "
+             "loopback.", ["source"]),
+            ("napi_packets", "steer_cpu_napi_packets", "Packets taken in by NAPI polls per CPU.",
+             ["source"]),
+            ("napi_full_polls", "steer_cpu_napi_full_polls", "NAPI polls that used their whole "
+             "budget per CPU: more was waiting.", ["source"]),
+            ("cpumap_drops", "steer_cpu_cpumap_drops", "Frames a steering cpumap dropped, per "
+             "CPU: at enqueue (the queue to the target CPU full; on the redirecting CPU) or in "
+             "the target's kthread.", ["where"]),
+            ("whole", "steer_cpu_events", "PMU events of everything a CPU ran (every task, user "
+             "and kernel), as PCM counts a core; software stand-ins with --counters software.",
+             ["event"]),
+            ("recv", "steer_cpu_receive_events", "PMU events charged to receive work per CPU and "
+             "side (kernel: NET_RX and cpumap kthreads; app: receive syscalls).",
+             ["side", "event"])]
+        for key, name, doc, more in families:
+            if key in ("whole", "recv") and not values.get(key):
+                continue   # no PMU events counted: no family
+            m = CounterMetricFamily(name, doc, labels=["cpu", *more])
+            for labels, v in sorted(values[key].items(), key=_cpu_order):
+                m.add_metric(list(labels), v)
+            yield m
 
     def _flow_metrics(self, snap: Snapshot, totals: dict):
         """The top-K series by the rate of the last interval, then by bytes (a flow idle for an
@@ -366,14 +385,6 @@ class SteerCollector(Collector):
         c.add_metric(["napi_polls"], sum(x.napi_map_full for x in s.cpus))
         c.add_metric(["profile"], sum(x.profile_map_full for x in s.cpus))
         yield c
-        c = CounterMetricFamily("steer_cpu_cpumap_drops",
-                                "Frames a steering cpumap dropped, per CPU: at enqueue (the "
-                                "queue to the target CPU full; on the redirecting CPU) or in the "
-                                "target's kthread.", labels=["cpu", "where"])
-        for x in s.cpus:
-            c.add_metric([str(x.cpu), "enqueue"], x.cpumap_enqueue_drops)
-            c.add_metric([str(x.cpu), "kthread"], x.cpumap_kthread_drops)
-        yield c
         cap = GaugeMetricFamily("steer_capability_info",
                                 "Tracing mechanisms: state is available or unavailable (value 1).",
                                 labels=["mechanism", "state", "detail"])
@@ -452,6 +463,14 @@ def _capability_state(text: str) -> tuple[str, str]:
     if detail.startswith("(") and detail.endswith(")"):
         detail = detail[1:-1]
     return ("available" if state == "available" else "unavailable"), detail
+
+
+def _cpu_order(item) -> tuple:
+    """Series of the per-CPU families in the order of their CPUs (or domains), then labels."""
+    labels = item[0]
+    digits = labels[0].lstrip("abcdefghijklmnopqrstuvwxyz")
+    return (labels[0][:len(labels[0]) - len(digits)], int(digits) if digits.isdigit() else -1,
+            labels[1:])
 
 
 def _s(v) -> str:

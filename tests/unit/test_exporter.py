@@ -398,3 +398,38 @@ def test_flow_totals_kept_from_what_changed_equal_a_recount():
             want[f].absorb(r)
         prev = now.entries
         assert got == want, step
+
+
+def test_per_cpu_series_fold_by_llc_or_socket_and_keep_their_sums(tmp_path):
+    """--cpu-labels llc|socket: on a 2 x 64-core host with SMT (256 CPUs, 16 LLCs), each per-CPU
+    family has a series per LLC or per socket, whose values are the sums of their CPUs'."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../support"))
+    from sysfs import epyc_2s
+    from steer.model.samples import NapiCounts, NapiId
+    topo = read_topology(epyc_2s(str(tmp_path), cores=64))
+    cpus = tuple(CpuSample(c, net_rx_ns=(c + 1) * S, napi_thread_ns=c, kthread_ns=7, app_ns=3,
+                           net_rx_events=c, rx_drops=1, hardirq_ns=5, hardirqs=2,
+                           cpumap_enqueue_drops=1, cpumap_kthread_drops=c % 2)
+                 for c in range(256))
+    napi = {NapiId(1, 2, 9): {c: NapiCounts(10, 20, 1) for c in range(256)},
+            NapiId(0, 0, 0): {c: NapiCounts(1, 2, 0) for c in range(256)}}
+    per_cpu = lambda m: {k: v for k, v in m.items() if k[0].startswith("steer_cpu_")}  # noqa: E731
+    got = {}
+    for labels in ("cpu", "llc", "socket"):
+        samples = [TraceSample(0, {}, cpus, 0, 1024, napi=napi)] * 2
+        c = SteerCollector(FakeTracer(samples), topo, cpu_labels=labels)
+        got[labels] = per_cpu(_scrape(c))
+    # 17 per-CPU series a CPU (3 contexts of kernel time, 6 more counters, NAPI's 3 by 2
+    # sources, cpumap drops at 2 places): 4,352 on this host, 272 by LLC, 34 by socket
+    assert [len(got[k]) for k in ("cpu", "llc", "socket")] == [4352, 272, 34]
+    assert {dict(k[1])["cpu"] for k in got["socket"]} == {"socket0", "socket1"}
+    assert {dict(k[1])["cpu"] for k in got["llc"]} == {f"llc{i}" for i in range(16)}
+    for name in ("steer_cpu_kernel_seconds_total", "steer_cpu_napi_polls_total",
+                 "steer_cpu_cpumap_drops_total", "steer_cpu_net_rx_softirqs_total"):
+        sums = [sum(v for k, v in got[m].items() if k[0] == name) for m in ("cpu", "llc", "socket")]
+        assert sums[0] > 0 and all(abs(x - sums[0]) < 1e-6 * sums[0] for x in sums), (name, sums)
+    # a socket's series is its CPUs' sum: socket 0 holds CPUs 0-63 and 128-191
+    want = sum((c + 1) - c / S for c in (*range(64), *range(128, 192)))
+    key = ("steer_cpu_kernel_seconds_total", frozenset({"cpu": "socket0", "context": "softirq"}.items()))
+    assert abs(got["socket"][key] - want) < 1e-6
