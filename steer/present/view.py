@@ -288,13 +288,52 @@ def _bar(parts: Sequence[tuple[float, str, str]], width: int) -> Text:
 BAR_PARTS = (("█", "red", "NET_RX"), ("▓", "magenta", "cpumap kthread"), ("▒", "blue", "app receive"))
 
 
-def cpu_lines(snap: Snapshot, width: int, max_lines: int) -> list[Text]:
+HEAT = " ▁▂▃▄▅▆▇█"   # a CPU's receive work (NET_RX, kthread, app) in eighths of its time
+
+
+def socket_lines(snap: Snapshot, topo: Topology, width: int) -> list[Text]:
+    """One line a socket, as htop and btop fold many CPUs: its CPUs' receive work summed (in
+    CPUs' worth of time) and a heat strip of one character a CPU in CPU order, red where the
+    kernel side leads and blue where the application's does; where the strip is wider than
+    the line, each character is the busiest of the CPUs it stands for."""
+    d = snap.duration or 1.0
+    by_socket: dict = {}
+    for c in snap.cpus:
+        known = topo.cpus.get(c.cpu)
+        by_socket.setdefault(known.socket if known else None, []).append(c)
+    lines = []
+    for sock, cpus in sorted(by_socket.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        kern = sum(c.net_rx_seconds + c.kthread_seconds for c in cpus) / d
+        app = sum(c.app_seconds for c in cpus) / d
+        line = Text(f"{'socket ' + str(sock) if sock is not None else 'other'}: "
+                    f"{len(cpus)} CPUs, kernel {kern:.1f} app {app:.1f} CPUs ")
+        room = max(8, width - len(line.plain))
+        per = -(-len(cpus) // room)   # CPUs a character
+        for i in range(0, len(cpus), per):
+            group = cpus[i:i + per]
+            busiest = max(group, key=lambda c: c.net_rx_seconds + c.kthread_seconds + c.app_seconds)
+            k = (busiest.net_rx_seconds + busiest.kthread_seconds) / d
+            a = busiest.app_seconds / d
+            level = min(len(HEAT) - 1, int(round(min(1.0, k + a) * (len(HEAT) - 1))))
+            line.append(HEAT[level], style="red" if k >= a else "blue")
+        line.truncate(width)
+        lines.append(line)
+    return lines
+
+
+def cpu_lines(snap: Snapshot, width: int, max_lines: int, topo: Topology | None = None) -> list[Text]:
     """Per CPU, a bar of its NET_RX, cpumap kthread and application receive time, as many CPUs to
-    a line as fit; the busiest CPUs first when they do not all fit in MAX_LINES."""
+    a line as fit; when they do not all fit in MAX_LINES, a line a socket (socket_lines, where
+    TOPO is given and there is room for them) and the busiest CPUs in the lines left."""
     d = snap.duration or 1.0
     cell_width = 39
     per_line = max(1, (width + 2) // (cell_width + 2))
     cpus = list(snap.cpus)
+    head: list[Text] = []
+    if topo is not None and len(cpus) > max(1, max_lines) * per_line:
+        sockets = socket_lines(snap, topo, width)
+        if len(sockets) < max_lines:
+            head, max_lines = sockets, max_lines - len(sockets)
     room = max(1, max_lines) * per_line
     hidden = 0
     if len(cpus) > room:
@@ -312,7 +351,7 @@ def cpu_lines(snap: Snapshot, width: int, max_lines: int) -> list[Text]:
         cells.append(cell)
     if hidden:
         cells.append(Text(f"+{hidden} quieter CPUs", style="dim"))
-    lines = []
+    lines = head
     for i in range(0, len(cells), per_line):
         line = Text()
         for j, cell in enumerate(cells[i:i + per_line]):
@@ -431,7 +470,7 @@ def screen(snap: Snapshot, topo: Topology, state: ViewState, width: int, height:
     head = [header_line(snap, topo, state, width)]
     if (lost := degraded_line(snap, width)) is not None:
         head.append(lost)
-    bars = cpu_lines(snap, width, max(1, (height - 6) // 3))
+    bars = cpu_lines(snap, width, max(1, (height - 6) // 3), topo)
     if state.help:
         return Group(*head, help_table())
     flows, idle, filtered = select_flows(snap, state)
@@ -463,7 +502,7 @@ def render(snap: Snapshot, topo: Topology, limit: int = DEFAULT_LIMIT, width: in
         [Text(_nothing(snap, idle, filtered), style="dim")]
     lost = degraded_line(snap, width)
     return Group(header_line(snap, topo, state, width), *([lost] if lost else []),
-                 *cpu_lines(snap, width, 64), title,
+                 *cpu_lines(snap, width, 16, topo), title,
                  *body, *footer_lines(snap, state, idle, filtered, max(0, len(flows) - limit),
                                       width, keys=False, max_lines=4))
 

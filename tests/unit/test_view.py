@@ -243,3 +243,40 @@ def test_a_readers_name_is_shown_as_text_never_as_markup_or_terminal_codes(comm)
 def test_device_and_namespace_names_in_rules_are_escaped():
     (line,) = rules_lines([DeviceState("ev\x1bil", "n\x9bs", error="gone")], {0, 1})
     assert "\x1b" not in line and "\x9b" not in line and "ev\\x1bil in n\\x9bs" in line
+
+
+@pytest.mark.parametrize("cores,size", [(None, (80, 24)), (16, (80, 24)), (48, (80, 24)),
+                                        (64, (80, 24)), (64, (120, 40)), (64, (200, 60))])
+def test_a_big_host_folds_its_cpus_and_the_flows_stay_in_view(tmp_path, cores, size):
+    """On 2, 64, 192 and 256 CPUs: a line a socket with a character a CPU, the busiest CPUs in
+    the lines left, and the flows below in an 80x24 terminal and bigger ones."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../support"))
+    from sysfs import epyc_2s
+    topo = read_topology(VM if cores is None else epyc_2s(str(tmp_path), cores=cores))
+    n = len(topo.online)
+    busy = {3: S, n - 1: S // 2}   # a CPU in NET_RX all the time, one half the time
+    cpus = tuple(CpuSample(c, net_rx_ns=2 * busy.get(c, S // 100), app_ns=S // 50)
+                 for c in topo.online)
+    flows = [FlowCpuSample(FlowId("tcp", "198.18.0.1", 40000 + i, "198.18.0.2", 5201), 3,
+                           rx_bytes=10**8 * (i + 1), rx_skbs=10, kernel_ns=S // 10) for i in range(5)]
+    after = TraceSample(2 * S, {(f.flow, f.cpu): f for f in flows}, cpus, 5, 1024)
+    before = TraceSample(0, {}, tuple(CpuSample(c) for c in topo.online), 0, 1024)
+    snap = build_snapshot(before, after, topo, CAPS)
+    width, height = size
+    console = Console(width=width, height=height, record=True, color_system=None)
+    console.print(screen(snap, topo, ViewState(), width, height))
+    lines = console.export_text().splitlines()
+    assert len(lines) <= height and all(len(l) <= width for l in lines)
+    assert sum("->" in l for l in lines) == 5, lines     # every flow is on the screen
+    sockets = [l for l in lines if l.startswith("socket ")]
+    if n <= 8:
+        assert not sockets
+        return
+    assert len(sockets) == 2 and all(f"{n // 2} CPUs" in l for l in sockets)
+    # CPU 3 (socket 0) all the time in NET_RX, the last CPU (socket 1) half of it
+    assert "█" in sockets[0] and "▄" in sockets[1] and "█" not in sockets[1], sockets
+    # the busiest CPUs below the socket lines, the others counted
+    assert any("3 ██████████ rx 100%" in l for l in lines), lines
+    assert any(f"{n - 1} █████      rx  50%" in l for l in lines), lines
+    assert any("quieter CPUs" in l for l in lines)
