@@ -63,6 +63,9 @@ struct ft_flow_stats {
 	__u16 rx_queue;		/* the device's RX queue + 1, as drivers record it (0: not recorded) */
 	__u16 pad;
 	__u32 last_drop_reason;	/* enum skb_drop_reason of its latest drop (0: none) */
+	/* the last reader's cgroup (v2 id: its directory's inode number in the cgroup2 mount;
+	 * 1, the root, on a host whose controllers are all v1), read when the reader changes */
+	__u64 app_cgroup;
 };
 
 /* per-CPU totals; the invariant the tests check:

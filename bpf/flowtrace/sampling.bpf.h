@@ -477,6 +477,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		/* with socket counters no read names the reader: the samples do */
 		st->app_pid = pid;
 		bpf_get_current_comm(st->app_comm, sizeof(st->app_comm));
+		st->app_cgroup = bpf_get_current_cgroup_id();
 	}
 	if (where == WHERE_TASK) {
 		st->app_ns += period;

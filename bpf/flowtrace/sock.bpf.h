@@ -75,6 +75,7 @@ struct sock_state {
 	__u8 fin;		/* the peer's FIN arrived: it takes a sequence number */
 	__u8 pad[2];
 	char comm[16];
+	__u64 cgroup;		/* the reader's cgroup v2 id, with pid and comm */
 };
 
 struct {
@@ -95,6 +96,7 @@ static __always_inline void count_read(struct ft_flow_stats *st, int ret)
 	if (st->app_pid != pid) {
 		st->app_pid = pid;
 		bpf_get_current_comm(st->app_comm, sizeof(st->app_comm));
+		st->app_cgroup = bpf_get_current_cgroup_id();
 	}
 }
 
@@ -218,6 +220,7 @@ static __always_inline void flush_sock(struct sock *sk, struct sock_state *ss)
 	if (ss->pid && st->app_pid != ss->pid) {
 		st->app_pid = ss->pid;
 		__builtin_memcpy(st->app_comm, ss->comm, sizeof(st->app_comm));
+		st->app_cgroup = ss->cgroup;
 	}
 	note_rx_path_sk(st, sk);
 	st->last_seen_ns = bpf_ktime_get_ns();
@@ -280,6 +283,7 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 		ss->cpu = cpu;
 		ss->pid = pid;
 		bpf_get_current_comm(ss->comm, sizeof(ss->comm));
+		ss->cgroup = bpf_get_current_cgroup_id();
 	}
 	if (ss->flow_ok != 1)
 		return;
@@ -294,6 +298,7 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 		if (ss->pid != pid) {
 			ss->pid = pid;
 			bpf_get_current_comm(ss->comm, sizeof(ss->comm));
+			ss->cgroup = bpf_get_current_cgroup_id();
 		}
 	}
 	if (ret > 0)

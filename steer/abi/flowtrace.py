@@ -28,7 +28,7 @@ class FlowStats(ctypes.Structure):
                 *((name, u64) for name in EVENT_FIELDS), ("kernel_samples", u64),
                 ("app_samples", u64), ("last_seen_ns", u64), ("app_pid", u32), ("rx_ifindex", u32),
                 ("app_comm", ctypes.c_char * FT_COMM_LEN), ("rx_netns", u32), ("rx_napi_id", u32),
-                ("rx_queue", u16), ("pad", u16), ("last_drop_reason", u32)]
+                ("rx_queue", u16), ("pad", u16), ("last_drop_reason", u32), ("app_cgroup", u64)]
 
 
 class CpuStats(ctypes.Structure):

@@ -105,7 +105,8 @@ def cmd_topology(args) -> int:
 
 
 def cmd_flows(args) -> int:
-    from steer.model.flows import attach_devices, build_snapshot
+    from steer.model.flows import attach_cgroups, attach_devices, build_snapshot
+    from steer.trace.cgroups import CgroupResolver
     from steer.trace.netdevs import DeviceResolver
     from steer.model.topology import read_topology
     from steer.present.live import make_console
@@ -118,7 +119,7 @@ def cmd_flows(args) -> int:
         snap = build_snapshot(before, tracer.sample(), topo, tracer.capabilities)
     finally:
         tracer.stop()
-    snap = attach_devices(snap, topo, DeviceResolver())
+    snap = attach_cgroups(attach_devices(snap, topo, DeviceResolver()), CgroupResolver())
     if args.json:
         print(json.dumps(snap.as_json(), indent=2))
     else:

@@ -138,6 +138,10 @@ class FlowReport:
     # sampled timing: the samples kernel_seconds and app_seconds rest on (None: not sampled)
     kernel_samples: int | None = None
     app_samples: int | None = None
+    # the reader's cgroup: its v2 id (None: no reader seen, or not known), and its path in the
+    # cgroup2 hierarchy where attach_cgroups resolved it ("/system.slice/nginx.service")
+    app_cgroup_id: int | None = None
+    app_cgroup: str | None = None
 
     @property
     def rate_bps(self) -> float:
@@ -190,6 +194,7 @@ class FlowReport:
             "app_samples": self.app_samples, "app_seconds_stderr": _r(self.app_seconds_stderr),
             "app_bytes": self.app_bytes, "app_calls": self.app_calls,
             "app_pid": self.app_pid, "app_comm": self.app_comm,
+            "app_cgroup": self.app_cgroup, "app_cgroup_id": self.app_cgroup_id,
             "class": self.placement.cls, "shared_llc": self.placement.shared_llc,
             "smt_sibling": self.placement.smt_sibling,
             "kernel_seconds_per_gb": _r(self.kernel_seconds_per_gb),
@@ -221,7 +226,7 @@ FLOW_FIELDS = {
                     "kernel_seconds_stderr"),
     "kthread_time": ("kernel_kthread_seconds",),
     "{proto}_app_bytes": ("app_bytes",),
-    "reader": ("app_cpu", "app_cpu_share", "app_pid", "app_comm"),
+    "reader": ("app_cpu", "app_cpu_share", "app_pid", "app_comm", "app_cgroup", "app_cgroup_id"),
     "app_time": ("app_seconds", "app_nested_softirq_seconds", "app_seconds_per_gb", "app_cpus",
                  "app_samples", "app_seconds_stderr"),
     "drops": ("rx_drops", "last_drop_reason"),
@@ -346,6 +351,12 @@ def attach_devices(snap: Snapshot, topo: Topology, lookup) -> Snapshot:
         flows.append(replace(f, rx_device=dev, nic_local={
             "kernel": nic_local(topo, socks, f.kernel_cpu), "app": nic_local(topo, socks, f.app_cpu)}))
     return replace(snap, flows=flows)
+
+
+def attach_cgroups(snap: Snapshot, lookup) -> Snapshot:
+    """SNAP with each reader's cgroup path, from LOOKUP(cgroup id) -> path or None."""
+    return replace(snap, flows=[replace(f, app_cgroup=lookup(f.app_cgroup_id))
+                                if f.app_cgroup_id else f for f in snap.flows])
 
 
 def with_queue_irq(dev: dict, queue: int | None) -> dict:
@@ -527,6 +538,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             app_bytes=t.app_bytes,
             app_calls=t.app_calls if caps.app_calls_counted else None,
             app_pid=reader.app_pid if reader else None, app_comm=reader.app_comm if reader else None,
+            app_cgroup_id=reader.app_cgroup or None if reader else None,
             llc_misses_kernel=t.llc_kernel if llc else None,
             llc_misses_app=t.llc_app if llc else None,
             placement=placement,

@@ -76,6 +76,7 @@ class FlowCpuSample:
     rx_queue: int = 0
     rx_napi_id: int = 0
     last_drop_reason: str = ""  # why the kernel dropped the flow's latest dropped skb on this CPU
+    app_cgroup: int = 0         # the reader's cgroup v2 id (0: not known)
 
 
 class NapiId(NamedTuple):

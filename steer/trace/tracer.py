@@ -4,6 +4,7 @@ steer.steering.xdp loads the XDP side the same way."""
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import struct
 import threading
@@ -93,7 +94,8 @@ def _flow_id_of(k: tuple) -> FlowId:
                   address_text(daddr, family), dport)
 
 
-_STATS_FIELDS = [n for n, t in abi.FlowStats._fields_ if t is abi.u64]   # the leading counters
+# the value's leading u64s, the counters and last_seen_ns, in FlowCpuSample's order
+_STATS_FIELDS = [n for n, _ in itertools.takewhile(lambda f: f[1] is abi.u64, abi.FlowStats._fields_)]
 _CPU_FIELDS = [n for n, _ in abi.CpuStats._fields_]
 _KEY = struct.Struct(abi.struct_format(abi.FlowCpuKey))
 _VALUE = struct.Struct(abi.struct_format(abi.FlowStats))
@@ -534,7 +536,8 @@ class Tracer:
                         app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
                         rx_netns=v[_COUNTERS + 3], rx_queue=v[_COUNTERS + 5],
                         rx_napi_id=napi_id if napi_id > self._max_sender_cpu else 0,
-                        last_drop_reason=self._reason_name(v[_COUNTERS + 7])), vhash)
+                        last_drop_reason=self._reason_name(v[_COUNTERS + 7]),
+                        app_cgroup=v[_COUNTERS + 8]), vhash)
                     entries[hit[0]] = hit[1]
                     changed.append(hit[0])
                 last[kraw] = hit
