@@ -227,12 +227,11 @@ class SteerCollector(Collector):
 
     def _cpu_metrics(self, s: TraceSample, caps):
         """Per-CPU counters, or per LLC or socket (--cpu-labels): the CPUs of a domain summed."""
-        label = {c.cpu: self._cpu_label(c.cpu) for c in s.cpus}
         # family name -> labels -> value, summed over the CPUs that share a label
         values: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
 
         def add(name: str, cpu: int, value: float, *more: str) -> None:
-            key = label.get(cpu) if cpu in label else self._cpu_label(cpu)
+            key = self._cpu_label(cpu)
             if key is not None:
                 values[name][(key, *more)] += value
 
