@@ -164,9 +164,12 @@ def test_sampled_agrees_with_exact_on_the_same_traffic():
         assert g.app_bytes == f.app_bytes
         # the socket's in-order count: all the reader got, and what reached the socket but was
         # never read (iperf3's server stops reading at the end), but no retransmitted duplicate
-        # (the exact mode counts those on the stack)
+        # (the exact mode counts those on the stack). The exact count comes from
+        # net:netif_receive_skb, which in this two-flow lab now and then passes fewer bytes than
+        # the socket got (bpftrace alone on it showed the same, test_live.py's demo test says how
+        # much): 0.012% of the same-core flow in one CI run, 0.003% in 1 of 7 runs here.
         print(f"{f.flow}: rx exact {f.rx_bytes} B, sampled {g.rx_bytes} B, read {g.app_bytes} B")
-        assert g.app_bytes <= g.rx_bytes <= f.rx_bytes * 1.0001
+        assert g.app_bytes <= g.rx_bytes <= f.rx_bytes * 1.0005
         for side in ("kernel_seconds", "app_seconds"):
             want, got = getattr(f, side), getattr(g, side)
             if want < 0.01 * f.duration:
