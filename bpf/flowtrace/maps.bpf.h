@@ -70,6 +70,27 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } cycle_counters SEC(".maps");
 
+/* the network header of an skb that went up the stack (skb->data moves on as the layers pull
+ * their headers; the buffer stays), for the sampler to parse later */
+struct skb_hint {
+	__u64 data;
+	__u32 len;
+	__u32 headlen;
+	__u16 proto;		/* Ethernet protocol, network order */
+	__u8 pad[6];
+};
+
+/* Which receive context an skb went up in, so that a sample charges the flow of its own context's
+ * last skb: the kthread of a flow steered to its reader's CPU hands the reader's TCP the data, and
+ * the ACKs that TCP sends come back in through a softirq the kthread runs when it enables bottom
+ * halves, one ACK skb after each batch; with one hint a CPU, the kthread's samples went to the
+ * ACKs. Told apart by where the bpf_net_context (6.11+) that net_rx_action holds lives (see
+ * hint_slot); before 6.11, and where softirqs run on task stacks (PREEMPT_RT), one slot. */
+#define HINT_SOFTIRQ	0	/* net_rx_action in a softirq on the CPU's irq stack */
+#define HINT_TASK	1	/* receive work on a task's stack: a cpumap kthread's batches,
+				 * threaded NAPI, ksoftirqd, busy polling */
+#define HINT_SLOTS	2
+
 /* what the current receive context on this CPU is charging to */
 struct cpu_state {
 	__u64 softirq_start;	/* start of the running softirq (any vector) */
@@ -78,18 +99,14 @@ struct cpu_state {
 	__u64 softirq_llc_start;
 	__u64 kthread_start;	/* start of the running cpumap batch or threaded NAPI run */
 	__u64 hardirq_start;	/* the running interrupt handler's start (handlers do not nest) */
-	/* sampled timing: the network header of the last skb that went up the stack here (skb->data
-	 * moves on as the layers pull their headers; the buffer stays) */
-	__u64 hint_data;
-	__u32 hint_len;
-	__u32 hint_headlen;
-	__u16 hint_proto;	/* Ethernet protocol, network order */
-	__u8 skip_next;		/* the slot of skip_hash the next uncounted flow takes */
-	__u8 hint_pad[1];
+	/* sampled timing: the last skb that went up the stack here, per receive context (HINT_*) */
+	struct skb_hint hint[HINT_SLOTS];
 	/* sampled timing: skb->hash of the last two flows parsed whose transport is not counted
 	 * here (0: none): two, because a CPU that takes in a flow's data also takes in the ACKs of
 	 * what it sends, one skb of each in turn */
 	__u32 skip_hash[2];
+	__u8 skip_next;		/* the slot of skip_hash the next uncounted flow takes */
+	__u8 hint_pad[3];
 	__u64 sample_llc;	/* sampled timing: the LLC counter at the previous sample */
 	__u64 sample_events[FT_EVENTS];	/* and the other events' */
 	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock

@@ -189,8 +189,7 @@ static __always_inline int where_on_stack(struct bpf_perf_event_data *ctx)
  * or off it (a softirq, on the CPU's irq stack: the sampling interrupt cannot interrupt a
  * hardirq). Task stacks are 16 KiB on x86_64 and arm64, 32 KiB under KASAN: in between the
  * answer is not known. */
-#define TASK_STACK_SURE		(16 << 10)
-#define TASK_STACK_MAX		(32 << 10)
+#define TASK_STACK_MAX		(32 << 10)	/* and TASK_STACK_SURE, skb.bpf.h */
 #define ON_TASK_STACK		0
 #define OFF_TASK_STACK		1
 #define STACK_NOT_KNOWN		2

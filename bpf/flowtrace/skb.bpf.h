@@ -170,23 +170,49 @@ static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, 
 			    k, payload);
 }
 
+/* Task stacks are 16 KiB on x86_64 and arm64 (32 KiB under KASAN, where a context in a stack's
+ * upper half is taken for a softirq's: a kthread's samples then go as with one slot) */
+#define TASK_STACK_SURE		(16 << 10)
+
+/* the hint slot of the receive context the current task is in, as the sampler sees it too: a
+ * bpf_net_context held on another stack than the task's is a softirq's (net_rx_action's, on the
+ * irq stack); none, or one on the task's stack, is task-context work (a cpumap kthread holds none
+ * while its skbs go up; threaded NAPI and ksoftirqd hold one on their own stacks) */
+static __always_inline int hint_slot(struct task_struct *task)
+{
+	__u64 held, base;
+
+	if (!bpf_core_field_exists(task->bpf_net_context) || !cfg.softirq_stacks)
+		return HINT_SOFTIRQ;
+	held = (__u64)BPF_CORE_READ(task, bpf_net_context);
+	if (!held)
+		return HINT_TASK;
+	base = (__u64)task->stack;
+	return held >= base && held < base + TASK_STACK_SURE ? HINT_TASK : HINT_SOFTIRQ;
+}
+
 /* the sampler's hint: what it needs to parse that skb's headers later, read while it is alive */
 static __always_inline void set_hint(struct cpu_state *s, struct sk_buff *skb)
 {
-	s->hint_data = (__u64)skb->data;
-	s->hint_len = skb->len;
-	s->hint_headlen = skb->len - skb->data_len;
-	s->hint_proto = skb->protocol;
+	int slot = hint_slot(bpf_get_current_task_btf());
+	struct skb_hint *h = &s->hint[slot & 1];
+
+	h->data = (__u64)skb->data;
+	h->len = skb->len;
+	h->headlen = skb->len - skb->data_len;
+	h->proto = skb->protocol;
 }
 
-/* the hinted skb's flow: its buffer may have been freed since, so a wrong or unparsable result is
- * possible (headers_flow reads with probe reads; the sampler then charges no flow) */
+/* the flow of the last skb of the receive context the sample interrupted: its buffer may have
+ * been freed since, so a wrong or unparsable result is possible (headers_flow reads with probe
+ * reads; the sampler then charges no flow) */
 static __always_inline int hint_flow(struct cpu_state *s, struct ft_flow_key *k)
 {
+	struct skb_hint *h = &s->hint[hint_slot(bpf_get_current_task_btf()) & 1];
 	__u64 payload;
 
-	if (!s->hint_data)
+	if (!h->data)
 		return -1;
-	return headers_flow((unsigned char *)s->hint_data, s->hint_len, s->hint_headlen,
-			    bpf_ntohs(s->hint_proto), k, &payload);
+	return headers_flow((unsigned char *)h->data, h->len, h->headlen, bpf_ntohs(h->proto), k,
+			    &payload);
 }
