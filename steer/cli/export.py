@@ -32,7 +32,10 @@ def add_parsers(sub, fmt) -> dict:
                          "service (proto, dst, dport: the connections to one local port summed, and "
                          "the replies this host gets as a client summed under "
                          "dport=\"ephemeral\", so that series do not come and go with every "
-                         "connection)")
+                         "connection), or workload (workload, namespace, pod, container: the "
+                         "flows of a reader's pod, container or systemd unit summed, named from "
+                         "its cgroup and the kubelet's /var/log/pods; flows whose reader was not "
+                         "seen are in no series)")
     ex.add_argument("--duration", type=positive(), default=None, metavar="SECONDS",
                     help="stop after this long (default: until Ctrl-C or SIGTERM)")
     ex.add_argument("--keep-privileges", action="store_true",

@@ -36,7 +36,7 @@ def add_parsers(sub, fmt) -> dict:
                          "application receive time; the flows by rate with where their kernel "
                          "work and reader run, the CPU each takes, class, rate history, CPU-"
                          "seconds per GB and LLC misses, as the terminal's width allows. Keys: "
-                         "r k a c sort (rate, kernel, app, class), / filter, i idle flows, p "
+                         "r k a c w sort (rate, kernel, app, class, workload), / filter, i idle flows, p "
                          "pause, ? help, q quit. Off a terminal, one table per interval.")
     top.add_argument("--interval", type=positive(maximum=MAX_INTERVAL), default=1.0, metavar="SECONDS",
                      help="refresh period (each view covers one period)")
@@ -105,8 +105,8 @@ def cmd_topology(args) -> int:
 
 
 def cmd_flows(args) -> int:
-    from steer.model.flows import attach_cgroups, attach_devices, build_snapshot
-    from steer.trace.cgroups import CgroupResolver
+    from steer.model.flows import attach_devices, attach_workloads, build_snapshot
+    from steer.trace.workloads import WorkloadResolver
     from steer.trace.netdevs import DeviceResolver
     from steer.model.topology import read_topology
     from steer.present.live import make_console
@@ -119,7 +119,7 @@ def cmd_flows(args) -> int:
         snap = build_snapshot(before, tracer.sample(), topo, tracer.capabilities)
     finally:
         tracer.stop()
-    snap = attach_cgroups(attach_devices(snap, topo, DeviceResolver()), CgroupResolver())
+    snap = attach_workloads(attach_devices(snap, topo, DeviceResolver()), WorkloadResolver())
     if args.json:
         print(json.dumps(snap.as_json(), indent=2))
     else:
@@ -132,10 +132,12 @@ def cmd_top(args) -> int:
     from steer.model.flows import Intervals
     from steer.model.topology import read_topology
     from steer.present.live import run_live
+    from steer.trace.workloads import WorkloadResolver
     topo = read_topology()
     tracer = start_tracer(args)
     try:
-        run_live(Intervals(tracer, topo, smooth=True), topo, interval=args.interval,
+        run_live(Intervals(tracer, topo, smooth=True, workloads=WorkloadResolver()), topo,
+                 interval=args.interval,
                  duration=args.duration,
                  limit=args.limit, state=view_state(args))
     except KeyboardInterrupt:

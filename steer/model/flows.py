@@ -11,6 +11,7 @@ from steer.model.topology import Topology, nic_local, nic_sockets
 from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, TraceSample,
                                  TraceSource)
 from steer.model.units import hit_ratio, per_gb
+from steer.model.workloads import Workload
 
 NS = 1e9
 
@@ -139,9 +140,11 @@ class FlowReport:
     kernel_samples: int | None = None
     app_samples: int | None = None
     # the reader's cgroup: its v2 id (None: no reader seen, or not known), and its path in the
-    # cgroup2 hierarchy where attach_cgroups resolved it ("/system.slice/nginx.service")
+    # cgroup2 hierarchy where attach_workloads resolved it ("/system.slice/nginx.service"), with
+    # the unit, container and pod that path names
     app_cgroup_id: int | None = None
     app_cgroup: str | None = None
+    app_workload: Workload | None = None
 
     @property
     def rate_bps(self) -> float:
@@ -195,6 +198,7 @@ class FlowReport:
             "app_bytes": self.app_bytes, "app_calls": self.app_calls,
             "app_pid": self.app_pid, "app_comm": self.app_comm,
             "app_cgroup": self.app_cgroup, "app_cgroup_id": self.app_cgroup_id,
+            **_workload_json(self.app_workload),
             "class": self.placement.cls, "shared_llc": self.placement.shared_llc,
             "smt_sibling": self.placement.smt_sibling,
             "kernel_seconds_per_gb": _r(self.kernel_seconds_per_gb),
@@ -218,6 +222,19 @@ class FlowReport:
         return _null_missing(out, caps, f"{f.proto}_", FLOW_FIELDS) if caps else out
 
 
+# a reader's workload in the JSON: what its cgroup path names (steer.model.workloads)
+WORKLOAD_FIELDS = ("app_workload", "app_unit", "app_container", "app_container_id",
+                   "app_container_runtime", "app_pod", "app_namespace", "app_pod_uid")
+
+
+def _workload_json(w: Workload | None) -> dict:
+    if w is None:
+        return dict.fromkeys(WORKLOAD_FIELDS)
+    return {"app_workload": w.label, "app_unit": w.unit, "app_container": w.container,
+            "app_container_id": w.container_id, "app_container_runtime": w.runtime,
+            "app_pod": w.pod, "app_namespace": w.namespace, "app_pod_uid": w.pod_uid}
+
+
 # the JSON fields that each figure (steer.trace.programs.FIGURES) stands behind, for a flow and for a
 # CPU: null where the kernel refused what measures it, so that no one reads a 0 as a measurement
 # ("{proto}_": the figure of the flow's own transport)
@@ -226,7 +243,8 @@ FLOW_FIELDS = {
                     "kernel_seconds_stderr"),
     "kthread_time": ("kernel_kthread_seconds",),
     "{proto}_app_bytes": ("app_bytes",),
-    "reader": ("app_cpu", "app_cpu_share", "app_pid", "app_comm", "app_cgroup", "app_cgroup_id"),
+    "reader": ("app_cpu", "app_cpu_share", "app_pid", "app_comm", "app_cgroup", "app_cgroup_id",
+               *WORKLOAD_FIELDS),
     "app_time": ("app_seconds", "app_nested_softirq_seconds", "app_seconds_per_gb", "app_cpus",
                  "app_samples", "app_seconds_stderr"),
     "drops": ("rx_drops", "last_drop_reason"),
@@ -353,10 +371,16 @@ def attach_devices(snap: Snapshot, topo: Topology, lookup) -> Snapshot:
     return replace(snap, flows=flows)
 
 
-def attach_cgroups(snap: Snapshot, lookup) -> Snapshot:
-    """SNAP with each reader's cgroup path, from LOOKUP(cgroup id) -> path or None."""
-    return replace(snap, flows=[replace(f, app_cgroup=lookup(f.app_cgroup_id))
-                                if f.app_cgroup_id else f for f in snap.flows])
+def attach_workloads(snap: Snapshot, lookup) -> Snapshot:
+    """SNAP with each reader's cgroup path and workload, from LOOKUP(cgroup id) -> (path,
+    Workload), (None, None) where not known (steer.trace.workloads.WorkloadResolver)."""
+    flows = []
+    for f in snap.flows:
+        if f.app_cgroup_id:
+            path, w = lookup(f.app_cgroup_id)
+            f = replace(f, app_cgroup=path, app_workload=w)
+        flows.append(f)
+    return replace(snap, flows=flows)
 
 
 def with_queue_irq(dev: dict, queue: int | None) -> dict:
@@ -589,8 +613,9 @@ class Intervals:
     its recent past (PlacementMemory), as the live view shows them, so that a flow with a few
     samples a second does not change class from one second to the next."""
 
-    def __init__(self, tracer: TraceSource, topo: Topology, smooth: bool = False, devices=None):
-        self.tracer, self.topo, self.devices = tracer, topo, devices
+    def __init__(self, tracer: TraceSource, topo: Topology, smooth: bool = False, devices=None,
+                 workloads=None):
+        self.tracer, self.topo, self.devices, self.workloads = tracer, topo, devices, workloads
         self.memory = PlacementMemory(topo) if smooth else None
         self.first = self.last = tracer.sample()
 
@@ -599,7 +624,10 @@ class Intervals:
         snap = build_snapshot(self.last, now, self.topo, self.tracer.capabilities)
         self.last = now
         snap = self.memory.update(snap) if self.memory else snap
-        # DEVICES: attach_devices' lookup, for consumers that weigh the NIC's place (policies)
+        # DEVICES: attach_devices' lookup, for consumers that weigh the NIC's place (policies);
+        # WORKLOADS: attach_workloads', for those that show or match readers by workload
+        if self.workloads:
+            snap = attach_workloads(snap, self.workloads)
         return attach_devices(snap, self.topo, self.devices) if self.devices else snap
 
     def total(self) -> Snapshot:
@@ -809,4 +837,44 @@ class ServiceTotals:
                 self._seen.pop(k, None)
                 self.evicted += 1
         self._prev = dict(totals)
+        return out
+
+
+def workload_key(path: str | None, w: Workload | None) -> tuple[str, str, str, str] | None:
+    """The series key of a reader's workload: (workload, namespace, pod, container), the first
+    its label (steer.model.workloads) or, where the path names nothing known, the cgroup path;
+    None where the cgroup is not known."""
+    if not path:
+        return None
+    if w is None:
+        return path, "", "", ""
+    return w.label or path, w.namespace or "", w.pod or "", w.container or ""
+
+
+class WorkloadTotals(ServiceTotals):
+    """FlowTotals summed by the reader's workload (workload_key): the flows of a pod, a
+    container or a unit, whose series last as long as it does. A flow counts from the first
+    read in which its reader's cgroup is known, whole, and under that workload for good (a
+    counter that moved between series would read as a reset); a flow whose reader was never
+    seen (the ACKs of what this host sends, a socket nobody reads) is in no workload's series.
+    Workloads with no flow left are kept and forgotten as services are."""
+
+    def __init__(self, max_retired: int | None = None):
+        super().__init__(ephemeral=range(0), max_retired=max_retired)
+        self._keys: dict[FlowId, tuple] = {}
+
+    def learn(self, flow: FlowId, key: tuple | None) -> None:
+        if key is not None and flow not in self._keys:
+            self._keys[flow] = key
+
+    def knows(self, flow: FlowId) -> bool:
+        return flow in self._keys
+
+    def key(self, flow: FlowId) -> tuple | None:
+        return self._keys.get(flow)
+
+    def update(self, totals: dict[FlowId, FlowTotal], now: float) -> dict[tuple, FlowTotal]:
+        out = super().update({f: t for f, t in totals.items() if f in self._keys}, now)
+        for flow in [f for f in self._keys if f not in totals]:
+            del self._keys[flow]   # gone: its counts stay in its workload's retired total
         return out

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from steer import __version__
 from steer.model.classify import CLASSES
 from steer.model.flows import (SIDE_EVENTS, SIDES, FlowTotals, PlacementMemory, ServiceTotals, Snapshot,
-                               build_snapshot, by_side, side_events)
+                               WorkloadTotals, build_snapshot, by_side, side_events, workload_key)
 from steer.trace.programs import SECTIONS
 from steer.model.topology import Topology, read_int
 from steer.model.samples import TraceSample, TraceSource
@@ -42,7 +42,8 @@ DEFAULT_TOP_K = 20
 # the labels of per-flow series: the whole 5-tuple, or the receiving service alone (no peer
 # address or port), whose series do not come and go with every connection
 FLOW_LABEL_SETS = {"five-tuple": ["proto", "src", "sport", "dst", "dport"],
-                   "service": ["proto", "dst", "dport"]}
+                   "service": ["proto", "dst", "dport"],
+                   "workload": ["workload", "namespace", "pod", "container"]}
 DEFAULT_FLOW_LABELS = "five-tuple"
 # what the cpu label of the per-CPU series names: each CPU, or the CPUs of a last-level cache or
 # of a socket summed (a 2 x 64-core host with SMT has 256 CPUs: see docs/guide/exporter.md)
@@ -69,7 +70,8 @@ class SteerCollector(Collector):
     def __init__(self, tracer: TraceSource, topo: Topology, top_k: int = DEFAULT_TOP_K,
                  steering: Callable[[], list[DeviceState]] | None = None,
                  actions: Callable[[], dict[str, int]] | None = None,
-                 flow_labels: str = DEFAULT_FLOW_LABELS, cpu_labels: str = DEFAULT_CPU_LABELS):
+                 flow_labels: str = DEFAULT_FLOW_LABELS, cpu_labels: str = DEFAULT_CPU_LABELS,
+                 workloads: Callable | None = None):
         if flow_labels not in FLOW_LABEL_SETS:
             raise ValueError(f"flow labels {flow_labels!r}: one of {', '.join(FLOW_LABEL_SETS)}")
         if cpu_labels not in CPU_LABELS:
@@ -84,6 +86,12 @@ class SteerCollector(Collector):
             c: defaultdict(float) for c in CLASSES}
         self._flow_totals = FlowTotals()
         self._service_totals = ServiceTotals()
+        # --flow-labels workload: cgroup id -> (path, Workload) (steer.trace.workloads)
+        self._workloads = workloads
+        if flow_labels == "workload" and workloads is None:
+            from steer.trace.workloads import WorkloadResolver
+            self._workloads = WorkloadResolver()
+        self._workload_totals = WorkloadTotals()
         self._active: OrderedDict[int, int] = OrderedDict()   # steer_class_flows' window
         self._active_classes = [0] * len(CLASSES)   # of _active, by class
         # per structure bounded by size, what it had to forget early
@@ -132,11 +140,21 @@ class SteerCollector(Collector):
         totals = self._flow_totals.update(now)
         if self.flow_labels == "service":
             totals = self._service_totals.update(totals, t)
+        elif self.flow_labels == "workload":
+            wt = self._workload_totals
+            for f in snap.flows:
+                if f.app_cgroup_id and not wt.knows(f.flow):
+                    wt.learn(f.flow, workload_key(*self._workloads(f.app_cgroup_id)))
+            totals = wt.update(totals, t)
         return now, snap, totals
 
-    def _series_key(self, flow) -> tuple:
-        return (flow.proto, flow.src, flow.sport, flow.dst, flow.dport) \
-            if self.flow_labels == "five-tuple" else self._service_totals.key(flow)
+    def _series_key(self, flow) -> tuple | None:
+        """FLOW's series: None for a flow in none (--flow-labels workload: its reader not seen)."""
+        if self.flow_labels == "five-tuple":
+            return flow.proto, flow.src, flow.sport, flow.dst, flow.dport
+        if self.flow_labels == "service":
+            return self._service_totals.key(flow)
+        return self._workload_totals.key(flow)
 
     def collect(self) -> Iterable:
         # one scrape at a time from the read to the last family: the totals and the flows the
@@ -307,7 +325,9 @@ class SteerCollector(Collector):
         labels = FLOW_LABEL_SETS[self.flow_labels]
         rate: dict[tuple, float] = defaultdict(float)
         for f in snap.flows:
-            rate[self._series_key(f.flow)] += f.rate_bps
+            k = self._series_key(f.flow)
+            if k is not None:
+                rate[k] += f.rate_bps
         top = heapq.nlargest(self.top_k, totals,
                              key=lambda k: (rate.get(k, 0.0), totals[k].rx_bytes))
         rx = CounterMetricFamily("steer_flow_receive_bytes",
@@ -372,10 +392,12 @@ class SteerCollector(Collector):
         c = CounterMetricFamily("steer_exporter_evictions",
                                 "Entries the exporter's own bounded structures forgot before "
                                 "their time: active_flows (steer_class_flows' window), services "
-                                "(--flow-labels service: totals of services with no flow left).",
+                                "(--flow-labels service: totals of services with no flow left), "
+                                "workloads (--flow-labels workload: the same of workloads).",
                                 labels=["structure"])
         c.add_metric(["active_flows"], self.evicted["active_flows"])
         c.add_metric(["services"], self._service_totals.evicted)
+        c.add_metric(["workloads"], self._workload_totals.evicted)
         yield c
         c = CounterMetricFamily("steer_tracer_map_full",
                                 "What a full map of the tracer could not count: NAPI polls of "

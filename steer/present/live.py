@@ -19,7 +19,7 @@ from steer.model.flows import Snapshot
 from steer.model.topology import Topology
 from steer.present.view import DEFAULT_LIMIT, History, ViewState, render, screen
 
-SORT_KEYS = {"r": "rate", "k": "kernel", "a": "app", "c": "class"}
+SORT_KEYS = {"r": "rate", "k": "kernel", "a": "app", "c": "class", "w": "workload"}
 ESC, ENTER, BACKSPACE = "\x1b", ("\r", "\n"), ("\x7f", "\b")
 
 

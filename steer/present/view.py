@@ -32,7 +32,8 @@ HISTORY = 12                  # intervals of rate history a flow's sparkline sho
 FLOW_MIN_WIDTH = 12
 
 CLASS_STYLE = {SAME_CORE: "bold red", SAME_SOCKET: "green", CROSS_SOCKET: "yellow"}
-SORTS = {"rate": "rate", "kernel": "kernel CPU time", "app": "app CPU time", "class": "class"}
+SORTS = {"rate": "rate", "kernel": "kernel CPU time", "app": "app CPU time", "class": "class",
+         "workload": "workload"}
 CLASS_ORDER = {SAME_CORE: 0, CROSS_SOCKET: 1, SAME_SOCKET: 2}
 
 
@@ -197,8 +198,7 @@ def columns(snap: Snapshot, history: History | None) -> list[Column]:
         cols.append(Column("history", lambda f: sparkline(history.rates.get(f.flow, [])), 2,
                            "left"))
     cols += [
-        Column("reader", lambda f: f"{printable(f.app_comm or '')}/{f.app_pid}" if f.app_pid else "-",
-               3, "left"),
+        Column("reader", reader_text, 3, "left"),
         Column("k s/GB", lambda f: _per_gb(f.kernel_seconds_per_gb, f), 4),
         Column("a s/GB", lambda f: _per_gb(f.app_seconds_per_gb, f), 4),
     ]
@@ -208,13 +208,28 @@ def columns(snap: Snapshot, history: History | None) -> list[Column]:
     return cols
 
 
+def reader_text(f: FlowReport) -> str:
+    """Who reads the flow: its workload where its cgroup names one (a pod, a container, a
+    systemd unit), else its process name and pid; as text, whatever the host named it."""
+    label = f.app_workload.label if f.app_workload else None
+    if label:
+        return printable(label)
+    return f"{printable(f.app_comm or '')}/{f.app_pid}" if f.app_pid else "-"
+
+
+def workload_key(f: FlowReport) -> str:
+    """What the workload sort and the filter know a flow's reader by."""
+    w = f.app_workload
+    return " ".join(x for x in (w and w.label, f.app_cgroup, f.app_comm) if x)
+
+
 def is_idle(f: FlowReport, min_rate: float) -> bool:
     """No payload either way (the ACKs of a flow this host sends), or slower than MIN_RATE."""
     return (not f.rx_bytes and not f.app_bytes) or f.rate_bps < min_rate
 
 
 def _matches(f: FlowReport, text: str) -> bool:
-    hay = f"{f.flow} {f.flow.dport} {f.app_comm or ''} {f.app_pid or ''} {f.placement.cls}"
+    hay = f"{f.flow} {f.flow.dport} {workload_key(f)} {f.app_pid or ''} {f.placement.cls}"
     return text.lower() in hay.lower()
 
 
@@ -233,7 +248,9 @@ def select_flows(snap: Snapshot, state: ViewState) -> tuple[list[FlowReport], in
     key = {"rate": lambda f: -f.rate_bps,
            "kernel": lambda f: -f.kernel_seconds,
            "app": lambda f: -f.app_seconds,
-           "class": lambda f: (CLASS_ORDER.get(f.placement.cls, 3), -f.rate_bps)}[state.sort]
+           "class": lambda f: (CLASS_ORDER.get(f.placement.cls, 3), -f.rate_bps),
+           # flows without a known reader last, each workload's flows by rate
+           "workload": lambda f: (not workload_key(f), workload_key(f), -f.rate_bps)}[state.sort]
     return sorted(flows, key=key), idle, filtered
 
 
@@ -435,7 +452,7 @@ def footer_lines(snap: Snapshot, state: ViewState, idle: int, filtered: int, mor
 
 
 HELP = [
-    ("r k a c", "sort by rate, kernel CPU time, app CPU time, class"),
+    ("r k a c w", "sort by rate, kernel CPU time, app CPU time, class, workload"),
     ("/", "filter: type text (address, port, command, class), Enter keeps it, Esc clears it"),
     ("i", "show or hide idle flows (no payload, or below the minimum rate)"),
     ("p, space", "pause or resume"),

@@ -261,6 +261,10 @@ def test_the_daemonset_keeps_its_hardening():
     assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)
     (bpffs,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/sys/fs/bpf"]
     assert bpffs["mountPropagation"] == "HostToContainer"
+    # the kubelet's log directories name pods and containers: read, never written
+    logs = {m["mountPath"]: m for m in c["volumeMounts"] if m["mountPath"].startswith("/var/log")}
+    assert set(logs) == {"/var/log/pods", "/var/log/containers"}
+    assert all(m["readOnly"] for m in logs.values())
 
 
 def test_the_podmonitor_is_valid_for_prometheus_operator():

@@ -56,3 +56,75 @@ def test_a_readers_cgroup_is_in_flows_json(cgroup, env, timing):
     f = next(f for f in json.loads(out)["flows"] if f["sport"] == res.sender_port)
     assert f["app_pid"] == pid and f["app_cgroup"] == rel, f
     assert f["app_cgroup_id"] == os.stat(path).st_ino
+
+
+ID = "5e" * 32
+UID = "0b7c6d5e-4f3a-4b2c-9d1e-8f7a6b5c4d3e"
+# each runtime's and driver's name of a container's cgroup, under a parent of this test's own
+# (as a kubelet inside a container, kind's or k3d's, nests its hierarchy); what steer names it
+LAYOUTS = {
+    "kubelet-systemd": (f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                        f"{UID.replace('-', '_')}.slice/cri-containerd-{ID}.scope",
+                        dict(app_pod="api-5f7c9", app_namespace="shop", app_container="server",
+                             app_container_runtime="containerd", app_pod_uid=UID,
+                             app_workload="shop/api-5f7c9:server")),
+    "kubelet-cgroupfs": (f"kubepods/besteffort/pod{UID}/crio-{ID}",
+                         dict(app_pod="api-5f7c9", app_namespace="shop", app_container="server",
+                              app_container_runtime="cri-o", app_unit=None)),
+    "docker": (f"system.slice/docker-{ID}.scope",
+               dict(app_pod=None, app_container_runtime="docker", app_unit=f"docker-{ID}.scope",
+                    app_workload=f"docker:{ID[:12]}")),
+    "podman": (f"machine.slice/libpod-{ID}.scope",
+               dict(app_pod=None, app_container_runtime="podman", app_workload=f"podman:{ID[:12]}")),
+    "systemd-unit": ("system.slice/steer-reader.service",
+                     dict(app_unit="steer-reader.service", app_container_id=None,
+                          app_workload="steer-reader.service")),
+}
+
+
+@pytest.fixture
+def kubelet_logs(tmp_path):
+    """The kubelet's log directories for one pod of one container, as a node has them."""
+    (tmp_path / "pods" / f"shop_api-5f7c9_{UID}" / "server").mkdir(parents=True)
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "containers" / f"api-5f7c9_shop_server-{ID}.log").symlink_to(
+        tmp_path / "pods" / f"shop_api-5f7c9_{UID}" / "server" / "0.log")
+    return tmp_path
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_readers_pod_container_or_unit_is_named_in_flows_json(layout, kubelet_logs):
+    """A real iperf3 reader moved into a cgroup named as LAYOUT's runtime names a container's:
+    steer flows --json names its pod (from the kubelet's log directories), container and unit."""
+    rel, want = LAYOUTS[layout]
+    top = os.path.join(MOUNT, f"steer-test-{os.getpid()}")
+    path = os.path.join(top, rel)
+    os.makedirs(path)
+    try:
+        with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
+            lab.start_servers()
+            pid = lab.receiver_pid(lab.flows[0].port)
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+            p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                 env=dict(os.environ, PYTHONPATH=ROOT,
+                                          STEER_KUBELET_LOGS=str(kubelet_logs)))
+            time.sleep(0.8)
+            lab.start_clients()
+            out, err = p.communicate(timeout=60)
+            (res,) = lab.wait(timeout=30)
+    finally:
+        for d in [path] + [os.path.join(top, *rel.split("/")[:i]) for i in
+                           range(rel.count("/"), 0, -1)] + [top]:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except OSError:
+                    time.sleep(0.1)   # the last process is still leaving
+    assert p.returncode == 0, err
+    f = next(f for f in json.loads(out)["flows"] if f["sport"] == res.sender_port)
+    assert f["app_pid"] == pid and f["app_cgroup"] == f"/steer-test-{os.getpid()}/{rel}", f
+    for key, value in want.items():
+        assert f[key] == value, (key, f)

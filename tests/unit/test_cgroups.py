@@ -1,10 +1,11 @@
 """Readers' cgroups: the cgroup2 mount found in mountinfo, ids (directory inodes) to paths."""
 import os
 
-from steer.model.flows import attach_cgroups, build_snapshot
+from steer.model.flows import attach_workloads, build_snapshot
 from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.model.topology import read_topology
 from steer.trace.cgroups import CgroupResolver, cgroup2_mount
+from steer.trace.workloads import PodLogs, WorkloadResolver
 
 VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 
@@ -50,6 +51,9 @@ def test_a_flows_reader_carries_its_cgroup_into_the_json(tmp_path):
     snap = build_snapshot(None, after, read_topology(VM),
                           Capabilities("available", "available", "available", "unavailable"))
     assert snap.flows[0].as_json()["app_cgroup"] is None
-    (f,) = attach_cgroups(snap, CgroupResolver(str(tmp_path))).flows
+    (f,) = attach_workloads(snap, WorkloadResolver(CgroupResolver(str(tmp_path)),
+                                                 PodLogs(str(tmp_path / "no-logs")))).flows
     j = f.as_json()
     assert (j["app_cgroup"], j["app_cgroup_id"]) == ("/system.slice/iperf3.service", unit.stat().st_ino)
+    assert (j["app_unit"], j["app_workload"], j["app_pod"], j["app_container"]) == \
+        ("iperf3.service", "iperf3.service", None, None)

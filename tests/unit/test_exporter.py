@@ -433,3 +433,46 @@ def test_per_cpu_series_fold_by_llc_or_socket_and_keep_their_sums(tmp_path):
     want = sum((c + 1) - c / S for c in (*range(64), *range(128, 192)))
     key = ("steer_cpu_kernel_seconds_total", frozenset({"cpu": "socket0", "context": "softirq"}.items()))
     assert abs(got["socket"][key] - want) < 1e-6
+
+
+def test_workload_labels_sum_a_pods_flows_and_keep_them_under_it():
+    """--flow-labels workload: the flows of one pod in one series, labelled as the kubelet names
+    the pod; a flow counts (whole) from the read in which its reader's cgroup is known, and one
+    whose reader was never seen is in no series."""
+    from steer.model.workloads import Workload
+    topo = read_topology(VM)
+    a = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 8080)
+    b = FlowId("tcp", "198.18.0.9", 50000, "198.18.0.2", 8080)
+    acks = FlowId("tcp", "198.18.0.2", 8080, "198.18.0.1", 40000)
+    unit = FlowId("tcp", "198.18.0.1", 40002, "198.18.0.2", 22)
+    pod = Workload(container_id="a" * 64, pod_uid="7d1c2a3b-4e5f-4a6b-8c7d-9e0f1a2b3c4d")
+    names = {11: ("/kubepods/pod7d1c2a3b-4e5f-4a6b-8c7d-9e0f1a2b3c4d/" + "a" * 64,
+                  pod.with_pod("web", "nginx-7d9f", "nginx")),
+             12: ("/system.slice/sshd.service", Workload(unit="sshd.service"))}
+    reader = dict(app_pid=7, app_comm="nginx", app_cgroup=11, app_calls=1, app_ns=1000)
+    reads = [_sample(0, []),
+             _sample(1, [FlowCpuSample(a, 1, rx_bytes=100, kernel_ns=10, app_bytes=100, **reader),
+                         FlowCpuSample(b, 1, rx_bytes=30, kernel_ns=3),   # reader not seen yet
+                         FlowCpuSample(acks, 0, rx_packets=5, kernel_ns=1),
+                         FlowCpuSample(unit, 1, rx_bytes=5, app_bytes=5, app_pid=9,
+                                       app_comm="sshd", app_cgroup=12)]),
+             _sample(2, [FlowCpuSample(a, 1, rx_bytes=150, kernel_ns=15, app_bytes=150, **reader),
+                         FlowCpuSample(b, 1, rx_bytes=40, kernel_ns=4, app_bytes=40, **reader),
+                         FlowCpuSample(acks, 0, rx_packets=7, kernel_ns=2)]),
+             _sample(3, [FlowCpuSample(b, 1, rx_bytes=45, kernel_ns=5, app_bytes=45, **reader)])]
+    c = SteerCollector(FakeTracer(reads), topo, flow_labels="workload",
+                       workloads=lambda i: names.get(i, (None, None)))
+    list(c.collect())
+    pod_labels = dict(workload="web/nginx-7d9f:nginx", namespace="web", pod="nginx-7d9f",
+                      container="nginx")
+    first, second, third = _scrape(c), _scrape(c), _scrape(c)
+    assert _get(first, "steer_flow_receive_bytes_total", **pod_labels) == 100   # b not yet
+    assert _get(first, "steer_flow_receive_bytes_total", workload="sshd.service", namespace="",
+                pod="", container="") == 5
+    assert _get(second, "steer_flow_receive_bytes_total", **pod_labels) == 190   # b whole
+    assert _get(third, "steer_flow_receive_bytes_total", **pod_labels) == 195    # a's 150 stay
+    series = {dict(k[1])["workload"] for k in second if k[0] == "steer_flow_receive_bytes_total"}
+    assert series == {"web/nginx-7d9f:nginx", "sshd.service"}   # the ACKs are no workload's
+    assert _get(second, "steer_flow_info", **pod_labels, kernel_cpu=1, app_cpu=1,
+                shared_llc="true", smt_sibling="false", app_comm="nginx",
+                **{"class": "same-core"}) == 2

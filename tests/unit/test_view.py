@@ -280,3 +280,50 @@ def test_a_big_host_folds_its_cpus_and_the_flows_stay_in_view(tmp_path, cores, s
     assert any("3 ██████████ rx 100%" in l for l in lines), lines
     assert any(f"{n - 1} █████      rx  50%" in l for l in lines), lines
     assert any("quieter CPUs" in l for l in lines)
+
+
+POD = "/kubepods.slice/kubepods-pod7d1c2a3b_4e5f_4a6b_8c7d_9e0f1a2b3c4d.slice/cri-containerd-" + "a" * 64 + ".scope"
+
+
+def _with_workloads(snap, names):
+    """SNAP with its flows' readers resolved as steer.trace.workloads would: NAMES maps a flow's
+    reader pid to its cgroup path; the pod's names as the kubelet's logs give them."""
+    from steer.model.flows import attach_workloads
+    from steer.model.workloads import parse_cgroup_path
+    from dataclasses import replace
+    snap = replace(snap, flows=[replace(f, app_cgroup_id=f.app_pid) if f.app_pid else f
+                                for f in snap.flows])
+
+    def lookup(pid):
+        w = parse_cgroup_path(names.get(pid))
+        if w and w.pod_uid:
+            w = w.with_pod("web", "nginx-7d9f", "nginx")
+        return names.get(pid), w
+    return attach_workloads(snap, lookup)
+
+
+def test_the_reader_column_names_the_workload_and_the_filter_and_sort_know_it():
+    snap = _with_workloads(_snapshot(DATA), {42: POD, 43: "/system.slice/nc.service"})
+    text = _text(snap, state=ViewState(show_idle=True))
+    (a,) = [l for l in text.splitlines() if ":40000 ->" in l]
+    (b,) = [l for l in text.splitlines() if ":9000" in l]
+    assert "web/nginx-7d9f:nginx" in a and "iperf3/42" not in a
+    assert "nc.service" in b and "nc/43" not in b
+    rows = lambda state: [l for l in _text(snap, state=state).splitlines() if "->" in l]  # noqa: E731
+    assert [":9000" in r for r in rows(ViewState(show_idle=True, filter="nc.serv"))] == [True]
+    assert [":40000" in r for r in rows(ViewState(show_idle=True, filter="kubepods"))] == [True]
+    # by workload: nc.service before web/..., the ACK flow (no reader) last
+    order = rows(ViewState(show_idle=True, sort="workload"))
+    assert ":9000" in order[0] and ":40000 ->" in order[1] and "5201 ->" in order[2]
+    state = ViewState()
+    assert handle_key(state, "w") and state.sort == "workload"
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_workload_name_is_shown_as_text(name):
+    """A cgroup's name is its maker's choice, as a process's is."""
+    snap = _with_workloads(_snapshot(DATA), {42: f"/system.slice/{name}.service"})
+    console = Console(width=200, record=True, force_terminal=True, color_system="truecolor")
+    console.print(render(snap, read_topology(VM), width=200))
+    raw = console.export_text(styles=True, clear=False)
+    assert "\x1b[2J" not in raw and "\x1b]" not in raw and "\u202e" not in raw
