@@ -161,6 +161,11 @@ def overview():
                              "asDropdown": False}])
 
 
+# the series of a workload (--flow-labels workload) in the chosen namespaces; a unit's or a
+# plain container's namespace is empty, which "All" (.*) takes
+WSEL = f'{INST}, workload!="", namespace=~"$namespace"'
+
+
 def flows():
     sel = f'{INST}, dport=~"$dport"'
     table = {"id": 1, "type": "table", "title": "Top flows: placement", "datasource": DS,
@@ -194,6 +199,32 @@ def flows():
                         "full socket buffer, a bad checksum, a netfilter rule...): a reader "
                         "starved of CPU, as on a busy shared core, loses packets here first. "
                         "steer flows --json names the kernel's reason."),
+        # by workload: the series of `steer export --flow-labels workload` (the others have no
+        # workload label, and no series of theirs matches)
+        {"id": 5, "type": "table", "title": "Workloads: placement of their flows",
+         "datasource": DS,
+         "description": "With steer export --flow-labels workload: for each workload (a "
+                        "Kubernetes pod's container, a container, a systemd unit) of each host, "
+                        "how many of its top flows have each placement class. A pod whose flows "
+                        "are same-core or cross-socket is the one to steer.",
+         "gridPos": {"x": 0, "y": 24, "w": 24, "h": 8},
+         "targets": [target(f"sum by (instance, namespace, pod, container, workload, class) "
+                            f"(steer_flow_info{{{WSEL}}})", "", "A", format="table",
+                            instant=True)],
+         "transformations": [{"id": "organize", "options": {
+             "excludeByName": {"Time": True},
+             "indexByName": {"instance": 0, "namespace": 1, "pod": 2, "container": 3,
+                             "workload": 4, "class": 5, "Value": 6},
+             "renameByName": {"Value": "flows"}}}],
+         "fieldConfig": {"defaults": {}, "overrides": []}, "options": {"showHeader": True}},
+        timeseries(6, "Workload kernel and application CPU", [
+            target(f"sum by (instance, workload) (rate(steer_flow_kernel_seconds_total{{{WSEL}}}"
+                   f"[{RATE}]))", "kernel {{workload}} {{instance}}", "A"),
+            target(f"sum by (instance, workload) (rate(steer_flow_app_seconds_total{{{WSEL}}}"
+                   f"[{RATE}]))", "app {{workload}} {{instance}}", "B")],
+            "percentunit", 0, 32, w=24,
+            description="With steer export --flow-labels workload: the share of a CPU each "
+                        "workload's kernel receive work and its readers' receive calls took."),
     ]
     dport = {"name": "dport", "label": "destination port", "type": "query", "datasource": DS,
              "query": {"query": f'label_values(steer_flow_info{{{INST}}}, dport)',
@@ -201,8 +232,15 @@ def flows():
              "definition": f'label_values(steer_flow_info{{{INST}}}, dport)',
              "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*", "current": {},
              "hide": 0, "sort": 3}
+    namespace = {"name": "namespace", "label": "namespace", "type": "query", "datasource": DS,
+                 "query": {"query": f'label_values(steer_flow_info{{{INST}, pod!=""}}, namespace)',
+                           "refId": "namespace"},
+                 "definition": f'label_values(steer_flow_info{{{INST}, pod!=""}}, namespace)',
+                 "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*",
+                 "current": {}, "hide": 0, "sort": 1}
     return dashboard("steer-flows", "steer: flows", "The top-K flows of each host: placement, "
-                     "rate and CPU, by destination port.", panels, variables([dport]))
+                     "rate and CPU, by destination port; and by workload (pod, container, "
+                     "unit).", panels, variables([dport, namespace]))
 
 
 DASHBOARDS = {"steer-overview.json": overview, "steer-flows.json": flows}

@@ -246,8 +246,10 @@ def cmd_auto(args) -> int:
     tracer = server = None
     try:
         from steer.trace.netdevs import DeviceResolver
+        from steer.trace.workloads import WorkloadResolver
         tracer = start_tracer(args)
-        intervals = Intervals(tracer, topo, devices=DeviceResolver())
+        # the readers' workloads: what static rules may select by, and what the log names
+        intervals = Intervals(tracer, topo, devices=DeviceResolver(), workloads=WorkloadResolver())
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
                                 log=log)
         if args.listen:

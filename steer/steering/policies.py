@@ -11,10 +11,14 @@ write. Built-ins:
   clustering does), where the packets' memory is.
 - same-core: the reader's own CPU (what aRFS does), for comparison.
 - spread: flows by rate onto the least loaded online CPUs.
-- static: TOML rules, `[[rule]] flow = "proto=tcp,dport=5201"  cpu = 2`.
+- static: TOML rules, `[[rule]] flow = "proto=tcp,dport=5201"  cpu = 2`; a rule may name the
+  reader's workload instead of, or beside, the flow: `pod = "shop/api-*"` (namespace/name),
+  `container`, `unit` ("nginx.service"), `cgroup` (its path), each a shell pattern. Each flow
+  that matches is steered on its own, exactly: XDP sees packets, not pods.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
 import sys
@@ -110,30 +114,72 @@ def static(path: str) -> Policy:
         raise PolicyError(f"{path}: not valid TOML: {e}") from None
     rules = doc.get("rule")
     if not isinstance(rules, list) or not rules:
-        raise PolicyError(f"{path}: expected one or more [[rule]] tables with flow and cpu")
-    parsed: list[tuple[FlowSpec, int]] = []
+        raise PolicyError(f"{path}: expected one or more [[rule]] tables with a selector "
+                          f"({', '.join(RULE_SELECTORS)}) and cpu")
+    parsed: list[tuple[Rule, int]] = []
     for i, r in enumerate(rules, 1):
-        if not isinstance(r, dict) or set(r) - {"flow", "cpu"} or "flow" not in r or "cpu" not in r:
-            raise PolicyError(f"{path}: rule {i}: needs exactly the keys flow and cpu")
-        if not isinstance(r["flow"], str):
-            raise PolicyError(f"{path}: rule {i}: flow must be a string such as \"proto=tcp,dport=5201\"")
+        where = f"{path}: rule {i}"
+        if not isinstance(r, dict) or set(r) - {*RULE_SELECTORS, "cpu"} or "cpu" not in r \
+                or not set(r) & set(RULE_SELECTORS):
+            raise PolicyError(f"{where}: needs cpu and one or more of {', '.join(RULE_SELECTORS)}, "
+                              "no other key")
+        for key in set(r) & set(RULE_SELECTORS):
+            if not isinstance(r[key], str) or not r[key]:
+                raise PolicyError(f"{where}: {key} must be a non-empty string such as "
+                                  f"{SELECTOR_EXAMPLES[key]}")
         if not isinstance(r["cpu"], int) or isinstance(r["cpu"], bool) or r["cpu"] < 0:
-            raise PolicyError(f"{path}: rule {i}: cpu must be a CPU number, not {r['cpu']!r}")
+            raise PolicyError(f"{where}: cpu must be a CPU number, not {r['cpu']!r}")
         try:
-            parsed.append((FlowSpec.parse(r["flow"]), r["cpu"]))
+            spec = FlowSpec.parse(r["flow"]) if "flow" in r else None
         except FlowSpecError as e:
-            raise PolicyError(f"{path}: rule {i}: {e}") from None
+            raise PolicyError(f"{where}: {e}") from None
+        parsed.append((Rule(spec, r.get("pod"), r.get("container"), r.get("unit"),
+                            r.get("cgroup")), r["cpu"]))
 
     def place(snap: Snapshot, topo: Topology) -> list[Decision]:
         out = []
         for f in snap.flows:
-            fl = f.flow
-            for spec, cpu in parsed:
-                if spec.matches(fl.proto, fl.src, fl.sport, fl.dst, fl.dport):
-                    out.append(Decision(fl, cpu, f"static rule {spec}"))
+            for rule, cpu in parsed:
+                if rule.matches(f):
+                    out.append(Decision(f.flow, cpu, f"static rule {rule}"))
                     break
         return out
     return place
+
+
+# what a static rule may select flows by: the flow itself, or its reader's workload
+RULE_SELECTORS = ("flow", "pod", "container", "unit", "cgroup")
+SELECTOR_EXAMPLES = {"flow": '"proto=tcp,dport=5201"', "pod": '"shop/api-*"',
+                     "container": '"server"', "unit": '"nginx.service"',
+                     "cgroup": '"/system.slice/nginx.service"'}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A static rule's selectors, all of which a flow must match; the workload's are shell
+    patterns, matched against what steer.model.workloads named the reader's cgroup (a flow
+    whose reader was not seen matches none of them)."""
+    flow: FlowSpec | None = None
+    pod: str | None = None          # "namespace/name"
+    container: str | None = None
+    unit: str | None = None
+    cgroup: str | None = None
+
+    def matches(self, f: FlowReport) -> bool:
+        fl, w = f.flow, f.app_workload
+        if self.flow and not self.flow.matches(fl.proto, fl.src, fl.sport, fl.dst, fl.dport):
+            return False
+        wanted = ((self.pod, w and w.pod and f"{w.namespace}/{w.pod}"),
+                  (self.container, w and w.container), (self.unit, w and w.unit),
+                  (self.cgroup, f.app_cgroup))
+        return all(pattern is None or (value and fnmatch.fnmatchcase(value, pattern))
+                   for pattern, value in wanted)
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in (("flow", self.flow), ("pod", self.pod),
+                                                   ("container", self.container),
+                                                   ("unit", self.unit), ("cgroup", self.cgroup))
+                        if v is not None)
 
 
 BUILTIN = {"llc-peer": llc_peer, "same-core": same_core, "spread": spread}

@@ -128,3 +128,47 @@ def test_a_readers_pod_container_or_unit_is_named_in_flows_json(layout, kubelet_
     assert f["app_pid"] == pid and f["app_cgroup"] == f"/steer-test-{os.getpid()}/{rel}", f
     for key, value in want.items():
         assert f[key] == value, (key, f)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_static_rule_naming_a_pod_steers_that_pods_flows_only(kubelet_logs, private_tmp):
+    """steer auto --policy with `pod = "shop/*"`: of two lab flows, the one whose reader sits in
+    the pod's cgroup is placed by the rule (dry run: logged, not attached), the other not."""
+    from helpers import CPU_B
+    rel = LAYOUTS["kubelet-systemd"][0]
+    top = os.path.join(MOUNT, f"steer-test-{os.getpid()}")
+    path = os.path.join(top, rel)
+    os.makedirs(path)
+    policy = private_tmp / "pods.toml"
+    policy.write_text(f'[[rule]]\npod = "shop/*"\ncpu = {CPU_B}\n')
+    try:
+        with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_A, CPU_A)], seconds=8) as lab:
+            lab.start_servers()
+            pod_port, other_port = (f.port for f in lab.flows)
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(lab.receiver_pid(pod_port)))
+            p = subprocess.Popen([*STEER, "auto", "--dry-run", "--policy", str(policy),
+                                  "--dev", "veth-rx", "--netns", lab.rx,
+                                  "--interval", "1", "--duration", "7", "--confirm", "1"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                 env=dict(os.environ, PYTHONPATH=ROOT,
+                                          STEER_KUBELET_LOGS=str(kubelet_logs)))
+            time.sleep(1)
+            lab.start_clients()
+            out, err = p.communicate(timeout=60)
+            lab.wait(timeout=30)
+    finally:
+        for d in [path] + [os.path.join(top, *rel.split("/")[:i]) for i in
+                           range(rel.count("/"), 0, -1)] + [top]:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    assert p.returncode == 0, err
+    moves = [line for line in err.splitlines() if "kernel CPU" in line]
+    print(err)
+    assert any(f":{pod_port}" in m and "static rule pod=shop/*" in m and f"CPU {CPU_B}" in m
+               for m in moves), err
+    assert not any(f":{other_port}" in m for m in moves), err

@@ -15,6 +15,7 @@ import pytest
 
 from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, live, steer
 from steer.experiment.lab import Lab, LabFlow
+from steer.trace.cgroups import cgroup2_mount
 from steer.trace.tracer import DEFAULT_SAMPLE_HZ
 from test_dashboards import DASH, panel_exprs
 
@@ -58,7 +59,39 @@ def query(prom: str, expr: str, at: float | None = None) -> list:
 
 def grafana_to_promql(expr: str) -> str:
     """What Grafana sends for the dashboards' variables: all jobs, hosts and ports, a 10 s window."""
-    return expr.replace("$__rate_interval", "10s").replace('"$job"', '".*"').replace('"$instance"', '".*"').replace('"$dport"', '".*"')
+    return expr.replace("$__rate_interval", "10s").replace('"$job"', '".*"').replace('"$instance"', '".*"').replace('"$dport"', '".*"').replace('"$namespace"', '".*"')
+
+
+# the lab's readers are one container of one pod, as the kubelet (systemd driver) names its
+# cgroup and logs, under a parent of the test's own; `steer auto` exports by workload
+POD_UID = "3c2b1a09-8f7e-4d6c-9b5a-4e3d2c1b0a9f"
+CONTAINER_ID = "c0ffee" * 10 + "0123"
+POD_CGROUP = (f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+              f"{POD_UID.replace('-', '_')}.slice/cri-containerd-{CONTAINER_ID}.scope")
+POD = dict(workload="lab/iperf3-server-0:server", namespace="lab", pod="iperf3-server-0",
+           container="server")
+
+
+def _pod_cgroup(tmp):
+    """The pod's cgroup (made) and its kubelet log directories under TMP; the cgroup's path."""
+    (tmp / "logs" / "pods" / f"lab_iperf3-server-0_{POD_UID}" / "server").mkdir(parents=True)
+    (tmp / "logs" / "containers").mkdir()
+    (tmp / "logs" / "containers" / f"iperf3-server-0_lab_server-{CONTAINER_ID}.log").touch()
+    path = os.path.join(cgroup2_mount(), f"steer-test-{os.getpid()}", POD_CGROUP)
+    os.makedirs(path)
+    return path
+
+
+def _remove_cgroup(path):
+    top = os.path.join(cgroup2_mount(), f"steer-test-{os.getpid()}")
+    while len(path) >= len(top):
+        for _ in range(50):
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.1)   # the last process is still leaving
+        path = os.path.dirname(path)
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +99,13 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom")
     p_export, p_auto, p_prom = free_port(), free_port(), free_port()
     procs = []
+    cgroup = _pod_cgroup(tmp)
     with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)] if len(CPUS) > 1
              else [LabFlow(CPU_A, CPU_A)], seconds=40) as lab:
         lab.start_servers()
+        for flow in lab.flows:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(lab.receiver_pid(flow.port)))
         r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "veth-rx", "--netns", lab.rx)
         assert r.returncode == 0, r.stderr
         try:
@@ -79,9 +116,10 @@ def stack(tmp_path_factory):
                                         stderr=subprocess.PIPE, text=True)
             procs.append(exporter)
             auto = subprocess.Popen([*STEER, "auto", "--dry-run", "--dev", "veth-rx", "--netns", lab.rx,
-                                     "--interval", "1", "--listen", f"127.0.0.1:{p_auto}"],
-                                    env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+                                     "--interval", "1", "--listen", f"127.0.0.1:{p_auto}",
+                                     "--flow-labels", "workload"],
+                                    env=dict(ENV, STEER_KUBELET_LOGS=str(tmp / "logs")), cwd=ROOT,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             procs.append(auto)
             wait_http(f"http://127.0.0.1:{p_export}/metrics", exporter)
             wait_http(f"http://127.0.0.1:{p_auto}/metrics", auto)
@@ -101,12 +139,14 @@ scrape_configs:
             wait_http(f"{url}/-/ready", prom)
             lab.start_clients()
             time.sleep(12)   # rates need a few scrapes; recording rules a few evaluations
-            flows = steer("flows", "--duration", "10", "--json", timeout=60)
+            flows = steer("flows", "--duration", "10", "--json", timeout=60,
+                          env={"STEER_KUBELET_LOGS": str(tmp / "logs")})
             t1 = time.time()
             time.sleep(2)
             yield {"prom": url, "flows": json.loads(flows.stdout), "window": (t1 - 10, t1),
                    "exporter": f"http://127.0.0.1:{p_export}/metrics",
-                   "instance": f"127.0.0.1:{p_export}", "exporter_pid": exporter.pid}
+                   "instance": f"127.0.0.1:{p_export}", "exporter_pid": exporter.pid,
+                   "auto_instance": f"127.0.0.1:{p_auto}"}
         finally:
             for p in procs:
                 p.terminate()
@@ -117,6 +157,7 @@ scrape_configs:
                     p.kill()
             steer("reset")
             lab.stop_traffic()
+    _remove_cgroup(cgroup)
 
 
 def test_exposition_passes_promtool(stack):
@@ -188,6 +229,26 @@ def test_values_agree_with_steer_flows(stack):
     print(f"kernel receive CPU: steer flows {kernel_ours:.3f}, Prometheus {kernel_prom:.3f} "
           f"({kernel_prom / kernel_ours - 1:+.1%}, bound {bound:.1%})")
     assert abs(kernel_prom - kernel_ours) / kernel_ours < bound
+
+
+def test_workload_series_name_the_pod_and_sum_its_flows(stack):
+    """steer auto --flow-labels workload: the lab's readers, one container of one pod, are one
+    series named as the kubelet names them, whose rate is the lab flows' (steer flows, the
+    same 10 s), and steer flows --json names the same pod."""
+    t_end = stack["window"][1]
+    sel = ", ".join(f'{k}="{v}"' for k, v in POD.items())
+    (series,) = query(stack["prom"], f'steer_flow_receive_bytes_total{{instance="{stack["auto_instance"]}", {sel}}}')
+    assert series["metric"]["job"] == "steer"
+    prom = float(query(stack["prom"], f'rate(steer_flow_receive_bytes_total{{{sel}}}[10s])',
+                       at=t_end)[0]["value"][1])
+    lab = [f for f in stack["flows"]["flows"] if f["app_pod"] == POD["pod"]]
+    assert lab and all(f["app_namespace"] == "lab" and f["app_container"] == "server" for f in lab)
+    ours = sum(f["rx_bytes"] for f in lab) / stack["flows"]["duration"]
+    print(f"pod {POD['pod']}: steer flows {ours * 8 / 1e9:.2f} Gbit/s, Prometheus {prom * 8 / 1e9:.2f} Gbit/s")
+    assert abs(prom - ours) / ours < 0.10
+    # the placement of its flows by class, as the dashboard's workload table asks it
+    placed = query(stack["prom"], f'sum by (class) (steer_flow_info{{{sel}}})')
+    assert sum(float(r["value"][1]) for r in placed) == len(lab)
 
 
 def task_status(pid: int) -> dict[int, dict[str, str]]:

@@ -100,13 +100,35 @@ def test_static_rules(private_tmp):
     assert d.cpu == 1 and d.flow.dport == 5201
 
 
+def test_static_rules_select_by_the_readers_workload(private_tmp):
+    from dataclasses import replace
+    from steer.model.workloads import Workload
+    pod = Workload(container_id="a" * 64, pod_uid="u").with_pod("shop", "api-0", "server")
+    flows = [replace(flow(1, 0, 0, port=8080), app_workload=pod, app_cgroup="/kubepods/x"),
+             replace(flow(2, 0, 0, port=9090), app_workload=pod, app_cgroup="/kubepods/x"),
+             replace(flow(3, 0, 0, port=80), app_workload=Workload(unit="nginx.service"),
+                     app_cgroup="/system.slice/nginx.service"),
+             flow(4, 0, 0, port=8080)]   # its reader not seen: no workload
+    path = _write(private_tmp, "w.toml",
+                  '[[rule]]\npod = "shop/api-*"\nflow = "dport=8080"\ncpu = 1\n'
+                  '[[rule]]\ncontainer = "server"\ncpu = 0\n'
+                  '[[rule]]\ncgroup = "/system.slice/*"\nunit = "nginx.*"\ncpu = 1\n')
+    got = {d.flow.sport: (d.cpu, d.reason) for d in static(path)(snap(flows), read_topology(VM))}
+    assert got == {40001: (1, "static rule flow=dport=8080,pod=shop/api-*"),
+                   40002: (0, "static rule container=server"),
+                   40003: (1, "static rule unit=nginx.*,cgroup=/system.slice/*")}
+
+
 @pytest.mark.parametrize("text,msg", [
     ("[[rule]\n", "not valid TOML"),
     ("x = 1\n", r"expected one or more \[\[rule\]\]"),
     ('[[rule]]\nflow = "proto=tcp"\ncpu = "one"\n', "cpu must be a CPU number"),
-    ('[[rule]]\nflow = 5\ncpu = 1\n', "flow must be a string"),
+    ('[[rule]]\nflow = 5\ncpu = 1\n', "flow must be a non-empty string"),
     ('[[rule]]\nflow = "proto=icmp"\ncpu = 1\n', "tcp or udp"),
-    ('[[rule]]\nflow = "proto=tcp"\ncpu = 1\nprio = 2\n', "exactly the keys"),
+    ('[[rule]]\nflow = "proto=tcp"\ncpu = 1\nprio = 2\n', "no other key"),
+    ('[[rule]]\ncpu = 1\n', "one or more of flow, pod"),
+    ('[[rule]]\npod = ""\ncpu = 1\n', "pod must be a non-empty string"),
+    ('[[rule]]\nunit = 7\ncpu = 1\n', "unit must be a non-empty string"),
 ])
 def test_static_rules_errors(private_tmp, text, msg):
     with pytest.raises(PolicyError, match=msg):
