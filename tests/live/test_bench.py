@@ -87,3 +87,20 @@ def test_soak_kill_9_of_export_and_auto_leaves_nothing_after_reset(tmp_path):
     assert s["alive_until_the_end"] == {n: True for n in ("redis", "export", "auto", "churn", "scan")}
     assert s["after_kill_9_and_reset"] == {"reset_exit": 0, "left_in_kernel": []}
     assert s["failed_scrapes"] == 0 and s["flow_entries_max"] > 1000   # the churn reached it
+
+
+def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path):
+    """bench.accuracy's whole matrix (every scenario of issue 31, both timing modes) against its
+    truths, at 1000 Hz so that 3 s windows give sampled figures bounds worth holding; the bench
+    exits 1 on any figure outside them."""
+    r = subprocess.run([sys.executable, "-m", "bench.accuracy", "--seconds", "3", "--sample-hz",
+                        "1000", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=900, env=dict(os.environ, PYTHONPATH=ROOT))
+    print(r.stdout[-6000:])
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    data = json.load(open(tmp_path / "accuracy.json"))
+    rows = data["rows"]
+    assert {r["n"] for r in rows} == set(range(1, 9))
+    assert {r["mode"] for r in rows} == {"sampled", "exact"}
+    assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    assert data["out_of_bounds"] == 0

@@ -1,6 +1,6 @@
 """Live tier: the two timing modes against ground truths that do not come from steer.
 
-- A reader that only calls recv() (tests/support/recv_only.c), pinned: its bytes against steer's app_bytes,
+- A reader that only calls recv() (bench/recv_only.c), pinned: its bytes against steer's app_bytes,
   and its on-CPU time by the scheduler (/proc/thread-self/schedstat, ns) minus its user time
   against steer's app_seconds + app_nested_softirq_seconds.
 - Sampled against exact, both attached to the same traffic at once: per-flow kernel and app
@@ -39,11 +39,9 @@ own_reader_cpu = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def recv_only(tmp_path_factory):
-    exe = tmp_path_factory.mktemp("bin") / "recv_only"
-    subprocess.run(["cc", "-O2", "-o", str(exe), os.path.join(ROOT, "tests", "support", "recv_only.c")],
-                   check=True)
-    return str(exe)
+def recv_only():
+    from bench.common import build_c
+    return build_c("recv_only")   # bench.accuracy's reader too
 
 
 TCPI_BYTES_RETRANS = 208   # offset of tcpi_bytes_retrans (u64) in struct tcp_info, Linux 4.19+
