@@ -28,7 +28,7 @@ from steer.model.flows import build_snapshot
 from steer.model.topology import read_topology
 from steer.trace.tracer import DEFAULT_SAMPLE_HZ, Tracer
 
-from .common import build_c, parser, require_root, run, write
+from .common import build_c, host, parser, require_root, run, write
 from .peer import softirqs_tool
 
 SETTLE = 1.0        # seconds of traffic before a window opens
@@ -322,6 +322,13 @@ def main(argv=None) -> int:
               "the flow with `steer pin` (generic XDP on the lab's veth). A sampled figure's "
               "bounds are the systematic ones in bench/accuracy.py plus three standard "
               f"deviations of the samples it rests on ({DISPERSION:g}/sqrt(n))."]
+    h = host()
+    lines += ["", f"Measured {time.strftime('%Y-%m-%d')}: kernel {h['kernel']}, {h['cpus']} CPUs"
+              + (f", a {h['vm']} VM" if h.get("vm") not in (None, "none") else "")
+              + (f", commit {h['commit']}" if h.get("commit") else "")
+              + f", `python -m bench.accuracy --seconds {args.seconds:g}`"
+              + (f" --sample-hz {args.sample_hz}" if args.sample_hz != DEFAULT_SAMPLE_HZ else "")
+              + "."]
     bad = [r for r in rows if r["ok"] is False]
     write("accuracy", args.out, {"seconds": args.seconds, "modes": modes, "rows": rows,
                                  "out_of_bounds": len(bad), "smoke": args.smoke},
