@@ -139,7 +139,10 @@ def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> Non
     g.add_argument("--sample-hz", type=bounded_int(1, MAX_SAMPLE_HZ), default=DEFAULT_SAMPLE_HZ,
                    metavar="HZ",
                    help="samples per second per busy CPU with --timing sampled; more is more "
-                        "precise for small flows and costs more (default: %(default)s)")
+                        "precise for small flows and costs more. Take a rate out of step with "
+                        "the timers work runs on (99, 997: not 100 or 1000, which lock in step "
+                        "with a 1 ms or 10 ms timer and then see that work never or always) "
+                        "(default: %(default)s)")
     g.add_argument("--max-flows", type=bounded_int(1, MAX_FLOWS_LIMIT), default=DEFAULT_MAX_FLOWS,
                    metavar="N",
                    help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "

@@ -91,10 +91,13 @@ def test_soak_kill_9_of_export_and_auto_leaves_nothing_after_reset(tmp_path):
 
 def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path):
     """bench.accuracy's whole matrix (every scenario of issue 31, both timing modes) against its
-    truths, at 1000 Hz so that 3 s windows give sampled figures bounds worth holding; the bench
-    exits 1 on any figure outside them."""
+    truths, at 997 Hz so that 3 s windows give sampled figures bounds worth holding; the bench
+    exits 1 on any figure outside them. Not 1000 Hz: iperf3 paces its UDP sender with a 1 ms
+    timer, the sampling timer then fires in step with it, just before each burst, and saw 0-2%
+    of its NET_RX time in 3 of 6 runs (2026-11-26; bpftrace's profile:hz:1000 the same: 22
+    samples in the sender against 4,517 in idle, where the sender and its softirqs took ~20%)."""
     r = subprocess.run([sys.executable, "-m", "bench.accuracy", "--seconds", "3", "--sample-hz",
-                        "1000", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                        "997", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
                        timeout=900, env=dict(os.environ, PYTHONPATH=ROOT))
     print(r.stdout[-6000:])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
