@@ -9,6 +9,9 @@ from steer.abi import xdp as abi
 from steer.model.samples import PROTO_NUMBERS, address_text, proto_name
 
 FIELDS = ("proto", "src", "sport", "dst", "dport")
+# what a flow spec cannot hold: the reader's workload, which XDP does not see (a packet carries
+# no cgroup); steer auto's static rules select by it and steer each of its flows exactly
+WORKLOAD_KEYS = ("pod", "container", "unit", "cgroup")
 
 
 class FlowSpecError(ValueError):
@@ -32,6 +35,11 @@ class FlowSpec:
             key, sep, value = (s.strip() for s in part.partition("="))
             if not sep or not value:
                 raise FlowSpecError(f"{part.strip()!r} is not key=value (keys: {', '.join(FIELDS)})")
+            if key in WORKLOAD_KEYS:
+                raise FlowSpecError(
+                    f"{key}= selects flows by their reader, which XDP cannot see in a packet: "
+                    f"steer auto --policy FILE.toml with a [[rule]] of {key} = \"{value}\" and "
+                    f"cpu steers each of its flows (docs/guide/steer.md)")
             if key not in FIELDS:
                 raise FlowSpecError(f"unknown key {key!r} (keys: {', '.join(FIELDS)})")
             if key in fields:

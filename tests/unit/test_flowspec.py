@@ -32,7 +32,11 @@ def test_ipv4_address_key_layout():
     ("", "empty"), ("proto", "not key=value"), ("port=1", "unknown key"),
     ("proto=icmp", "tcp or udp"), ("dport=0", "1-65535"), ("dport=70000", "1-65535"),
     ("sport=ab", "1-65535"), ("src=1.2.3", "IPv4 or IPv6"), ("dport=1,dport=2", "twice"),
-    ("src=198.18.0.1,dst=::1", "different IP versions")])
+    ("src=198.18.0.1,dst=::1", "different IP versions"),
+    # the reader's workload: not in a packet; the policy route named instead
+    ("proto=tcp,pod=shop/api-0", r"pod= selects flows by their reader.*\[\[rule\]\] of pod = \"shop/api-0\""),
+    ("unit=nginx.service", "steer auto --policy FILE.toml"),
+    ("cgroup=/system.slice/x", "XDP cannot see")])
 def test_rejects(bad, msg):
     with pytest.raises(FlowSpecError, match=msg):
         FlowSpec.parse(bad)
