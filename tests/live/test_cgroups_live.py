@@ -172,3 +172,37 @@ def test_a_static_rule_naming_a_pod_steers_that_pods_flows_only(kubelet_logs, pr
     assert any(f":{pod_port}" in m and "static rule pod=shop/*" in m and f"CPU {CPU_B}" in m
                for m in moves), err
     assert not any(f":{other_port}" in m for m in moves), err
+
+
+def test_steer_top_names_the_readers_pod(kubelet_logs):
+    """The live view (off a terminal: a plain table per interval) shows a reader in a
+    kubelet-named cgroup as namespace/pod:container, in place of its process."""
+    rel = LAYOUTS["kubelet-cgroupfs"][0]
+    top = os.path.join(MOUNT, f"steer-test-{os.getpid()}")
+    path = os.path.join(top, rel)
+    os.makedirs(path)
+    try:
+        with Lab([LabFlow(CPU_A, CPU_A)], seconds=4) as lab:
+            lab.start_servers()
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(lab.receiver_pid(lab.flows[0].port)))
+            p = subprocess.Popen([*STEER, "top", "--interval", "1", "--duration", "4"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                 env=dict(os.environ, PYTHONPATH=ROOT,
+                                          STEER_KUBELET_LOGS=str(kubelet_logs)))
+            time.sleep(0.8)
+            lab.start_clients()
+            out, err = p.communicate(timeout=60)
+            lab.wait(timeout=30)
+    finally:
+        for d in [path] + [os.path.join(top, *rel.split("/")[:i]) for i in
+                           range(rel.count("/"), 0, -1)] + [top]:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    assert p.returncode == 0, err
+    rows = [line for line in out.splitlines() if "198.18.0.2:5201" in line]
+    assert rows and any("shop/api-5f7c9:server" in r for r in rows), out
