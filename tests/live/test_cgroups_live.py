@@ -1,14 +1,17 @@
-"""A flow's reader carries its cgroup: a real iperf3 server moved into a cgroup this test makes in
-the host's cgroup2 hierarchy, checked against the kernel's own /proc/PID/cgroup."""
+"""A flow's reader carries its cgroup and the workload it names: a real iperf3 server moved into
+cgroups this test makes in the host's cgroup2 hierarchy, named as each runtime and the kubelet
+name them (checked against the kernel's own /proc/PID/cgroup), and one in a real podman
+container."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
 from helpers import CPU_A, ROOT, STEER, live
-from steer.experiment.lab import Lab, LabFlow
+from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.trace.cgroups import cgroup2_mount
 
 MOUNT = cgroup2_mount()
@@ -206,3 +209,52 @@ def test_steer_top_names_the_readers_pod(kubelet_logs):
     assert p.returncode == 0, err
     rows = [line for line in out.splitlines() if "198.18.0.2:5201" in line]
     assert rows and any("shop/api-5f7c9:server" in r for r in rows), out
+
+
+def _podman(*args, **kw):
+    # runc: crun refuses a host with cgroup v1 controllers beside a cgroup2 hierarchy holding one
+    # (this VM: hugetlb); cgroupfs: no systemd to ask for a scope
+    return subprocess.run(["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", *args],
+                          capture_output=True, text=True, **kw)
+
+
+@pytest.mark.skipif(not (shutil.which("podman") and shutil.which("runc")),
+                    reason="podman and runc not installed (scripts/setup.sh installs them)")
+def test_a_reader_in_a_real_podman_container_is_named_by_its_container():
+    """iperf3's server in a real podman container (the host's root as its read-only image,
+    an overlay on top; the lab's receiving namespace as its network): steer flows --json names
+    its container by the id podman gives it."""
+    name = f"steer-test-{os.getpid()}"
+    with Lab([], seconds=3) as lab:
+        server = subprocess.Popen(
+            ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "run", "--rm",
+             "--name", name, "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=1024:1024",
+             "--network", f"ns:{NETNS_DIR}/{lab.rx}", "--rootfs", "/:O",
+             "taskset", "-c", str(CPU_A), "iperf3", "-s", "-p", "5201"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while b":5201" not in subprocess.run(["ip", "netns", "exec", lab.rx, "ss", "-ltn"],
+                                                 capture_output=True).stdout:
+                assert server.poll() is None and time.monotonic() < deadline, server.communicate()
+                time.sleep(0.2)
+            cid = _podman("inspect", "--format", "{{.Id}}", name).stdout.strip()
+            p = subprocess.Popen([*STEER, "flows", "--duration", "4", "--json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+            time.sleep(0.8)
+            client = subprocess.run(["ip", "netns", "exec", lab.tx, "taskset", "-c", str(CPU_A),
+                                     "iperf3", "-c", RECEIVER_ADDR, "-p", "5201", "-t", "2", "-J"],
+                                    capture_output=True, text=True, timeout=60)
+            out, err = p.communicate(timeout=60)   # the container still up: its cgroup too
+        finally:
+            _podman("rm", "-f", name)
+            server.communicate(timeout=30)
+    assert p.returncode == 0, err
+    sport = json.loads(client.stdout)["start"]["connected"][0]["local_port"]
+    f = next(f for f in json.loads(out)["flows"] if f["sport"] == sport and f["dport"] == 5201)
+    print(f"container {cid[:12]}: {f['app_cgroup']}, {f['app_workload']}, {f['rx_bytes']} B")
+    assert len(cid) == 64
+    assert f["app_comm"] == "iperf3" and f["app_container_id"] == cid
+    assert f["app_container_runtime"] == "podman" and f["app_workload"] == f"podman:{cid[:12]}"
+    assert f["app_cgroup"].endswith(f"/libpod-{cid}")
