@@ -113,13 +113,15 @@ def cmd_flows(args) -> int:
     from steer.present.view import render
     topo = read_topology()
     tracer = start_tracer(args)
+    workloads = WorkloadResolver()
     try:
         before = tracer.sample()
+        workloads.prime()   # a container that ends within the window is still named
         time.sleep(args.duration)
         snap = build_snapshot(before, tracer.sample(), topo, tracer.capabilities)
     finally:
         tracer.stop()
-    snap = attach_workloads(attach_devices(snap, topo, DeviceResolver()), WorkloadResolver())
+    snap = attach_workloads(attach_devices(snap, topo, DeviceResolver()), workloads)
     if args.json:
         print(json.dumps(snap.as_json(), indent=2))
     else:

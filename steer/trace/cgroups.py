@@ -4,7 +4,9 @@ A cgroup v2 id is the inode number of the cgroup's directory in the cgroup2 file
 hierarchy is found where it is mounted: /sys/fs/cgroup on a pure v2 host, a cgroup2 mount beside
 the v1 controllers on a hybrid one (systemd puts it at /sys/fs/cgroup/unified). Directories are
 walked once and again only when an id is not found, at most once a second: containers come and
-go, and a host has a few thousand cgroups at most.
+go, and a host has a few thousand cgroups at most. What a walk found is kept after the cgroup is
+gone (up to MAX_CGROUPS ids), so that a container that ended within a command's window is
+still named: `steer flows` walks once when it starts.
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ class CgroupResolver:
         self._walked = None
 
     def _walk(self) -> None:
-        paths: dict[int, str] = {}
+        # on top of what earlier walks found (an id of a removed cgroup stays named; one that
+        # the kernel gave again takes its new path), unless that would pass the bound
+        paths: dict[int, str] = dict(self._paths) if len(self._paths) < MAX_CGROUPS // 2 else {}
         for top, dirs, _ in os.walk(self.root):
             try:
                 ino = os.stat(top, follow_symlinks=False).st_ino
@@ -51,6 +55,11 @@ class CgroupResolver:
             if len(paths) >= MAX_CGROUPS:
                 break
         self._paths, self._walked = paths, self._clock()
+
+    def prime(self) -> None:
+        """Walk now: the cgroups that exist now stay named after they are removed."""
+        if self.root:
+            self._walk()
 
     def __call__(self, cgroup_id: int | None) -> str | None:
         if not cgroup_id or not self.root:

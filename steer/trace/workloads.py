@@ -90,6 +90,10 @@ class WorkloadResolver:
         self.pods = pods or PodLogs()
         self._cache: dict[int, tuple[str, Workload | None]] = {}
 
+    def prime(self) -> None:
+        """Walk the cgroups now, so that those that end before they are asked about are named."""
+        self.cgroups.prime()
+
     def __call__(self, cgroup_id: int | None) -> tuple[str | None, Workload | None]:
         if not cgroup_id:
             return None, None

@@ -223,14 +223,14 @@ def _podman(*args, **kw):
 def test_a_reader_in_a_real_podman_container_is_named_by_its_container():
     """iperf3's server in a real podman container (the host's root as its read-only image,
     an overlay on top; the lab's receiving namespace as its network): steer flows --json names
-    its container by the id podman gives it."""
+    its container by the id podman gives it, though the container ended before the window did."""
     name = f"steer-test-{os.getpid()}"
     with Lab([], seconds=3) as lab:
         server = subprocess.Popen(
             ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "run", "--rm",
              "--name", name, "--ulimit", "nofile=1024:20000", "--ulimit", "nproc=1024:1024",
              "--network", f"ns:{NETNS_DIR}/{lab.rx}", "--rootfs", "/:O",
-             "taskset", "-c", str(CPU_A), "iperf3", "-s", "-p", "5201"],
+             "taskset", "-c", str(CPU_A), "iperf3", "-s", "-1", "-p", "5201"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 60
@@ -246,10 +246,12 @@ def test_a_reader_in_a_real_podman_container_is_named_by_its_container():
             client = subprocess.run(["ip", "netns", "exec", lab.tx, "taskset", "-c", str(CPU_A),
                                      "iperf3", "-c", RECEIVER_ADDR, "-p", "5201", "-t", "2", "-J"],
                                     capture_output=True, text=True, timeout=60)
-            out, err = p.communicate(timeout=60)   # the container still up: its cgroup too
+            # the server serves one client and the container goes (--rm), cgroup and all,
+            # within steer flows' window: steer named it from its walk at the start
+            server.communicate(timeout=30)
+            out, err = p.communicate(timeout=60)
         finally:
             _podman("rm", "-f", name)
-            server.communicate(timeout=30)
     assert p.returncode == 0, err
     sport = json.loads(client.stdout)["start"]["connected"][0]["local_port"]
     f = next(f for f in json.loads(out)["flows"] if f["sport"] == sport and f["dport"] == 5201)

@@ -41,6 +41,21 @@ def test_ids_resolve_to_paths_and_new_cgroups_are_found_on_a_later_walk(tmp_path
     assert r(0) is None and r(None) is None and CgroupResolver("")(5) is None
 
 
+def test_a_cgroup_walked_before_it_was_removed_stays_named(tmp_path):
+    now = [0.0]
+    gone = tmp_path / "machine.slice" / "libpod-ab12.scope"
+    gone.mkdir(parents=True)
+    ino = gone.stat().st_ino
+    r = CgroupResolver(str(tmp_path), clock=lambda: now[0])
+    r.prime()
+    new = tmp_path / "system.slice"   # made before the removal: tmpfs gives inodes again
+    new.mkdir()                       # (cgroup2's 64-bit ids are not given again)
+    gone.rmdir()
+    now[0] = 5.0
+    assert r(new.stat().st_ino) == "/system.slice"   # a walk after the removal
+    assert r(ino) == "/machine.slice/libpod-ab12.scope"
+
+
 def test_a_flows_reader_carries_its_cgroup_into_the_json(tmp_path):
     flow = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
     unit = tmp_path / "system.slice" / "iperf3.service"
