@@ -12,7 +12,7 @@ from helpers import ROOT, live
 
 pytestmark = live
 BENCHES = ["overhead", "bulk", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
-           "peer", "fuzz"]   # and soak, below
+           "scale_cpus", "peer", "fuzz"]   # and soak, below
 
 
 @pytest.mark.parametrize("name", BENCHES)

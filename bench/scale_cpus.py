@@ -1,0 +1,145 @@
+"""Scale with CPUs: what user space spends on one tracer interval, one exporter scrape and one
+live-view frame, against the number of CPUs, from 2 to 256.
+
+    python -m bench.scale_cpus [--flows 1000] [--repeat 5]
+
+This host has 2 CPUs, so the machines are fixture sysfs trees (tests/support/sysfs.py: the
+2-CPU VM, a 2 x 12-core SMT Xeon, 2 x 48- and 2 x 64-core SMT EPYCs) and the tracer's reads are
+synthetic TraceSamples of FLOWS flows, each with entries on its softirq's and its reader's CPUs,
+and a CpuSample per CPU, as a Tracer hands them over. What it leaves out is the kernel's part of
+a read: per-CPU maps copy one value per possible CPU (cpu_totals, cpu_states), which grows with
+the CPUs too; the flow map, keyed by (flow, CPU), grows with the CPUs a flow touches. No root
+needed.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from prometheus_client import CollectorRegistry, generate_latest
+from rich.console import Console
+
+from steer.model.flows import build_snapshot
+from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.topology import read_topology
+from steer.present.exporter import SteerCollector
+from steer.present.view import ViewState, screen
+
+from .common import fmt, parser, run, write
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from sysfs import epyc_2s, xeon_2s_smt  # noqa: E402  (the tests' fixture machines)
+
+VM = os.path.join(ROOT, "tests", "support", "fixtures", "sysfs-vm-2cpu")
+CAPS = Capabilities("available", "available", "available", "unavailable: no PMU",
+                    timing="available (sampled: 99 Hz)", mode="sampled")
+S = 1_000_000_000
+
+
+def machines(tmp: str) -> dict[int, str]:
+    """CPUs -> the sysfs root of a fixture machine with that many."""
+    return {2: VM, 48: xeon_2s_smt(os.path.join(tmp, "xeon")),
+            192: epyc_2s(os.path.join(tmp, "epyc96"), cores=48),
+            256: epyc_2s(os.path.join(tmp, "epyc128"), cores=64)}
+
+
+def reads(ncpu: int, flows: int, n: int) -> list[TraceSample]:
+    """N successive reads of FLOWS flows spread over NCPU CPUs, counters growing a second each."""
+    out = []
+    for t in range(n):
+        entries = {}
+        for i in range(flows):
+            f = FlowId("tcp", f"198.19.{i >> 8 & 255}.{i & 255}", 1024 + i, "198.18.0.2", 5201)
+            k, a = i % ncpu, (i * 7 + 1) % ncpu
+            entries[(f, k)] = FlowCpuSample(f, k, rx_bytes=(t + 1) * 10**6, rx_skbs=(t + 1) * 100,
+                                            kernel_ns=(t + 1) * 10**6, kernel_samples=(t + 1))
+            if a != k:
+                entries[(f, a)] = FlowCpuSample(f, a, app_bytes=(t + 1) * 10**6,
+                                                app_ns=(t + 1) * 2 * 10**6, app_samples=t + 1,
+                                                app_pid=1000 + i, app_comm="reader")
+        cpus = tuple(CpuSample(c, net_rx_events=(t + 1) * 100, net_rx_ns=(t + 1) * S // 10,
+                               app_ns=(t + 1) * S // 20)
+                     for c in range(ncpu))
+        out.append(TraceSample((t + 1) * S, entries, cpus, len(entries), 65536, seq=t + 1,
+                               changed=tuple(entries)))
+    return out
+
+
+class FakeTracer:
+    def __init__(self, samples):
+        self.capabilities = CAPS
+        self._samples = iter(samples)
+
+    def sample(self) -> TraceSample:
+        return next(self._samples)
+
+    def program_stats(self):
+        return {}
+
+
+def measure(ncpu: int, root: str, flows: int, repeat: int) -> dict:
+    topo = read_topology(root)
+    assert len(topo.online) == ncpu, (root, len(topo.online))
+    samples = reads(ncpu, flows, repeat + 3)
+    snap_s = []
+    for a, b in zip(samples, samples[1:]):
+        t = time.perf_counter()
+        snap = build_snapshot(a, b, topo, CAPS)
+        snap_s.append(time.perf_counter() - t)
+    out = {"cpus": ncpu, "flows": flows, "snapshot_s": statistics.median(snap_s)}
+    for labels in ("cpu", "socket"):
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(SteerCollector(FakeTracer(samples), topo, cpu_labels=labels))
+        generate_latest(reg)   # the first read
+        times, body = [], b""
+        for _ in range(repeat):
+            t = time.perf_counter()
+            body = generate_latest(reg)
+            times.append(time.perf_counter() - t)
+        out[f"scrape_s_{labels}"] = statistics.median(times)
+        out[f"series_{labels}"] = sum(1 for line in body.splitlines()
+                                      if line and not line.startswith(b"#"))
+    times = []
+    for _ in range(repeat):
+        console = Console(width=120, height=40, record=True, color_system=None, file=open(os.devnull, "w"))
+        t = time.perf_counter()
+        console.print(screen(snap, topo, ViewState(), 120, 40))
+        times.append(time.perf_counter() - t)
+    out["frame_s"] = statistics.median(times)
+    return out
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--flows", type=int, default=1000, help="flows in each read")
+    p.add_argument("--repeat", type=int, default=5, help="reads, scrapes and frames timed")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.flows, args.repeat = 100, 2
+    with tempfile.TemporaryDirectory() as tmp:
+        results = []
+        for ncpu, root in machines(tmp).items():
+            print(f"  {ncpu} CPUs ...", flush=True)
+            results.append(measure(ncpu, root, args.flows, args.repeat))
+    rows = [f"| {r['cpus']} | {fmt(r['snapshot_s'] * 1e3, '.1f')} | "
+            f"{fmt(r['scrape_s_cpu'] * 1e3, '.1f')} ({r['series_cpu']:,}) | "
+            f"{fmt(r['scrape_s_socket'] * 1e3, '.1f')} ({r['series_socket']:,}) | "
+            f"{fmt(r['frame_s'] * 1e3, '.1f')} |" for r in results]
+    table = "\n".join([
+        f"### Scale with CPUs ({args.flows:,} flows, user space; median of {args.repeat})", "",
+        "| CPUs | one interval's snapshot ms | one scrape ms (series), per CPU | one scrape ms "
+        "(series), `--cpu-labels socket` | one `steer top` frame at 120x40 ms |",
+        "|---|---|---|---|---|", *rows, "",
+        "Fixture machines (tests/support/sysfs.py) and synthetic reads; the kernel's per-CPU map "
+        "copies, which grow with the possible CPUs, are not in these figures."])
+    write("scale_cpus", args.out, {"flows": args.flows, "repeat": args.repeat,
+                                   "results": results, "smoke": args.smoke}, table)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
