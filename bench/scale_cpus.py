@@ -32,7 +32,8 @@ from .common import fmt, parser, run, write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-from sysfs import epyc_2s, xeon_2s_smt  # noqa: E402  (the tests' fixture machines)
+from fakes import FakeTracer  # noqa: E402  (the tests' stand-in tracer)
+from sysfs import epyc_2s, xeon_2s_smt  # noqa: E402  (and fixture machines)
 
 VM = os.path.join(ROOT, "tests", "support", "fixtures", "sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU",
@@ -69,18 +70,6 @@ def reads(ncpu: int, flows: int, n: int) -> list[TraceSample]:
     return out
 
 
-class FakeTracer:
-    def __init__(self, samples):
-        self.capabilities = CAPS
-        self._samples = iter(samples)
-
-    def sample(self) -> TraceSample:
-        return next(self._samples)
-
-    def program_stats(self):
-        return {}
-
-
 def measure(ncpu: int, root: str, flows: int, repeat: int) -> dict:
     topo = read_topology(root)
     assert len(topo.online) == ncpu, (root, len(topo.online))
@@ -93,7 +82,7 @@ def measure(ncpu: int, root: str, flows: int, repeat: int) -> dict:
     out = {"cpus": ncpu, "flows": flows, "snapshot_s": statistics.median(snap_s)}
     for labels in ("cpu", "socket"):
         reg = CollectorRegistry(auto_describe=False)
-        reg.register(SteerCollector(FakeTracer(samples), topo, cpu_labels=labels))
+        reg.register(SteerCollector(FakeTracer(samples, CAPS), topo, cpu_labels=labels))
         generate_latest(reg)   # the first read
         times, body = [], b""
         for _ in range(repeat):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from cgroups import made_cgroup, move
 from helpers import CPU_A, ROOT, STEER, live
 from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.trace.cgroups import cgroup2_mount
@@ -20,19 +21,9 @@ pytestmark = [live, pytest.mark.skipif(MOUNT is None, reason="no cgroup2 hierarc
 
 @pytest.fixture
 def cgroup():
-    """A cgroup of this test's own, named as a kubelet names a container's (systemd driver),
-    removed after (its processes gone first)."""
-    rel = f"steer-test-{os.getpid()}.slice/cri-containerd-{os.getpid():x}.scope"
-    path = os.path.join(MOUNT, rel)
-    os.makedirs(path)
-    yield "/" + rel, path
-    for d in (path, os.path.dirname(path)):
-        for _ in range(50):
-            try:
-                os.rmdir(d)
-                break
-            except OSError:
-                time.sleep(0.1)   # the last process is still leaving
+    """A cgroup of this test's own, named as a kubelet names a container's (systemd driver)."""
+    with made_cgroup(f"cri-containerd-{os.getpid():x}.scope") as c:
+        yield c
 
 
 @pytest.mark.parametrize("env,timing", [({}, []), ({}, ["--timing", "exact"]),
@@ -43,8 +34,7 @@ def test_a_readers_cgroup_is_in_flows_json(cgroup, env, timing):
     with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
         lab.start_servers()
         pid = lab.receiver_pid(lab.flows[0].port)
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
+        move(path, pid)
         with open(f"/proc/{pid}/cgroup") as f:   # the kernel's word on where the reader is
             truth = next(line.split(":", 2)[2].strip() for line in f if line.startswith("0::"))
         p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json", *timing],
@@ -85,6 +75,13 @@ LAYOUTS = {
 }
 
 
+def _steer(args, logs) -> subprocess.Popen:
+    """steer ARGS in the background, reading the kubelet's log directories under LOGS."""
+    return subprocess.Popen([*STEER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT, STEER_KUBELET_LOGS=str(logs)))
+
+
 @pytest.fixture
 def kubelet_logs(tmp_path):
     """The kubelet's log directories for one pod of one container, as a node has them."""
@@ -100,35 +97,18 @@ def test_a_readers_pod_container_or_unit_is_named_in_flows_json(layout, kubelet_
     """A real iperf3 reader moved into a cgroup named as LAYOUT's runtime names a container's:
     steer flows --json names its pod (from the kubelet's log directories), container and unit."""
     rel, want = LAYOUTS[layout]
-    top = os.path.join(MOUNT, f"steer-test-{os.getpid()}")
-    path = os.path.join(top, rel)
-    os.makedirs(path)
-    try:
-        with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
-            lab.start_servers()
-            pid = lab.receiver_pid(lab.flows[0].port)
-            with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                f.write(str(pid))
-            p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                 env=dict(os.environ, PYTHONPATH=ROOT,
-                                          STEER_KUBELET_LOGS=str(kubelet_logs)))
-            time.sleep(0.8)
-            lab.start_clients()
-            out, err = p.communicate(timeout=60)
-            (res,) = lab.wait(timeout=30)
-    finally:
-        for d in [path] + [os.path.join(top, *rel.split("/")[:i]) for i in
-                           range(rel.count("/"), 0, -1)] + [top]:
-            for _ in range(50):
-                try:
-                    os.rmdir(d)
-                    break
-                except OSError:
-                    time.sleep(0.1)   # the last process is still leaving
+    with made_cgroup(rel) as (cgroup, path), Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
+        lab.start_servers()
+        pid = lab.receiver_pid(lab.flows[0].port)
+        move(path, pid)
+        p = _steer(["flows", "--duration", "3", "--json"], kubelet_logs)
+        time.sleep(0.8)
+        lab.start_clients()
+        out, err = p.communicate(timeout=60)
+        (res,) = lab.wait(timeout=30)
     assert p.returncode == 0, err
     f = next(f for f in json.loads(out)["flows"] if f["sport"] == res.sender_port)
-    assert f["app_pid"] == pid and f["app_cgroup"] == f"/steer-test-{os.getpid()}/{rel}", f
+    assert f["app_pid"] == pid and f["app_cgroup"] == cgroup, f
     for key, value in want.items():
         assert f[key] == value, (key, f)
 
@@ -138,37 +118,20 @@ def test_a_static_rule_naming_a_pod_steers_that_pods_flows_only(kubelet_logs, pr
     """steer auto --policy with `pod = "shop/*"`: of two lab flows, the one whose reader sits in
     the pod's cgroup is placed by the rule (dry run: logged, not attached), the other not."""
     from helpers import CPU_B
-    rel = LAYOUTS["kubelet-systemd"][0]
-    top = os.path.join(MOUNT, f"steer-test-{os.getpid()}")
-    path = os.path.join(top, rel)
-    os.makedirs(path)
     policy = private_tmp / "pods.toml"
     policy.write_text(f'[[rule]]\npod = "shop/*"\ncpu = {CPU_B}\n')
-    try:
-        with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_A, CPU_A)], seconds=8) as lab:
-            lab.start_servers()
-            pod_port, other_port = (f.port for f in lab.flows)
-            with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                f.write(str(lab.receiver_pid(pod_port)))
-            p = subprocess.Popen([*STEER, "auto", "--dry-run", "--policy", str(policy),
-                                  "--dev", "veth-rx", "--netns", lab.rx,
-                                  "--interval", "1", "--duration", "7", "--confirm", "1"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                 env=dict(os.environ, PYTHONPATH=ROOT,
-                                          STEER_KUBELET_LOGS=str(kubelet_logs)))
-            time.sleep(1)
-            lab.start_clients()
-            out, err = p.communicate(timeout=60)
-            lab.wait(timeout=30)
-    finally:
-        for d in [path] + [os.path.join(top, *rel.split("/")[:i]) for i in
-                           range(rel.count("/"), 0, -1)] + [top]:
-            for _ in range(50):
-                try:
-                    os.rmdir(d)
-                    break
-                except OSError:
-                    time.sleep(0.1)
+    with made_cgroup(LAYOUTS["kubelet-systemd"][0]) as (_, path), \
+            Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_A, CPU_A)], seconds=8) as lab:
+        lab.start_servers()
+        pod_port, other_port = (f.port for f in lab.flows)
+        move(path, lab.receiver_pid(pod_port))
+        p = _steer(["auto", "--dry-run", "--policy", str(policy), "--dev", "veth-rx",
+                    "--netns", lab.rx, "--interval", "1", "--duration", "7", "--confirm", "1"],
+                   kubelet_logs)
+        time.sleep(1)
+        lab.start_clients()
+        out, err = p.communicate(timeout=60)
+        lab.wait(timeout=30)
     assert p.returncode == 0, err
     moves = [line for line in err.splitlines() if "kernel CPU" in line]
     print(err)
@@ -180,32 +143,15 @@ def test_a_static_rule_naming_a_pod_steers_that_pods_flows_only(kubelet_logs, pr
 def test_steer_top_names_the_readers_pod(kubelet_logs):
     """The live view (off a terminal: a plain table per interval) shows a reader in a
     kubelet-named cgroup as namespace/pod:container, in place of its process."""
-    rel = LAYOUTS["kubelet-cgroupfs"][0]
-    top = os.path.join(MOUNT, f"steer-test-{os.getpid()}")
-    path = os.path.join(top, rel)
-    os.makedirs(path)
-    try:
-        with Lab([LabFlow(CPU_A, CPU_A)], seconds=4) as lab:
-            lab.start_servers()
-            with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                f.write(str(lab.receiver_pid(lab.flows[0].port)))
-            p = subprocess.Popen([*STEER, "top", "--interval", "1", "--duration", "4"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                 env=dict(os.environ, PYTHONPATH=ROOT,
-                                          STEER_KUBELET_LOGS=str(kubelet_logs)))
-            time.sleep(0.8)
-            lab.start_clients()
-            out, err = p.communicate(timeout=60)
-            lab.wait(timeout=30)
-    finally:
-        for d in [path] + [os.path.join(top, *rel.split("/")[:i]) for i in
-                           range(rel.count("/"), 0, -1)] + [top]:
-            for _ in range(50):
-                try:
-                    os.rmdir(d)
-                    break
-                except OSError:
-                    time.sleep(0.1)
+    with made_cgroup(LAYOUTS["kubelet-cgroupfs"][0]) as (_, path), \
+            Lab([LabFlow(CPU_A, CPU_A)], seconds=4) as lab:
+        lab.start_servers()
+        move(path, lab.receiver_pid(lab.flows[0].port))
+        p = _steer(["top", "--interval", "1", "--duration", "4"], kubelet_logs)
+        time.sleep(0.8)
+        lab.start_clients()
+        out, err = p.communicate(timeout=60)
+        lab.wait(timeout=30)
     assert p.returncode == 0, err
     rows = [line for line in out.splitlines() if "198.18.0.2:5201" in line]
     assert rows and any("shop/api-5f7c9:server" in r for r in rows), out

@@ -13,9 +13,9 @@ import urllib.request
 
 import pytest
 
+from cgroups import made_cgroup, move
 from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, live, steer
 from steer.experiment.lab import Lab, LabFlow
-from steer.trace.cgroups import cgroup2_mount
 from steer.trace.tracer import DEFAULT_SAMPLE_HZ
 from test_dashboards import DASH, panel_exprs
 
@@ -72,26 +72,11 @@ POD = dict(workload="lab/iperf3-server-0:server", namespace="lab", pod="iperf3-s
            container="server")
 
 
-def _pod_cgroup(tmp):
-    """The pod's cgroup (made) and its kubelet log directories under TMP; the cgroup's path."""
+def _kubelet_logs(tmp):
+    """The kubelet's log directories of the pod under TMP."""
     (tmp / "logs" / "pods" / f"lab_iperf3-server-0_{POD_UID}" / "server").mkdir(parents=True)
     (tmp / "logs" / "containers").mkdir()
     (tmp / "logs" / "containers" / f"iperf3-server-0_lab_server-{CONTAINER_ID}.log").touch()
-    path = os.path.join(cgroup2_mount(), f"steer-test-{os.getpid()}", POD_CGROUP)
-    os.makedirs(path)
-    return path
-
-
-def _remove_cgroup(path):
-    top = os.path.join(cgroup2_mount(), f"steer-test-{os.getpid()}")
-    while len(path) >= len(top):
-        for _ in range(50):
-            try:
-                os.rmdir(path)
-                break
-            except OSError:
-                time.sleep(0.1)   # the last process is still leaving
-        path = os.path.dirname(path)
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +84,13 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom")
     p_export, p_auto, p_prom = free_port(), free_port(), free_port()
     procs = []
-    cgroup = _pod_cgroup(tmp)
-    with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)] if len(CPUS) > 1
-             else [LabFlow(CPU_A, CPU_A)], seconds=40) as lab:
+    _kubelet_logs(tmp)
+    with made_cgroup(POD_CGROUP) as (_, cgroup), \
+            Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)] if len(CPUS) > 1
+                else [LabFlow(CPU_A, CPU_A)], seconds=40) as lab:
         lab.start_servers()
         for flow in lab.flows:
-            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-                f.write(str(lab.receiver_pid(flow.port)))
+            move(cgroup, lab.receiver_pid(flow.port))
         r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "veth-rx", "--netns", lab.rx)
         assert r.returncode == 0, r.stderr
         try:
@@ -157,7 +142,6 @@ scrape_configs:
                     p.kill()
             steer("reset")
             lab.stop_traffic()
-    _remove_cgroup(cgroup)
 
 
 def test_exposition_passes_promtool(stack):

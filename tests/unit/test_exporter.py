@@ -6,6 +6,7 @@ import platform
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import fakes
 from steer import __version__
 from steer.present.exporter import SteerCollector
 from steer.model.flowspec import FlowSpec
@@ -21,18 +22,8 @@ SLOW = FlowId("tcp", "198.18.0.1", 40001, "198.18.0.2", 5202)
 S = 1_000_000_000
 
 
-class FakeTracer:
-    """Hands out the samples it is given, one per read, as a Tracer hands out map reads."""
-
-    def __init__(self, samples):
-        self.capabilities = CAPS
-        self._samples = iter(samples)
-
-    def sample(self) -> TraceSample:
-        return next(self._samples)
-
-    def program_stats(self):
-        return {"ft_sample": (5000, 10)}
+def FakeTracer(samples):
+    return fakes.FakeTracer(samples, CAPS)
 
 
 def _sample(t, entries):
