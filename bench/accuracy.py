@@ -88,13 +88,13 @@ SCENARIOS = [
 ]
 
 
-def _runtime(match: Callable[[str], bool]) -> int:
-    """The summed sum_exec_runtime (ns) of every task whose comm MATCH takes."""
+def _runtime(match: Callable[[int, str], bool]) -> int:
+    """The summed sum_exec_runtime (ns) of every task whose pid and comm MATCH takes."""
     total = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/comm") as f:
-                if not match(f.read().strip()):
+                if not match(int(pid), f.read().strip()):
                     continue
             with open(f"/proc/{pid}/schedstat") as f:
                 total += int(f.read().split()[0])
@@ -148,8 +148,9 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
                 tool = softirqs_tool(seconds)
                 time.sleep(0.4)   # its window opens once its programs are attached
             target = sc.steer_to(a, b) if sc.steer_to else b
-            kthread = (lambda c: c.startswith(f"cpumap/{target}/")) if sc.steer_to else \
-                (lambda c: c.startswith("napi/"))
+            # the cpumap kthread of the target CPU; the NAPI kthreads of the lab's own veth
+            kthread = (lambda pid, c: c.startswith(f"cpumap/{target}/")) if sc.steer_to else \
+                (lambda pid, c: pid in lab.napi_pids)
             w0, k0, t0 = tracer.sample(), _runtime(kthread), time.monotonic()
             if tool:
                 out, _ = tool.communicate(timeout=seconds + 30)

@@ -217,7 +217,7 @@ def reader_text(f: FlowReport) -> str:
     return f"{printable(f.app_comm or '')}/{f.app_pid}" if f.app_pid else "-"
 
 
-def workload_key(f: FlowReport) -> str:
+def reader_words(f: FlowReport) -> str:
     """What the workload sort and the filter know a flow's reader by."""
     w = f.app_workload
     return " ".join(x for x in (w and w.label, f.app_cgroup, f.app_comm) if x)
@@ -229,7 +229,7 @@ def is_idle(f: FlowReport, min_rate: float) -> bool:
 
 
 def _matches(f: FlowReport, text: str) -> bool:
-    hay = f"{f.flow} {f.flow.dport} {workload_key(f)} {f.app_pid or ''} {f.placement.cls}"
+    hay = f"{f.flow} {f.flow.dport} {reader_words(f)} {f.app_pid or ''} {f.placement.cls}"
     return text.lower() in hay.lower()
 
 
@@ -250,7 +250,7 @@ def select_flows(snap: Snapshot, state: ViewState) -> tuple[list[FlowReport], in
            "app": lambda f: -f.app_seconds,
            "class": lambda f: (CLASS_ORDER.get(f.placement.cls, 3), -f.rate_bps),
            # flows without a known reader last, each workload's flows by rate
-           "workload": lambda f: (not workload_key(f), workload_key(f), -f.rate_bps)}[state.sort]
+           "workload": lambda f: (not reader_words(f), reader_words(f), -f.rate_bps)}[state.sort]
     return sorted(flows, key=key), idle, filtered
 
 

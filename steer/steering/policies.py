@@ -26,7 +26,7 @@ import types
 from dataclasses import dataclass
 from typing import Callable
 
-from steer.model.flowspec import FlowSpec, FlowSpecError
+from steer.model.flowspec import WORKLOAD_KEYS, FlowSpec, FlowSpecError
 from steer.model.flows import FlowReport, Snapshot
 from steer.model.topology import Topology
 from steer.model.samples import FlowId
@@ -148,7 +148,7 @@ def static(path: str) -> Policy:
 
 
 # what a static rule may select flows by: the flow itself, or its reader's workload
-RULE_SELECTORS = ("flow", "pod", "container", "unit", "cgroup")
+RULE_SELECTORS = ("flow", *WORKLOAD_KEYS)
 SELECTOR_EXAMPLES = {"flow": '"proto=tcp,dport=5201"', "pod": '"shop/api-*"',
                      "container": '"server"', "unit": '"nginx.service"',
                      "cgroup": '"/system.slice/nginx.service"'}
