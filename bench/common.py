@@ -110,6 +110,11 @@ def require_root() -> None:
 # per read (`--app-hook tracepoint`: calls counted, UDP on kernels without fexit), and the exact
 # mode (`--timing exact`)
 TRACER_MODES = {"sampled": {"timing": "sampled"},
+                # the default as on a kernel that allows fexit on udp_recvmsg: no program per read
+                # of any TCP socket (where fexit is refused, "sampled" reads UDP by a tracepoint
+                # that every read passes)
+                "sampled-no-udp-tracepoint": {"timing": "sampled",
+                                              "refuse": "ft_udp_recv_length"},
                 "sampled-tracepoint": {"timing": "sampled", "app_hook": "tracepoint"},
                 "exact": {"timing": "exact"},
                 # steer profile (on demand, not always on): the sampled tracer at its default
@@ -157,11 +162,26 @@ class traced:
             self.tracer.detach()
 
 
+def start_tracer(mode: str):
+    """A Tracer of MODE (a TRACER_MODES key), started; its "refuse" programs left out as on a
+    kernel that refuses them."""
+    from steer.trace.tracer import REFUSE_ENV, Tracer
+    options = dict(TRACER_MODES[mode])
+    before = os.environ.get(REFUSE_ENV)
+    os.environ[REFUSE_ENV] = options.pop("refuse", "")
+    try:
+        return Tracer(**options).start()
+    finally:
+        if before is None:
+            os.environ.pop(REFUSE_ENV)
+        else:
+            os.environ[REFUSE_ENV] = before
+
+
 def load_tracer(mode: str):
     """MODE's tracer, loaded (at the first call) and detached."""
     if mode not in _loaded:
-        from steer.trace.tracer import Tracer
-        _loaded[mode] = Tracer(**TRACER_MODES[mode]).start()
+        _loaded[mode] = start_tracer(mode)
         _loaded[mode].detach()
     return _loaded[mode]
 

@@ -10,9 +10,8 @@ import statistics
 
 from steer.kernel.gateway import BpfObject, bpf_dir, prog_run_stats
 from steer.experiment.lab import Lab
-from steer.trace.tracer import Tracer
 
-from .common import TRACER_MODES, fmt, lab_flow, parser, require_root, run, write
+from .common import TRACER_MODES, fmt, start_tracer, lab_flow, parser, require_root, run, write
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -30,7 +29,7 @@ def main(argv=None) -> int:
     try:
         with open(STATS, "w") as f:
             f.write("1")
-        tracer = Tracer(**TRACER_MODES[args.mode]).start()
+        tracer = start_tracer(args.mode)
         floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), no_pin=True)
         floor.attach_all()
         floor_progs = {n: floor.prog_fd(n) for n in floor.programs()}

@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 
 from steer.experiment.lab import Lab
-from steer.trace.tracer import Tracer
 
-from .common import (TRACER_MODES, alternate, fmt, lab_flow, parser, ratio_stats,
+from .common import (TRACER_MODES, alternate, fmt, lab_flow, parser, ratio_stats, start_tracer,
                      require_root, run, stats, write)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -24,7 +23,7 @@ def softirq_seconds() -> float:
 
 
 def one_run(lab: Lab, seconds: float, traced: bool, mode: str = "sampled") -> dict:
-    tracer = Tracer(**TRACER_MODES[mode]).start() if traced else None
+    tracer = start_tracer(mode) if traced else None
     try:
         s0 = softirq_seconds()
         lab.start(seconds)

@@ -44,6 +44,23 @@ struct {
 	__type(value, struct ft_cpu_stats);
 } cpu_totals SEC(".maps");
 
+/* Where the kernel refuses fexit, userspace puts the UDP reads' tracepoint program on its hook
+ * only while UDP datagrams arrive (programs.UDP_READS_FALLBACK). The per-skb program sets
+ * udp_seen at a datagram and, when it was clear, wakes userspace through udp_ring at once;
+ * userspace clears it a second later, so that the ring rings at most once a second, and the
+ * flag, written only while clear, keeps its cache line shared between CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} udp_seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);	/* a page: sized by userspace to this machine's */
+} udp_ring SEC(".maps");
+
 /* one perf counter (LLC misses) per CPU, filled by userspace when a PMU exists */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);

@@ -39,6 +39,17 @@ int BPF_PROG(ft_sock_recv_length, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+/* The sampled mode's UDP reads where the kernel refuses fexit on udp(v6)_recvmsg: the same
+ * tracepoint, which every receive call of every socket passes, so a TCP read (counted by its
+ * socket's own counters) leaves at the first test. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(ft_udp_recv_length, struct sock *sk, int ret, int flags)
+{
+	if (sk->sk_protocol == IPPROTO_UDP)
+		on_receive(sk, ret, flags, 1);
+	return 0;
+}
+
 /* Kernels before 6.3 have no sock_recv_length: the protocols' recvmsg functions say the same.
  * Their signature changed (noblock went in 5.19, addr_len in 6.17), so the flags argument's
  * position comes from userspace, read off the kernel's BTF, and the return value from

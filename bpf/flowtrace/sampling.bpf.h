@@ -77,6 +77,16 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_el
 	return w < period * MAX_SAMPLE_WEIGHT_PERIODS ? w : period * MAX_SAMPLE_WEIGHT_PERIODS;
 }
 
+static __always_inline void note_udp(void)
+{
+	__u32 zero = 0, *seen = bpf_map_lookup_elem(&udp_seen, &zero);
+
+	if (seen && !*seen) {
+		*seen = 1;
+		bpf_ringbuf_output(&udp_ring, &zero, sizeof(zero), 0);
+	}
+}
+
 /* Sampled timing's per-skb program: the hint for the sampler and, for the transports in
  * cfg.skb_count, the skb's bytes and packets. skb->hash (the NIC's RSS hash, or the one the
  * sending socket put on it) tells an skb of one of the last two uncounted flows on this CPU
@@ -108,6 +118,8 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 		s->skip_next ^= 1;
 		return 0;
 	}
+	if (k.proto == IPPROTO_UDP)
+		note_udp();
 	tot = totals();
 	if (!tot)
 		return 0;

@@ -141,12 +141,14 @@ def cmd_export(args) -> int:
         server = bind_server(collector, args, web)
         if not args.keep_privileges:
             # everything that needs a capability is done: the programs loaded and attached, the
-            # maps and counters open, the certificates read, the port bound; and no thread yet,
-            # so that what the main thread gives up, all of them have given up
+            # maps and counters open, the certificates read, the port bound; and no thread
+            # running (the tracer's stopped meanwhile), so that what the main thread gives up,
+            # all of them have given up
             from steer.kernel.gateway import bpf_syscall_needs_capability, drop_privileges
             from steer.kernel.privileges import CAP_BPF
             keep = (CAP_BPF,) if bpf_syscall_needs_capability() else ()
-            drop_privileges(user, keep)
+            with tracer.threads_stopped():
+                drop_privileges(user, keep)
             if keep:
                 print("steer export: kept CAP_BPF alone: before Linux 6.5, with "
                       "kernel.unprivileged_bpf_disabled set, reading an open map needs it",

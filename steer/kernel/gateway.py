@@ -61,6 +61,7 @@ _libbpf_log: deque[str] = deque(maxlen=200)
 
 # int (*)(enum libbpf_print_level, const char *fmt, va_list ap); va_list is passed as a pointer
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+_RING_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
 
@@ -163,6 +164,9 @@ def _libbpf():
             ("bpf_obj_get_info_by_fd", i, [i, vp, ctypes.POINTER(u32)]),
             ("bpf_link_create", i, [i, i, ctypes.c_int, vp]),
             ("bpf_prog_test_run_opts", i, [i, vp]),
+            ("ring_buffer__new", vp, [i, _RING_FN, vp, vp]),
+            ("ring_buffer__poll", i, [vp, i]),
+            ("ring_buffer__free", None, [vp]),
         ]:
             f = getattr(lib, fn)
             f.restype, f.argtypes = res, args
@@ -254,6 +258,30 @@ class _MapInfo(ctypes.Structure):
     _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("key_size", ctypes.c_uint32),
                 ("value_size", ctypes.c_uint32), ("max_entries", ctypes.c_uint32),
                 ("map_flags", ctypes.c_uint32), ("name", ctypes.c_char * 16)]
+
+
+class BpfRing:
+    """A BPF ring buffer read for its wake-ups alone: poll() sleeps (without the GIL) until the
+    programs put records in it, or TIMEOUT_MS pass, and says how many it took."""
+
+    def __init__(self, bpf_map: "BpfMap"):
+        lib = _libbpf()
+        self.name = bpf_map.name
+        self._count = _RING_FN(lambda ctx, data, size: 0)   # kept: libbpf holds the pointer
+        self._rb = lib.ring_buffer__new(bpf_map.fd, self._count, None, None)
+        if not self._rb:
+            raise _fail(f"cannot read the ring buffer {self.name}", ctypes.get_errno())
+
+    def poll(self, timeout_ms: int) -> int:
+        n = _libbpf().ring_buffer__poll(self._rb, timeout_ms)
+        if n < 0 and n != -errno.EINTR:
+            raise _fail(f"cannot read the ring buffer {self.name}", n)
+        return max(n, 0)
+
+    def close(self) -> None:
+        if self._rb:
+            _libbpf().ring_buffer__free(self._rb)
+            self._rb = None
 
 
 class BpfMap:
@@ -577,6 +605,15 @@ class BpfObject:
     @property
     def attached(self) -> list[str]:
         return [n for n, _ in self._links]
+
+    def detach(self, name: str) -> None:
+        """Take the program NAME (attached once) off its hook."""
+        lib = _libbpf()
+        for i, (n, link) in enumerate(self._links):
+            if n == name:
+                del self._links[i]
+                lib.bpf_link__destroy(link)
+                return
 
     def detach_all(self) -> None:
         lib = _libbpf()

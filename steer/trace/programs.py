@@ -48,6 +48,7 @@ SECTIONS = {
     "ft_flush_socks": "iter/bpf_sk_storage_map",
     "ft_tcp_sockets": "iter/tcp",
     "ft_sock_recv_length": "tp_btf/sock_recv_length",
+    "ft_udp_recv_length": "tp_btf/sock_recv_length",
     "ft_tcp_recvmsg_exit": "fexit/tcp_recvmsg",
     "ft_udp_recvmsg_exit": "fexit/udp_recvmsg",
     "ft_udpv6_recvmsg_exit": "fexit/udpv6_recvmsg",
@@ -64,9 +65,9 @@ SECTIONS = {
 ALL_PROGRAMS = tuple(SECTIONS)
 # its maps (tests/unit/test_programs.py checks them against the source): a map type the kernel lacks
 # (task storage before 5.11) is not created, and the programs that use it are refused in turn
-MAPS = ("flows", "cpu_totals", "llc_counters", "ref_counters", "instruction_counters",
-        "cycle_counters", "cpu_states", "readers", "napi_polls", "socks", "recv_calls",
-        "sampled_runtime", "stack_scratch", "profile_text", "profile")
+MAPS = ("flows", "cpu_totals", "udp_seen", "udp_ring", "llc_counters", "ref_counters",
+        "instruction_counters", "cycle_counters", "cpu_states", "readers", "napi_polls", "socks",
+        "recv_calls", "sampled_runtime", "stack_scratch", "profile_text", "profile")
 OPTIONAL = tuple(p for p in ALL_PROGRAMS if not any(p in core for core in CORE.values()))
 
 # the per-CPU and per-device figures, in every mode
@@ -82,9 +83,10 @@ SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit")
 EXACT_PROGRAMS = ("ft_xdp_redirect", "ft_xdp_cpumap_kthread", "ft_sched_switch", *SYSCALL_PROGRAMS)
 
 # How the application side learns which socket a read was from and how many bytes it got:
-# - counters (sampled timing): no program per read. A TCP reader's bytes are the socket's own
+# - counters (sampled timing): no program per TCP read. A TCP reader's bytes are the socket's own
 #   account (copied_seq against bytes_received, read at each flush), the reader's CPU and process
-#   come from the samples; UDP reads by fexit on udp(v6)_recvmsg where the kernel allows it;
+#   come from the samples; UDP reads by fexit on udp(v6)_recvmsg, else (a kernel that refuses
+#   fexit) by the sock_recv_length tracepoint, whose program leaves a TCP read at its first test;
 # - the sock_recv_length tracepoint (6.3+): one program per receive call of every socket of the
 #   host; else the exit of the protocols' recvmsg functions by fexit (BPF trampolines), else by
 #   kretprobe. These count calls, and the exact mode times the syscalls around them.
@@ -97,6 +99,8 @@ HOOKS = {
 }
 # the kernel function each fexit and kprobe program hooks
 HOOKED = {p: f for f in RECV_FUNCS for p in (*HOOKS["fexit"], *HOOKS["kprobe"]) if f"ft_{f}_" in p}
+# the counters hook's UDP reads where the kernel refuses either of its fexit programs
+UDP_READS_FALLBACK = "ft_udp_recv_length"
 # the programs without which a hook does not count TCP reads (its UDP ones are optional in it)
 HOOK_CORE = {"counters": (), "tracepoint": ("ft_sock_recv_length",),
              "fexit": ("ft_tcp_recvmsg_exit",),
@@ -231,6 +235,10 @@ def plan(timing: str, app_hook: str, refused: dict[str, str]) -> Plan:
             hook = "off"
 
     wanted = set(CORE[mode]) | set(DEVICE_PROGRAMS) | set(HOOKS.get(hook, ()))
+    if hook == "counters" and any(p in refused for p in HOOKS["counters"]) \
+            and UDP_READS_FALLBACK not in refused:
+        # one program for both families, never beside an fexit one (each read counted once)
+        wanted = (wanted - set(HOOKS["counters"])) | {UDP_READS_FALLBACK}
     if mode == "exact":
         wanted |= {"ft_xdp_redirect", "ft_xdp_cpumap_kthread", "ft_sched_switch"}
         if hook != "off":
@@ -365,14 +373,18 @@ def _udp_reads(hook, programs, refused, hook_why) -> Figure:
         return Figure(MISSING, "not counted", hook_why)
     if hook == "tracepoint":
         return Figure(WORKS, f"each read ({HOOK_LABELS[hook]})")
+    if hook == "counters" and UDP_READS_FALLBACK in programs:
+        # on demand (tracer.UDP_READS_POLL, UDP_READS_IDLE): not a program per TCP read always
+        return Figure(DEGRADED, f"each read by {HOOK_LABELS['tracepoint']}, on its hook while "
+                      "UDP datagrams arrive (every socket's reads pass it then): not the first "
+                      "20 ms after 10 s without one", refusals(HOOKS["counters"], refused))
     mine = [p for p in HOOKS[hook] if "udp" in p]
     v4 = [p for p in mine if "udpv6" not in p]
     label = "fexit" if hook in ("counters", "fexit") else "kretprobe"
     lost = refusals(mine, refused)
     if not all(p in programs for p in v4):
-        extra = " (--app-hook tracepoint counts them, at a program per receive call of every " \
-                "socket)" if hook == "counters" else ""
-        return Figure(MISSING, "not counted" + extra, lost)
+        return Figure(MISSING, "not counted", refusals([*mine, UDP_READS_FALLBACK], refused)
+                      if hook == "counters" else lost)
     if not all(p in programs for p in mine):
         return Figure(DEGRADED, f"IPv4 only, by {label} on udp_recvmsg", lost)
     return Figure(WORKS, f"each read, by {label} on udp_recvmsg/udpv6_recvmsg")

@@ -9,17 +9,18 @@ import os
 import struct
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
-from steer.kernel.gateway import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, KernelError,
+from steer.kernel.gateway import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, BpfRing, KernelError,
                                   PerfCounter, bpf_dir, errno_name,
                                   BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
                                   possible_cpus, vmlinux_func_params, vmlinux_has_type)
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED, HOOKS,
-                                  MAPS, RECV_FUNCS,
-                                  SECTIONS, TCP_ITERATOR, TIMING_CHOICES, Figure, Plan, PlanError,
+                                  MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
+                                  UDP_READS_FALLBACK, Figure, Plan, PlanError,
                                   forced_refusals, plan)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
 from steer.model.topology import read_int
@@ -52,6 +53,13 @@ MAX_SAMPLE_HZ = 20000      # the kernel throttles perf sampling well before 100 
 TEXT_SYMBOLS = {abi.FT_TEXT_NET_RX: ["net_rx_action"],
                 abi.FT_TEXT_NAPI_THREAD: ["napi_threaded_poll_loop", "napi_threaded_poll"],
                 abi.FT_TEXT_SOFTIRQ: ["handle_softirqs", "__do_softirq"]}
+# Where the kernel refuses fexit, the sampled mode reads UDP by a tracepoint that every receive
+# call of every socket passes (programs.UDP_READS_FALLBACK: ~1% of a loopback redis GET's rate
+# here, bench.rr): a thread of the tracer puts it on its hook only while UDP datagrams arrive,
+# woken by the first one through a ring buffer (udp_ring)
+UDP_READS_IDLE = 10.0    # s without a datagram before it comes off: sporadic UDP (DNS) keeps
+                         # it on rather than miss a reply that comes back at once
+UDP_READS_REARM = 1.0    # s between clears of udp_seen: the ring rings at most this often
 # tcp_recvmsg's parameter count -> index of `flags`: (sk, msg, len, nonblock, flags, addr_len)
 # before 5.19, (sk, msg, len, flags, addr_len) until 6.17, (sk, msg, len, flags) since
 RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
@@ -103,6 +111,7 @@ _NAPI_KEY = struct.Struct(abi.struct_format(abi.NapiKey))
 _NAPI_VALUE = struct.Struct(abi.struct_format(abi.NapiStats))
 _LAST_SEEN_OFFSET = abi.FlowStats.last_seen_ns.offset
 _U64 = struct.Struct("@Q").unpack_from
+_ZERO_KEY = struct.pack("@I", 0)   # an array map's one key, and udp_seen's clear value
 _FLOW_KEY_SIZE = abi.FlowCpuKey.cpu.offset   # the flow part of a (flow, CPU) key
 _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuSample's order
 
@@ -142,6 +151,12 @@ class Tracer:
         self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
         self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
         self._unreached_why = ""        # and the first such namespace's error
+        self._on_hooks = False          # between start()/attach() and detach()/stop()
+        self._udp_watch: threading.Thread | None = None
+        self._udp_ring: BpfRing | None = None
+        self._udp_watch_stop = threading.Event()
+        self.udp_reads_attachments = 0  # how often the UDP reads' program went on its hook
+        self.udp_reads_error = ""       # why the thread that puts it there stopped, if it did
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -201,7 +216,71 @@ class Tracer:
         self.capabilities = self._capabilities(p, counters)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
+        if UDP_READS_FALLBACK in p.programs:
+            try:
+                self._udp_ring = BpfRing(self._obj.map("udp_ring"))
+                self._watch_udp_once(self._udp_ring.poll(0))   # datagrams flowing: on at once
+            except KernelError as e:
+                self.stop()
+                raise TracerError(str(e)) from None
+            self._start_udp_watch()
         return self
+
+    # -- UDP reads on demand (UDP_READS_FALLBACK) --------------------------------------------
+    def _start_udp_watch(self) -> None:
+        self._udp_watch_stop = threading.Event()
+        self._udp_watch = threading.Thread(target=self._watch_udp, name="steer-udp-reads",
+                                           daemon=True)
+        self._udp_watch.start()
+
+    def _stop_udp_watch(self) -> bool:
+        """Stop the thread, if it runs; whether it did."""
+        thread, self._udp_watch = self._udp_watch, None
+        self._udp_watch_stop.set()
+        if thread and thread is not threading.current_thread():
+            thread.join()
+        return thread is not None
+
+    @contextmanager
+    def threads_stopped(self):
+        """with tracer.threads_stopped(): no thread of the tracer's runs. For changing the
+        process's credentials: the C library applies setresuid() to every thread and aborts the
+        process where one of them cannot follow, and capset() changes the calling thread alone,
+        so a thread started before keeps what the caller gave up. Started again after, it
+        inherits what the caller has then."""
+        running = self._stop_udp_watch()
+        try:
+            yield
+        finally:
+            if running and self._obj:
+                self._start_udp_watch()
+
+    def _watch_udp(self) -> None:
+        """The thread that puts the UDP reads' program on its hook while datagrams arrive."""
+        try:
+            while not self._udp_watch_stop.is_set():
+                self._watch_udp_once(self._udp_ring.poll(250))   # a wake-up, or the clock
+        except KernelError as e:
+            self.udp_reads_error = str(e)   # the figure stays as it is; the reads stop
+
+    def _watch_udp_once(self, rang: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if not self._obj or not self._on_hooks:
+                return
+            on = UDP_READS_FALLBACK in self._obj.attached
+            if rang:
+                self._udp_last = now
+                if not on:
+                    self._obj.attach(UDP_READS_FALLBACK)
+                    self.udp_reads_attachments += 1
+            elif on and now - self._udp_last > max(UDP_READS_IDLE, 2 * UDP_READS_REARM):
+                # (the ring rings once a rearm at most: a shorter wait would take a steady
+                # flow for ended)
+                self._obj.detach(UDP_READS_FALLBACK)
+            if now - self._udp_cleared >= UDP_READS_REARM:
+                self._udp_cleared = now
+                self._obj.map("udp_seen").update(_ZERO_KEY, _ZERO_KEY)   # the next one rings
 
     def _load_what_runs(self, obj_path, refused: dict[str, str], forced: set[str],
                         counters: CounterSet, ranges) -> Plan:
@@ -247,7 +326,8 @@ class Tracer:
         the first load."""
         out: dict[str, str] = {}
         if not vmlinux_has_type("btf_trace_sock_recv_length"):
-            out["ft_sock_recv_length"] = "this kernel has no sock:sock_recv_length (Linux 6.3+)"
+            for prog in ("ft_sock_recv_length", UDP_READS_FALLBACK):
+                out[prog] = "this kernel has no sock:sock_recv_length (Linux 6.3+)"
         params = {f: vmlinux_func_params(f) for f in RECV_FUNCS}
         nparams = params["tcp_recvmsg"]
         self._flags_arg = RECVMSG_FLAGS_ARG.get(nparams, 0)
@@ -297,7 +377,7 @@ class Tracer:
                          profile_ranges=len(ranges) if sampled else 0, skb_count=p.skb_count)
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi
-        sizes = {"flows": self.max_flows}
+        sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE")}
         if ranges and sampled:
             sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
         # fresh events for each attempt: an attached one belongs to its link, which a failed
@@ -383,6 +463,13 @@ class Tracer:
                 self._obj.attach_iter(name, "socks")
             elif name != "ft_sample":
                 self._obj.attach(name)
+        if UDP_READS_FALLBACK in self._obj.attached:
+            # on its hook once, so that a kernel that refuses it says so now, as for the
+            # others; then off until a datagram (_watch_udp)
+            self._obj.detach(UDP_READS_FALLBACK)
+            self._obj.map("udp_seen").update(_ZERO_KEY, _ZERO_KEY)   # the next datagram rings
+        self._on_hooks = True
+        self._udp_cleared = self._udp_last = 0.0
         for c in clocks:
             self._obj.attach_perf_event("ft_sample", c.fd)
             c.fd = -1   # libbpf's link owns the event now and closes it with the link
@@ -418,8 +505,10 @@ class Tracer:
     def detach(self) -> None:
         """Take every program off its hook and leave the maps as they are: what it costs to be
         attached is then measured apart from what it costs to load (bench/)."""
-        if self._obj:
-            self._obj.detach_all()
+        with self._lock:
+            self._on_hooks = False
+            if self._obj:
+                self._obj.detach_all()
         self._clocks = []   # their links closed them
 
     def attach(self) -> None:
@@ -456,7 +545,12 @@ class Tracer:
         return clocks
 
     def stop(self) -> None:
+        self._stop_udp_watch()
         with self._lock:   # not under a sample() of another thread
+            self._on_hooks = False
+            if self._udp_ring:
+                self._udp_ring.close()
+                self._udp_ring = None
             self._unload()
             self._counters.close()
 

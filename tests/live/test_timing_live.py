@@ -194,7 +194,8 @@ def test_sampled_agrees_with_exact_on_the_same_traffic():
 
 def test_sampled_timing_hooks_no_syscall_and_no_read():
     """The always-on default: nothing on unrelated syscalls, nothing per read (the per-read
-    hooks are all left out; UDP's fexit only where the kernel allows it, never here)."""
+    hooks are all left out; UDP's fexit where the kernel allows it, else a tracepoint only while
+    UDP datagrams arrive: tests/live/test_refusals_live.py)."""
     tracer = Tracer(timing="sampled").start()
     try:
         attached = set(tracer.attached_programs)

@@ -9,6 +9,7 @@ import pytest
 from helpers import ROOT
 from steer.abi.flowtrace import FT_COUNT_TCP, FT_COUNT_UDP
 from steer.trace.programs import (ALL_PROGRAMS, CORE, HOOKS, OPTIONAL, SECTIONS, SOCKET_PROGRAMS,
+                                  UDP_READS_FALLBACK,
                                   PlanError, forced_refusals, plan, refusals)
 
 EPERM = "EPERM: Operation not permitted"
@@ -113,6 +114,27 @@ def test_a_hook_keeps_tcp_where_only_its_udp_programs_are_refused():
     assert p.figures["udp_app_bytes"].state == "degraded"
     assert states(plan("exact", "fexit", refused("ft_udp_recvmsg_exit")))["udp_app_bytes"] == \
         "missing"
+
+
+def test_the_default_reads_udp_by_the_tracepoint_where_fexit_is_refused():
+    """Either fexit refused: one tracepoint program for both families, never beside an fexit
+    one (each read counted once), and the figure says it is on demand and why."""
+    for lost in ("ft_udp_recvmsg_exit", "ft_udpv6_recvmsg_exit"):
+        p = plan("auto", "auto", refused(lost))
+        assert p.hook == "counters"
+        assert UDP_READS_FALLBACK in p.programs and not p.programs & set(HOOKS["counters"])
+        f = p.figures["udp_app_bytes"]
+        assert f.state == "degraded" and "sock_recv_length" in f.how and "while UDP datagrams arrive" in f.how
+        assert SECTIONS[lost] in f.why
+        assert states(p)["tcp_app_bytes"] == "works"
+    assert UDP_READS_FALLBACK not in plan("auto", "auto", {}).programs
+    # refused too: missing, with every refusal that took it
+    p = plan("auto", "auto", refused("ft_udp_recvmsg_exit", UDP_READS_FALLBACK))
+    f = p.figures["udp_app_bytes"]
+    assert f.state == "missing" and "fexit/udp_recvmsg" in f.why and \
+        "sock_recv_length" in f.why
+    # the other hooks read UDP their own way
+    assert UDP_READS_FALLBACK not in plan("exact", "auto", refused("ft_udp_recvmsg_exit")).programs
 
 
 def test_auto_timing_falls_back_and_says_why():
