@@ -26,6 +26,7 @@ PREFIX = "steerlab"
 NETNS_DIR = "/run/netns"
 SENDER_ADDR, RECEIVER_ADDR, PREFIXLEN = "198.18.0.1", "198.18.0.2", 30
 SENDER_DEV, RECEIVER_DEV = "veth-tx", "veth-rx"   # each in its own namespace
+IPV6_LOOPBACK = "::1"   # LabFlow.ipv6: the receiving namespace's own loopback
 BASE_PORT = 5201
 _instances = itertools.count(1)   # several labs of one process get names of their own
 
@@ -41,15 +42,23 @@ UDP_DATAGRAM = 1400   # iperf3 -l for UDP flows: a datagram that fits a 1500-byt
 class LabFlow:
     """One iperf3 flow: the sender's CPU (where the receive softirq runs unless RPS or XDP moves
     it; None leaves the sender to the scheduler) and the reader's. TCP, or with UDP_RATE (iperf3's
-    -b: "300M") UDP datagrams of UDP_DATAGRAM bytes at that rate."""
+    -b: "300M") UDP datagrams of UDP_DATAGRAM bytes at that rate. IPV6: over IPv6, between two
+    processes of the receiving namespace on its own loopback (::1): the benchmarking range the
+    lab's veth is addressed from is IPv4's, and the loopback takes the skbs in on the sender's
+    CPU as the veth does."""
     kernel_cpu: int | None
     app_cpu: int
     port: int = 0   # 0: assigned in order from BASE_PORT
     udp_rate: str | None = None
+    ipv6: bool = False
 
     @property
     def proto(self) -> str:
         return "udp" if self.udp_rate else "tcp"
+
+    @property
+    def server_addr(self) -> str:
+        return IPV6_LOOPBACK if self.ipv6 else RECEIVER_ADDR
 
 
 @dataclass
@@ -286,23 +295,24 @@ class Lab:
     # -- traffic -----------------------------------------------------------------------------
     def start_servers(self) -> None:
         for f in self.flows:
-            p = subprocess.Popen(["iperf3", "-s", "-1", "-B", RECEIVER_ADDR, "-p", str(f.port)],
+            p = subprocess.Popen(["iperf3", "-s", "-1", "-B", f.server_addr, "-p", str(f.port)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  preexec_fn=_in_netns(self.rx, f.app_cpu))
             self._procs.append(p)
             self._servers[f.port] = p
         deadline = time.monotonic() + 5
         for f in self.flows:   # wait until each server listens, so no client is refused
-            while not self._listening(f.port):
+            while not self._listening(f.port, f.ipv6):
                 if self._servers[f.port].poll() is not None or time.monotonic() > deadline:
                     err = self._servers[f.port].stderr.read().decode().strip()
                     raise LabError(f"iperf3 server on port {f.port} did not start: {err}")
                 time.sleep(0.02)
 
-    def _listening(self, port: int) -> bool:
+    def _listening(self, port: int, ipv6: bool = False) -> bool:
         pid = self._servers[port].pid
         try:
-            with open(f"/proc/{pid}/net/tcp") as fh:   # the server's own namespace view
+            # the server's own namespace view
+            with open(f"/proc/{pid}/net/tcp6" if ipv6 else f"/proc/{pid}/net/tcp") as fh:
                 return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
                            for line in fh.readlines()[1:])
         except OSError:
@@ -312,9 +322,11 @@ class Lab:
         secs = max(1, round(seconds or self.seconds))
         for f in self.flows:
             udp = ["-u", "-b", f.udp_rate, "-l", str(UDP_DATAGRAM)] if f.udp_rate else []
-            p = subprocess.Popen(["iperf3", "-c", RECEIVER_ADDR, "-p", str(f.port), "-t", str(secs),
-                                  *udp, *self.client_args, "--json"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, preexec_fn=_in_netns(self.tx, f.kernel_cpu))
+            p = subprocess.Popen(["iperf3", "-c", f.server_addr, "-p", str(f.port), "-t",
+                                  str(secs), *udp, *self.client_args, "--json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 preexec_fn=_in_netns(self.rx if f.ipv6 else self.tx,
+                                                      f.kernel_cpu))
             self._procs.append(p)
             self._clients[f.port] = p
 
