@@ -18,11 +18,11 @@ from steer.kernel.gateway import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, B
                                   PerfCounter, bpf_dir, errno_name,
                                   BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
                                   possible_cpus, vmlinux_func_params, vmlinux_has_type)
-from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED, HOOKS,
+from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOKED, HOOKS,
                                   MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
                                   UDP_READS_FALLBACK, Figure, Plan, PlanError,
                                   forced_refusals, plan)
-from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, PrivilegeError, require_caps
+from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, require_caps
 from steer.model.topology import read_int
 from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
                                  address_text, proto_name)
