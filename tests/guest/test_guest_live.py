@@ -22,10 +22,19 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "guest", "vm"))
 from run import EXIT_GUEST_LOCKUP, LOCKUP_MARKER  # noqa: E402
 
 
-def _guest_run():
+def _guest_run(*args: str):
     return subprocess.run([sys.executable, "tests/guest/vm/run.py", "--timeout", str(GUEST_TIMEOUT),
-                           "--boot-timeout", str(BOOT_TIMEOUT)],
+                           "--boot-timeout", str(BOOT_TIMEOUT), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=GUEST_TIMEOUT + 60)
+
+
+def _passed_whole(r) -> str:
+    assert r.returncode == 0, f"{r.stderr.strip()[-4000:]}\n{r.stdout.strip()[-6000:]}"
+    (final,) = [l for l in r.stdout.splitlines() if re.match(r"=+ .*passed.* in [\d.]+s", l)]
+    print(final)
+    # every test of the tier has its condition in the guest: a skip there is a broken guest
+    assert "skipped" not in final and "failed" not in final, r.stdout[-6000:]
+    return final
 
 
 # above GUEST_TIMEOUT, so that run.py's own timeout fails first, with the guest's console; CI's
@@ -36,15 +45,22 @@ def test_guest_tier_passes_in_a_two_socket_61_guest():
         pytest.skip("already inside the test guest")
     if not shutil.which("qemu-system-x86_64"):
         pytest.skip("qemu-system-x86 not installed (scripts/setup.sh --vm, which make test runs)")
-    r = _guest_run()
     # one run decides: the guest no longer locks up since one TCG thread runs its vCPUs (ten runs
     # in a row here, tests/guest/vm/run.py), so a lockup fails as a test does, with run.py's reason
     # (EXIT_GUEST_LOCKUP) and the console's tail
-    assert r.returncode == 0, f"{r.stderr.strip()[-4000:]}\n{r.stdout.strip()[-6000:]}"
-    (final,) = [l for l in r.stdout.splitlines() if re.match(r"=+ .*passed.* in [\d.]+s", l)]
-    print(final)
-    # every test of the tier has its condition in the guest: a skip there is a broken guest
-    assert "skipped" not in final and "failed" not in final, r.stdout[-6000:]
+    _passed_whole(_guest_run())
+
+
+@pytest.mark.timeout(GUEST_TIMEOUT + 180)
+def test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores():
+    """#32: the tracer, steer top at 80x24, the sweep's default selection, steer auto and the
+    exporter under Prometheus on 16 CPUs in two sockets (tests/guest/test_big_host_live.py;
+    ~3.5 min here)."""
+    if os.environ.get("STEER_IN_TEST_GUEST"):
+        pytest.skip("already inside the test guest")
+    if not shutil.which("qemu-system-x86_64"):
+        pytest.skip("qemu-system-x86 not installed (scripts/setup.sh --vm, which make test runs)")
+    _passed_whole(_guest_run("--cores", "8", "tests/guest/test_big_host_live.py"))
 
 
 def test_a_guest_kernel_lockup_is_told_apart_from_a_failing_test():

@@ -68,6 +68,7 @@ def keep_check(log: Path, kernel: str) -> Path | None:
 NIC_NETNS = "steer-vm-nic"      # the host's end of the guest's NIC: a namespace of its own
 NIC_TAP = "steervm0"
 NIC_HOST_ADDR, NIC_GUEST_ADDR, NIC_PREFIXLEN = "198.18.100.1", "198.18.100.2", 30
+CORES = 2                       # per socket, of the two (--cores: the big-host tier takes 8)
 NIC_QUEUES = 4                  # one queue pair per guest vCPU, as virtio-net sets by default
 NIC_NUMA_NODE = 1               # the NIC on the second socket: NIC-local is then not just CPU 0's
 FEEDER_PORT = 5301              # not iperf3's default: no lab test inside the guest listens here
@@ -281,7 +282,7 @@ def nic_qemu_args() -> list[str]:
 
 
 def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], timeout: float,
-         log: Path, boot_timeout: float = 120.0) -> int:
+         log: Path, boot_timeout: float = 120.0, cores: int = CORES) -> int:
     # a socket of this run's own: one a killed earlier run left behind cannot be in the way
     sock = Path(tempfile.mkdtemp(prefix="vfs-", dir=WORK)) / "virtiofsd.sock"
     # the host root, read-only to the guest (its overlay takes the writes); chroot sandboxing
@@ -320,11 +321,11 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     qemu = ["ip", "netns", "exec", NIC_NETNS, "qemu-system-x86_64", "-machine", "q35",
             "-accel", "tcg,thread=single",
             "-cpu", "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt",
-            "-smp", "4,sockets=2,cores=2,threads=1", "-m", "4G",
+            "-smp", f"{2 * cores},sockets=2,cores={cores},threads=1", "-m", "4G",
             "-object", f"memory-backend-memfd,id=m0,size={mem},share=on",
             "-object", f"memory-backend-memfd,id=m1,size={mem},share=on",
-            "-numa", "node,nodeid=0,cpus=0-1,memdev=m0",
-            "-numa", "node,nodeid=1,cpus=2-3,memdev=m1",
+            "-numa", f"node,nodeid=0,cpus=0-{cores - 1},memdev=m0",
+            "-numa", f"node,nodeid=1,cpus={cores}-{2 * cores - 1},memdev=m1",
             "-chardev", f"socket,id=vfs,path={sock}",
             "-device", "vhost-user-fs-pci,chardev=vfs,tag=hostroot,queue-size=1024",
             "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
@@ -392,7 +393,12 @@ def main(argv=None) -> int:
     p.add_argument("--kernel", choices=list(KERNELS), default=DEFAULT_KERNEL,
                    help="the guest's kernel: Debian's cloud kernel of bookworm (6.1), bullseye "
                         "(5.10) or trixie (6.12) (default: %(default)s)")
+    p.add_argument("--cores", type=int, default=CORES,
+                   help="cores per socket, of the guest's two (default: %(default)s; "
+                        "tests/guest/test_big_host_live.py takes 8)")
     args, rest = p.parse_known_args(argv)
+    if not 1 <= args.cores <= 64:
+        fail(f"--cores: from 1 to 64, not {args.cores}")
     if os.geteuid() != 0:
         fail("needs root (virtiofsd shares / with the guest; the tests inside need it too)")
     for tool, package in (("qemu-system-x86_64", "qemu-system-x86"), (VIRTIOFSD, "qemu-system-x86"),
@@ -404,14 +410,15 @@ def main(argv=None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     vmlinuz, modules, version = prepare_kernel(args.kernel)
     initrd = build_initramfs(modules, version)
-    print(f"test-vm: booting {version} (4 vCPUs as 2 sockets x 2 cores, TCG; a {NIC_QUEUES}-queue "
+    print(f"test-vm: booting {version} ({2 * args.cores} vCPUs as 2 sockets x {args.cores} cores, "
+          f"TCG; a {NIC_QUEUES}-queue "
           f"virtio-net on node {NIC_NUMA_NODE}, its tap in the host's namespace {NIC_NETNS})",
           flush=True)
     nic_up()
     log = WORK / f"console-{args.kernel}.log"
     try:
         status = boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout, log,
-                      args.boot_timeout)
+                      args.boot_timeout, args.cores)
     finally:
         nic_down()
     if (kept := keep_check(log, args.kernel)) is not None:
