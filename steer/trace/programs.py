@@ -377,7 +377,7 @@ def _udp_reads(hook, programs, refused, hook_why) -> Figure:
         # on demand (tracer.UDP_READS_POLL, UDP_READS_IDLE): not a program per TCP read always
         return Figure(DEGRADED, f"each read by {HOOK_LABELS['tracepoint']}, on its hook while "
                       "UDP datagrams arrive (every socket's reads pass it then): not the first "
-                      "20 ms after 10 s without one", refusals(HOOKS["counters"], refused))
+                      "moment's after 10 s without one", refusals(HOOKS["counters"], refused))
     mine = [p for p in HOOKS[hook] if "udp" in p]
     v4 = [p for p in mine if "udpv6" not in p]
     label = "fexit" if hook in ("counters", "fexit") else "kretprobe"

@@ -19,6 +19,7 @@ from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
+from web import free_port, prometheus, query, stop_all, wait_http
 
 pytestmark = live
 TOPO = read_topology()
@@ -174,35 +175,6 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
 def test_exporter_folded_by_socket_scraped_by_prometheus(tmp_path):
     """steer export --cpu-labels socket on 16 CPUs, scraped every second by a real Prometheus: a
     per-CPU series per socket, not per CPU, and the cross-socket flow's bytes in its class."""
-    import socket as sock
-    import urllib.parse
-    import urllib.request
-
-    def free_port() -> int:
-        with sock.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    def get(url: str) -> bytes:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.read()
-
-    def wait(url: str, proc) -> None:
-        end = time.monotonic() + 120   # TCG: seconds to load
-        while time.monotonic() < end:
-            assert proc.poll() is None, proc.stderr.read()[-2000:]
-            try:
-                get(url)
-                return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError(f"{url} did not answer")
-
-    def query(expr: str) -> list:
-        out = json.loads(get(f"{prom_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
-        assert out["status"] == "success", out
-        return out["data"]["result"]
-
     p_export, p_prom = free_port(), free_port()
     procs = []
     with Lab([LabFlow(SENDER, READER)], seconds=40) as lab:
@@ -213,31 +185,18 @@ def test_exporter_folded_by_socket_scraped_by_prometheus(tmp_path):
                                         env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)
             procs.append(exporter)
-            wait(f"http://127.0.0.1:{p_export}/metrics", exporter)
-            (tmp_path / "prometheus.yml").write_text(
-                "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: steer\n"
-                f"    static_configs: [{{targets: ['127.0.0.1:{p_export}']}}]\n")
-            prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path}/prometheus.yml",
-                                     f"--storage.tsdb.path={tmp_path}/data",
-                                     f"--web.listen-address=127.0.0.1:{p_prom}",
-                                     "--log.level=warn"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            wait_http(f"http://127.0.0.1:{p_export}/metrics", exporter, timeout=120)   # TCG
+            prom = prometheus(tmp_path, [f"127.0.0.1:{p_export}"], p_prom)
             procs.append(prom)
-            prom_url = f"http://127.0.0.1:{p_prom}"
-            wait(f"{prom_url}/-/ready", prom)
+            url = f"http://127.0.0.1:{p_prom}"
+            wait_http(f"{url}/-/ready", prom, timeout=120)
             lab.start_clients()
             time.sleep(15)   # rates need a few scrapes
-            cross = query('sum(rate(steer_class_rx_bytes_total{class="cross-socket"}[10s]))')
-            cpus = {s["metric"]["cpu"] for s in query("steer_cpu_kernel_seconds_total")}
-            up = query('up{job="steer"}')
+            cross = query(url, 'sum(rate(steer_class_rx_bytes_total{class="cross-socket"}[10s]))')
+            cpus = {s["metric"]["cpu"] for s in query(url, "steer_cpu_kernel_seconds_total")}
+            up = query(url, 'up{job="steer"}')
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs, timeout=20)
             lab.stop_traffic()
     rate = float(cross[0]["value"][1]) * 8 if cross else 0.0
     print(f"Prometheus: cross-socket {rate / 1e9:.2f} Gbit/s; per-CPU series by {sorted(cpus)}")

@@ -103,7 +103,10 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path):
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     data = json.load(open(tmp_path / "accuracy.json"))
     rows = data["rows"]
-    assert {r["n"] for r in rows} == set(range(1, 9))
+    from bench.accuracy import SCENARIOS
+    # every lab scenario, and the recv()-only reader after them
+    assert {r["n"] for r in rows} == set(range(1, len(SCENARIOS) + 2))
+    assert any(r["scenario"] == "IPv6 (loopback)" for r in rows)
     assert {r["mode"] for r in rows} == {"sampled", "exact"}
     assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
     assert data["out_of_bounds"] == 0

@@ -5,11 +5,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 
@@ -18,43 +15,11 @@ from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, live, steer
 from steer.experiment.lab import Lab, LabFlow
 from steer.trace.tracer import DEFAULT_SAMPLE_HZ
 from test_dashboards import DASH, panel_exprs
+from web import free_port, http_get, prometheus, query, stop_all, wait_http
 
 pytestmark = [live, pytest.mark.skipif(shutil.which("prometheus") is None,
                                        reason="prometheus not installed (Debian package)")]
 ENV = dict(os.environ, PYTHONPATH=ROOT)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url: str, timeout=10) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        assert r.status == 200
-        return r.read()
-
-
-def wait_http(url: str, proc, timeout=30):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[:4]} exited: {proc.stderr.read() if proc.stderr else ''}")
-        try:
-            return http_get(url, timeout=2)
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer")
-
-
-def query(prom: str, expr: str, at: float | None = None) -> list:
-    args = {"query": expr}
-    if at is not None:
-        args["time"] = f"{at:.3f}"
-    out = json.loads(http_get(f"{prom}/api/v1/query?" + urllib.parse.urlencode(args)))
-    assert out["status"] == "success", out
-    return out["data"]["result"]
 
 
 def grafana_to_promql(expr: str) -> str:
@@ -108,17 +73,8 @@ def stack(tmp_path_factory):
             procs.append(auto)
             wait_http(f"http://127.0.0.1:{p_export}/metrics", exporter)
             wait_http(f"http://127.0.0.1:{p_auto}/metrics", auto)
-            (tmp / "prometheus.yml").write_text(f"""
-global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-rule_files: ["{DASH}/rules/steer.rules.yml"]
-scrape_configs:
-  - job_name: steer
-    static_configs: [{{targets: ["127.0.0.1:{p_export}", "127.0.0.1:{p_auto}"]}}]
-""")
-            prom = subprocess.Popen(["prometheus", f"--config.file={tmp}/prometheus.yml",
-                                     f"--storage.tsdb.path={tmp}/data",
-                                     f"--web.listen-address=127.0.0.1:{p_prom}", "--log.level=warn"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            prom = prometheus(tmp, [f"127.0.0.1:{p_export}", f"127.0.0.1:{p_auto}"], p_prom,
+                              f'rule_files: ["{DASH}/rules/steer.rules.yml"]\n')
             procs.append(prom)
             url = f"http://127.0.0.1:{p_prom}"
             wait_http(f"{url}/-/ready", prom)
@@ -133,13 +89,7 @@ scrape_configs:
                    "instance": f"127.0.0.1:{p_export}", "exporter_pid": exporter.pid,
                    "auto_instance": f"127.0.0.1:{p_auto}"}
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
             steer("reset")
             lab.stop_traffic()
 

@@ -2,7 +2,7 @@
 
 This host has one socket and a kernel (6.18) with sock_recv_length, so the cross-socket class and
 the tracer's fexit/kprobe fallback are never seen live on it. The guest is 4 vCPUs as 2 sockets x 2
-cores, one NUMA node per socket, under TCG (software emulation: this host's KVM cannot run a
+cores (--cores N: 2 x N, the big-host tier's 8), one NUMA node per socket, under TCG (software emulation: this host's KVM cannot run a
 stock guest). Its userspace is the host's own root, shared read-only over virtiofs with a tmpfs
 overlay for writes, so the guest runs the same checkout, venv and tools as the host; its kernel and
 modules come from Debian's linux-image-cloud-amd64 package, unpacked under build/vm/. Nothing but
