@@ -103,6 +103,13 @@ def main() -> int:
     rows: list[dict] = []
     procs: dict[str, subprocess.Popen] = {}
     with Lab([lab_flow()]) as lab:
+        # redis-benchmark -k 0 closes each connection itself, so its side keeps the TIME_WAIT:
+        # without reuse the sender's ephemeral ports run out at a few hundred connections a
+        # second (95/s, 2026-11-26), where a web server closing after its reply is not held back
+        for knob, value in (("net.ipv4.tcp_tw_reuse", "1"),
+                            ("net.ipv4.ip_local_port_range", "1024 65000")):
+            subprocess.run(["ip", "netns", "exec", lab.tx, "sysctl", "-qw", f"{knob}={value}"],
+                           check=True)
         try:
             procs["redis"] = subprocess.Popen(
                 ["ip", "netns", "exec", lab.rx, "redis-server", "--port", str(REDIS_PORT), "--bind",

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux prometheus
           redis-server redis-tools podman runc
           debhelper dh-python python3-all python3-setuptools python3-pyroute2 python3-rich
-          python3-prometheus-client openssl
+          python3-prometheus-client python3-numpy openssl
           python3 python3-venv python3-pip make)
 # `make test-vm` boots a second kernel under qemu (tests/guest/vm/run.py); kmod's depmod indexes its
 # modules, and the guest's modprobe is the host's

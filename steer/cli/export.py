@@ -118,6 +118,7 @@ def serve(collector, args, web=None):
 
 
 def cmd_export(args) -> int:
+    from steer.kernel.gateway import one_heap, trim_heap
     from steer.present.exporter import SteerCollector, parse_listen
     from steer.steering.xdp import pinned_state
     from steer.model.topology import read_topology
@@ -133,11 +134,13 @@ def cmd_export(args) -> int:
         require_caps([CAP_SETUID, CAP_SETGID], f"--user {args.user}")
     web = web_config(args)
     topo = read_topology()
+    one_heap()   # before any thread: the scrapes' arrays, given back after each (trim_heap)
     tracer = start_tracer(args)
     server = None
     try:
         collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state,
-                                   flow_labels=args.flow_labels, cpu_labels=args.cpu_labels)
+                                   flow_labels=args.flow_labels, cpu_labels=args.cpu_labels,
+                                   release_memory=trim_heap)
         server = bind_server(collector, args, web)
         if not args.keep_privileges:
             # everything that needs a capability is done: the programs loaded and attached, the

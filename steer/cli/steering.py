@@ -247,17 +247,22 @@ def cmd_auto(args) -> int:
     try:
         from steer.trace.netdevs import DeviceResolver
         from steer.trace.workloads import WorkloadResolver
+        if args.listen:
+            from steer.kernel.gateway import one_heap
+            one_heap()   # before any thread: the scrapes' arrays, given back after each
         tracer = start_tracer(args)
         # the readers' workloads: what static rules may select by, and what the log names
         intervals = Intervals(tracer, topo, devices=DeviceResolver(), workloads=WorkloadResolver())
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
                                 log=log)
         if args.listen:
+            from steer.kernel.gateway import trim_heap
             from steer.present.exporter import SteerCollector
             server = serve(SteerCollector(tracer, topo, top_k=args.top_k,
                                           flow_labels=args.flow_labels, cpu_labels=args.cpu_labels,
                                           steering=lambda: [steering.state()] if steering else [],
-                                          actions=lambda: {name: engine.moves}), args, web)
+                                          actions=lambda: {name: engine.moves},
+                                          release_memory=trim_heap), args, web)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
         log(f"steer auto: policy {name}, every {args.interval:g} s, {mode}")
         auto.run(engine, intervals, period=args.interval, duration=args.duration,

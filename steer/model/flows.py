@@ -729,55 +729,6 @@ class FlowTotal:
         self.app_samples += other.app_samples
 
 
-class FlowTotals:
-    """Per-flow counts that only go up, read from the tracer's cumulative (flow, CPU) entries, so
-    that any number of readers (two Prometheus servers, a curl) see the same counters. A flow's
-    total is the sum of its entries plus what its entries that went away had counted: an entry
-    deleted while its flow lives on (idle on one CPU after the flow moved, or evicted and
-    inserted again from zero, seen as counts that went down) keeps its counts in the flow's
-    total. When every entry of a flow is gone, so is the flow: state is bounded by the map.
-    Kept up to date from the entries that changed since the previous read (TraceSample.changed)
-    and those gone from it: a scrape under connection churn costs what changed, not the map."""
-
-    def __init__(self):
-        self._prev: dict[tuple[FlowId, int], FlowCpuSample] = {}
-        self._seq: int | None = None
-        self._totals: dict[FlowId, FlowTotal] = {}
-        self._entries: dict[FlowId, int] = {}   # flow -> its entries in the map
-
-    def update(self, sample: TraceSample) -> dict[FlowId, FlowTotal]:
-        """Every flow's total as of SAMPLE. The dict is this object's own, updated in place by
-        the next call: read it before then."""
-        now, prev = sample.entries, self._prev
-        totals, entries = self._totals, self._entries
-        consecutive = self._seq is not None and sample.seq == self._seq + 1
-        for key in (set(sample.changed) if consecutive else now):
-            new = now.get(key)
-            old = prev.get(key)
-            if new is None or new is old:
-                continue
-            flow = key[0]
-            t = totals.get(flow)
-            if t is None:
-                t = totals[flow] = FlowTotal()
-            if old is None:
-                entries[flow] = entries.get(flow, 0) + 1
-                t.add(new)
-            elif _restarted(old, new):
-                t.add(new)   # re-created from zero: what the old entry had counted stays
-            else:
-                t.add_delta(old, new)
-        for key in prev.keys() - now.keys():
-            flow = key[0]
-            left = entries[flow] - 1
-            if left:
-                entries[flow] = left   # the flow lives on: the entry's counts stay in its total
-            else:
-                del entries[flow], totals[flow]
-        self._prev, self._seq = now, sample.seq
-        return totals
-
-
 SERVICE_RETENTION = 600.0   # seconds a service with no flow left keeps its totals
 MAX_RETIRED_SERVICES = 4096  # and at most this many of them
 
@@ -795,7 +746,7 @@ def ephemeral_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> ran
 
 
 class ServiceTotals:
-    """FlowTotals summed by (proto, dst, dport): the receiving service, without the peer's
+    """Flows' totals summed by (proto, dst, dport): the receiving service, without the peer's
     address and port, whose series would come and go with every connection. The replies this
     host receives as a client arrive on a local port that changes with every connection too: a
     flow to a port of the ephemeral range from one outside it is summed under dport "ephemeral".
@@ -807,37 +758,31 @@ class ServiceTotals:
         self.ephemeral = ephemeral_ports() if ephemeral is None else ephemeral
         self.max_retired = MAX_RETIRED_SERVICES if max_retired is None else max_retired
         self.evicted = 0   # retired services forgotten early: more of them than max_retired
-        self._prev: dict[FlowId, FlowTotal] = {}
         self._retired: dict[tuple, FlowTotal] = {}
         self._seen: dict[tuple, float] = {}
 
-    def key(self, flow: FlowId) -> tuple:
-        client = flow.dport in self.ephemeral and flow.sport not in self.ephemeral
-        return flow.proto, flow.dst, EPHEMERAL if client else flow.dport
-
-    def update(self, totals: dict[FlowId, FlowTotal], now: float) -> dict[tuple, FlowTotal]:
-        for flow, old in self._prev.items():
-            if flow not in totals:
-                self._retired.setdefault(self.key(flow), FlowTotal()).absorb(old)
-        out: dict[tuple, FlowTotal] = defaultdict(FlowTotal)
-        for flow, t in totals.items():
-            out[self.key(flow)].absorb(t)
+    def fold(self, current: dict[tuple, FlowTotal], gone: dict[tuple, FlowTotal],
+             now: float) -> dict[tuple, FlowTotal]:
+        """Each series' total as of NOW: CURRENT, its flows' totals, plus what its flows that
+        went away had counted (GONE: those gone since the last call, with their last totals)."""
+        for k, t in gone.items():
+            self._retired.setdefault(k, FlowTotal()).absorb(t)
+        out: dict[tuple, FlowTotal] = defaultdict(FlowTotal, current)
         for k in list(self._retired):
-            if k in out:
+            if k in current:
                 self._seen[k] = now
             elif now - self._seen.setdefault(k, now) > SERVICE_RETENTION:
                 del self._retired[k], self._seen[k]
                 continue
-            out[k].absorb(self._retired[k])
+            out[k].absorb(self._retired[k])   # CURRENT's own: the caller's to give
         if len(self._retired) > self.max_retired:
             # a port scan makes a service of every port it touched: the longest unseen go first
-            gone = sorted(self._retired, key=lambda k: self._seen.get(k, now))
-            for k in gone[:len(self._retired) - self.max_retired]:
+            old = sorted(self._retired, key=lambda k: self._seen.get(k, now))
+            for k in old[:len(self._retired) - self.max_retired]:
                 del self._retired[k]
                 self._seen.pop(k, None)
                 self.evicted += 1
-        self._prev = dict(totals)
-        return out
+        return dict(out)
 
 
 def workload_key(path: str | None, w: Workload | None) -> tuple[str, str, str, str] | None:
@@ -852,7 +797,7 @@ def workload_key(path: str | None, w: Workload | None) -> tuple[str, str, str, s
 
 
 class WorkloadTotals(ServiceTotals):
-    """FlowTotals summed by the reader's workload (workload_key): the flows of a pod, a
+    """Flows' totals summed by the reader's workload (workload_key): the flows of a pod, a
     container or a unit, whose series last as long as it does. A flow counts from the first
     read in which its reader's cgroup is known, whole, and under that workload for good (a
     counter that moved between series would read as a reset); a flow whose reader was never
@@ -861,20 +806,18 @@ class WorkloadTotals(ServiceTotals):
 
     def __init__(self, max_retired: int | None = None):
         super().__init__(ephemeral=range(0), max_retired=max_retired)
-        self._keys: dict[FlowId, tuple] = {}
+        self._keys: dict[bytes, tuple] = {}   # a flow (its key's bytes) -> its workload
 
-    def learn(self, flow: FlowId, key: tuple | None) -> None:
+    def learn(self, flow: bytes, key: tuple | None) -> None:
         if key is not None and flow not in self._keys:
             self._keys[flow] = key
 
-    def knows(self, flow: FlowId) -> bool:
+    def knows(self, flow: bytes) -> bool:
         return flow in self._keys
 
-    def key(self, flow: FlowId) -> tuple | None:
+    def key(self, flow: bytes) -> tuple | None:
         return self._keys.get(flow)
 
-    def update(self, totals: dict[FlowId, FlowTotal], now: float) -> dict[tuple, FlowTotal]:
-        out = super().update({f: t for f, t in totals.items() if f in self._keys}, now)
-        for flow in [f for f in self._keys if f not in totals]:
-            del self._keys[flow]   # gone: its counts stay in its workload's retired total
-        return out
+    def forget(self, flow: bytes) -> tuple | None:
+        """FLOW is gone: its workload (its counts stay in that workload's retired total)."""
+        return self._keys.pop(flow, None)

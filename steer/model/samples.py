@@ -201,6 +201,9 @@ class TraceSample:
     cpu_events: dict = field(default_factory=dict)
     # NapiId -> CPU -> NapiCounts since start (CPUs with polls only)
     napi: dict = field(default_factory=dict)
+    # the flow map's entries as arrays (steer.model.flowarrays.FlowArrays) in place of
+    # entries, from Tracer.sample_arrays()
+    arrays: object = None
 
     @property
     def evictions(self) -> int:

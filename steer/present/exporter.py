@@ -10,13 +10,13 @@ its series.
 from __future__ import annotations
 
 import errno
-import heapq
 import os
 import platform
 import socket
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -24,11 +24,14 @@ from prometheus_client.registry import Collector
 
 from steer import __version__
 from steer.model.classify import CLASSES
-from steer.model.flows import (SIDE_EVENTS, SIDES, FlowTotals, PlacementMemory, ServiceTotals, Snapshot,
-                               WorkloadTotals, build_snapshot, by_side, side_events, workload_key)
+from steer.model.flowarrays import FLOW, FlowArrays, flow_fields, flow_id
+from steer.model.flows import (EPHEMERAL, SIDE_EVENTS, SIDES, FlowTotal, ServiceTotals, WorkloadTotals,
+                               by_side, side_events, workload_key)
+from steer.model.ledger import AT, TOTALS, Fold, FlowLedger, find
 from steer.trace.programs import SECTIONS
+from steer.model.numeric import np
 from steer.model.topology import Topology, read_int
-from steer.model.samples import TraceSample, TraceSource
+from steer.model.samples import TraceSample, TraceSource, address_text, proto_name
 from steer.present.webserver import DEFAULT_TIMEOUT, DEFAULT_WORKERS, ExporterServer, WebConfig
 
 if TYPE_CHECKING:
@@ -53,8 +56,6 @@ ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffi
 MAX_ACTIVE = 65536     # and at most this many (13,900 new connections a second fill 10 s twice)
 
 
-_CLASS_INDEX = {cls: i for i, cls in enumerate(CLASSES)}   # in two bits: four classes
-assert len(CLASSES) <= 4
 
 
 def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
@@ -64,27 +65,29 @@ def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
 class SteerCollector(Collector):
     """Yields fresh metric families on every collect(). Every counter is the same whoever scrapes
     and how often: per-class totals fold each interval between two reads into running sums,
-    per-flow totals come from the tracer's cumulative entries (FlowTotals). Only the choice of
+    per-flow totals come from the tracer's cumulative entries (FlowLedger). Only the choice of
     the top-K series and steer_class_flows look at the recent past."""
 
     def __init__(self, tracer: TraceSource, topo: Topology, top_k: int = DEFAULT_TOP_K,
                  steering: Callable[[], list[DeviceState]] | None = None,
                  actions: Callable[[], dict[str, int]] | None = None,
                  flow_labels: str = DEFAULT_FLOW_LABELS, cpu_labels: str = DEFAULT_CPU_LABELS,
-                 workloads: Callable | None = None):
+                 workloads: Callable | None = None,
+                 release_memory: Callable[[], None] | None = None):
         if flow_labels not in FLOW_LABEL_SETS:
             raise ValueError(f"flow labels {flow_labels!r}: one of {', '.join(FLOW_LABEL_SETS)}")
         if cpu_labels not in CPU_LABELS:
             raise ValueError(f"cpu labels {cpu_labels!r}: one of {', '.join(CPU_LABELS)}")
         self.cpu_labels = cpu_labels
+        # called after each scrape (gateway.trim_heap): this module calls no C itself
+        self.release_memory = release_memory
         self.tracer, self.topo, self.top_k = tracer, topo, top_k
         self.steering, self.actions, self.flow_labels = steering, actions, flow_labels
         self._lock = threading.Lock()
-        self._last: TraceSample | None = None
-        self._placement = PlacementMemory(topo)
+        self._last_ns: int | None = None
+        self._ledger = FlowLedger(topo)
         self._class_totals: dict[str, dict[str, float]] = {
             c: defaultdict(float) for c in CLASSES}
-        self._flow_totals = FlowTotals()
         self._service_totals = ServiceTotals()
         # --flow-labels workload: cgroup id -> (path, Workload) (steer.trace.workloads)
         self._workloads = workloads
@@ -92,85 +95,135 @@ class SteerCollector(Collector):
             from steer.trace.workloads import WorkloadResolver
             self._workloads = WorkloadResolver()
         self._workload_totals = WorkloadTotals()
-        self._active: OrderedDict[int, int] = OrderedDict()   # steer_class_flows' window
-        self._active_classes = [0] * len(CLASSES)   # of _active, by class
+        # steer_class_flows' window, sorted by flow: each flow, when it last had traffic (ms)
+        # and its class then
+        self._active_flows = np.empty(0, FLOW)
+        self._active_ms = np.empty(0, np.int64)
+        self._active_cls = np.empty(0, np.int8)
+        self._active_classes = [0] * len(CLASSES)   # of those, by class
         # per structure bounded by size, what it had to forget early
         self.evicted: dict[str, int] = defaultdict(int)
 
-    def _advance(self) -> tuple[TraceSample, Snapshot, dict]:
+    def _advance(self) -> tuple[TraceSample, Fold, Series]:
         """Read the maps once; fold the interval since the last read into the class totals; the
         per-series totals as of this read. Called under self._lock."""
-        now = self.tracer.sample()
-        snap = self._placement.update(
-            build_snapshot(self._last, now, self.topo, self.tracer.capabilities))
-        for f in snap.flows:
-            t = self._class_totals[f.placement.cls]
-            t["rx_bytes"] += f.rx_bytes
-            t["kernel_seconds"] += f.kernel_seconds
-            t["app_seconds"] += f.app_seconds
-            t["llc_kernel"] += f.llc_misses_kernel or 0
-            t["llc_app"] += f.llc_misses_app or 0
-            for key in _SIDE_EVENTS:
-                t[key] += getattr(f, key) or 0
-        self._last = now
+        read = getattr(self.tracer, "sample_arrays", None)
+        now = read() if read else self.tracer.sample()
+        arrays = now.arrays if now.arrays is not None else FlowArrays.of_entries(now.entries)
+        duration = (now.monotonic_ns - self._last_ns) / 1e9 if self._last_ns is not None else 0.0
+        self._last_ns = now.monotonic_ns
+        fold = self._ledger.fold(arrays, duration)
+        caps = self.tracer.capabilities
+        counts = fold.counts
+        columns = [("rx_bytes", counts[:, AT["rx_bytes"]]), ("kernel_seconds", fold.kernel_seconds),
+                   ("app_seconds", fold.app_seconds)]
+        if caps.llc_available:
+            columns += [("llc_kernel", counts[:, AT["llc_kernel"]]),
+                        ("llc_app", counts[:, AT["llc_app"]])]
+        if caps.counters_per_flow_available:
+            columns += [(f"{name}_{side}", counts[:, AT[f"{field}_{side}"]])
+                        for name, field in SIDE_EVENTS.items() for side in SIDES]
+        for key, values in columns:
+            sums = np.bincount(fold.cls, weights=values, minlength=len(CLASSES))
+            for i, cls in enumerate(CLASSES):
+                self._class_totals[cls][key] += float(sums[i])
         t = now.monotonic_ns / 1e9
-        # flow's hash -> when it last had traffic (ms) and its class then, both in one int: a
-        # port scan fills this window with tens of thousands of flows, and a FlowId and a tuple
-        # each would keep ~250 bytes a flow where this keeps ~100 (a collision of two hashes
-        # in 2^64 counts two flows as one)
-        active, count = self._active, self._active_classes   # in order of last traffic
-        ms = int(t * 1000)
-        for f in snap.flows:
-            key, cls = hash(f.flow), _CLASS_INDEX[f.placement.cls]
-            was = active.get(key)
-            if was is not None:
-                count[was & 3] -= 1
-            active[key] = ms << 2 | cls
-            active.move_to_end(key)
-            count[cls] += 1
-        # from the oldest end, in O(1) a flow (a plain dict's first key, after many deletions at
-        # its front, is found by a scan past them: a scrape under churn spent most of its time so)
-        window = int(ACTIVE_WINDOW * 1000)
-        while active and (ms - (next(iter(active.values())) >> 2) > window
-                          or len(active) > MAX_ACTIVE):
-            was = active.popitem(last=False)[1]
-            count[was & 3] -= 1
-            if ms - (was >> 2) <= window:
-                self.evicted["active_flows"] += 1
-        totals = self._flow_totals.update(now)
-        if self.flow_labels == "service":
-            totals = self._service_totals.update(totals, t)
-        elif self.flow_labels == "workload":
-            wt = self._workload_totals
-            for f in snap.flows:
-                if f.app_cgroup_id and not wt.knows(f.flow):
-                    wt.learn(f.flow, workload_key(*self._workloads(f.app_cgroup_id)))
-            totals = wt.update(totals, t)
-        return now, snap, totals
+        self._remember_active(fold, int(t * 1000))
+        return now, fold, self._series(fold, t)
 
-    def _series_key(self, flow) -> tuple | None:
-        """FLOW's series: None for a flow in none (--flow-labels workload: its reader not seen)."""
+    def _remember_active(self, fold: Fold, ms: int) -> None:
+        """steer_class_flows' window: each flow with traffic in the last ACTIVE_WINDOW seconds,
+        when it last had it and its class then; at most MAX_ACTIVE of them, the latest."""
+        flows = fold.flows[fold.active]
+        _, again = find(flows, self._active_flows)
+        stamps = np.concatenate([self._active_ms[~again], np.full(len(flows), ms, np.int64)])
+        classes = np.concatenate([self._active_cls[~again], fold.cls])
+        flows = np.concatenate([self._active_flows[~again], flows])
+        fresh = ms - stamps <= int(ACTIVE_WINDOW * 1000)
+        flows, stamps, classes = flows[fresh], stamps[fresh], classes[fresh]
+        if len(flows) > MAX_ACTIVE:
+            # a port scan fills the window faster than it empties: the oldest go first
+            latest = np.sort(np.argsort(stamps, kind="stable")[len(flows) - MAX_ACTIVE:])
+            self.evicted["active_flows"] += len(flows) - MAX_ACTIVE
+            flows, stamps, classes = flows[latest], stamps[latest], classes[latest]
+        order = np.argsort(flows)   # sorted by flow, for the next read's lookups
+        self._active_flows, self._active_ms = flows[order], stamps[order]
+        self._active_cls = classes[order]
+        self._active_classes = np.bincount(classes, minlength=len(CLASSES)).tolist()
+
+    def _series(self, fold: Fold, now: float) -> Series:
+        """The series of --flow-labels: each flow's (fold.flows), and each series' totals."""
         if self.flow_labels == "five-tuple":
-            return flow.proto, flow.src, flow.sport, flow.dst, flow.dport
+            # a flow's series is the flow: keys are made for the top-K alone
+            return Series(lambda i: tuple(flow_id(fold.flows[i])), fold.totals,
+                          np.arange(len(fold.flows)))
         if self.flow_labels == "service":
-            return self._service_totals.key(flow)
-        return self._workload_totals.key(flow)
+            keys, at = self._service_keys(fold.flows)
+            gone_keys, gone_at = self._service_keys(fold.gone)
+        else:
+            keys, at, gone_keys, gone_at = self._workload_keys(fold)
+        current = _by_key(keys, at, fold.totals)
+        gone = _by_key(gone_keys, gone_at, fold.gone_totals)
+        totals = (self._service_totals if self.flow_labels == "service"
+                  else self._workload_totals).fold(current, gone, now)
+        names = list(totals)
+        index = {k: i for i, k in enumerate(names)}
+        code = np.array([index.get(k, -1) for k in keys] + [-1], np.int64)
+        return Series(names.__getitem__,
+                      np.array([[getattr(t, f) for f in TOTALS] for t in totals.values()],
+                               np.int64).reshape(len(names), len(TOTALS)),
+                      code[at])
+
+    def _service_keys(self, flows) -> tuple[list[tuple], np.ndarray]:
+        """(proto, dst, dport) of FLOWS: their keys, and each flow's among them; a flow to a
+        port of the ephemeral range from one outside it is a reply to this host, dport
+        "ephemeral" (ServiceTotals)."""
+        f = flow_fields(flows)
+        eph = self._service_totals.ephemeral
+        lo, hi = (eph.start, eph.stop - 1) if len(eph) else (1, 0)
+        client = ((f["dport"] >= lo) & (f["dport"] <= hi)) & ~((f["sport"] >= lo) & (f["sport"] <= hi))
+        rows = np.zeros(len(flows), [("proto", "u1"), ("family", "u1"), ("daddr", "u1", 16),
+                                      ("dport", "<i4")])
+        for name in ("proto", "family", "daddr"):
+            rows[name] = f[name]
+        rows["dport"] = np.where(client, -1, f["dport"].astype(np.int32))
+        unique, at = np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize))),
+                               return_inverse=True)
+        keys = [(proto_name(r["proto"]), address_text(r["daddr"], r["family"]),
+                 EPHEMERAL if r["dport"] < 0 else int(r["dport"]))
+                for r in unique.view(rows.dtype)]
+        return keys, at.ravel()
+
+    def _workload_keys(self, fold: Fold):
+        """The workloads of fold's flows, and of those gone (their keys, each flow's), as
+        _service_keys gives services; a flow is under the workload of its reader's cgroup from
+        the first read that knew it (WorkloadTotals); -1 for a flow in none."""
+        wt, flows = self._workload_totals, fold.flows
+        for i in np.flatnonzero(fold.reader_cgroup):
+            flow = flows[fold.active[i]].tobytes()
+            if not wt.knows(flow):
+                wt.learn(flow, workload_key(*self._workloads(int(fold.reader_cgroup[i]))))
+        gone = [wt.forget(f.tobytes()) for f in fold.gone]
+        mine = [wt.key(f.tobytes()) for f in flows]
+        return (*_indexed(mine), *_indexed(gone))
 
     def collect(self) -> Iterable:
         # one scrape at a time from the read to the last family: the totals and the flows the
         # families are made of belong to this read until the next one
         with self._lock:
             families = list(self._families())
+            if self.release_memory:
+                self.release_memory()   # the fold's temporary arrays: their pages, given back
         yield from families
 
     def _families(self) -> Iterable:
         start = time.monotonic()
-        sample, snap, totals = self._advance()
+        sample, fold, series = self._advance()
         took = time.monotonic() - start
         caps = self.tracer.capabilities
-        yield from self._class_metrics(snap, caps.llc_available, caps.counters_per_flow_available)
+        yield from self._class_metrics(caps.llc_available, caps.counters_per_flow_available)
         yield from self._cpu_metrics(sample, caps)
-        yield from self._flow_metrics(snap, totals)
+        yield from self._flow_metrics(fold, series)
         yield from self._health_metrics(sample, caps)
         g = GaugeMetricFamily("steer_scrape_duration_seconds",
                               "Time this scrape took to read the BPF maps and build its snapshot.")
@@ -199,7 +252,7 @@ class SteerCollector(Collector):
                 moves.add_metric([policy], n)
             yield moves
 
-    def _class_metrics(self, snap: Snapshot, llc: bool, events: bool):
+    def _class_metrics(self, llc: bool, events: bool):
         spec = [("rx_bytes", "steer_class_rx_bytes", "Transport payload received, by affinity class."),
                 ("kernel_seconds", "steer_class_kernel_seconds",
                  "Kernel receive processing time (NET_RX softirq and cpumap kthread), by class."),
@@ -318,18 +371,17 @@ class SteerCollector(Collector):
                 m.add_metric(list(labels), v)
             yield m
 
-    def _flow_metrics(self, snap: Snapshot, totals: dict):
+    def _flow_metrics(self, fold: Fold, series: Series):
         """The top-K series by the rate of the last interval, then by bytes (a flow idle for an
         interval keeps its series while the tracer keeps it): cumulative counters (rate() gives
         their rates), and the placement of their flows."""
         labels = FLOW_LABEL_SETS[self.flow_labels]
-        rate: dict[tuple, float] = defaultdict(float)
-        for f in snap.flows:
-            k = self._series_key(f.flow)
-            if k is not None:
-                rate[k] += f.rate_bps
-        top = heapq.nlargest(self.top_k, totals,
-                             key=lambda k: (rate.get(k, 0.0), totals[k].rx_bytes))
+        mine = series.of_flow[fold.active]
+        rate = np.zeros(len(series.totals))
+        np.add.at(rate, mine[mine >= 0], fold.rate_bps()[mine >= 0])
+        top = np.lexsort((series.totals[:, 0], rate))[::-1][:self.top_k]
+        keys = {int(i): series.key(int(i)) for i in top}
+        totals = {k: FlowTotal(*series.totals[i].tolist()) for i, k in keys.items()}
         rx = CounterMetricFamily("steer_flow_receive_bytes",
                                  "Transport payload received by a top-K flow (or service).",
                                  labels=labels)
@@ -348,7 +400,7 @@ class SteerCollector(Collector):
                                       "Samples the kernel and app seconds of a top-K flow (or "
                                       "service) rest on (sampled timing).", labels=labels + ["side"])
         sampled = self.tracer.capabilities.mode == "sampled"
-        for k in top:
+        for i, k in keys.items():
             t, values = totals[k], [str(v) for v in k]
             rx.add_metric(values, t.rx_bytes)
             kernel.add_metric(values, t.kernel_ns / 1e9)
@@ -363,14 +415,13 @@ class SteerCollector(Collector):
             labels=labels + ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling",
                              "app_comm"])
         placed: dict[tuple, int] = defaultdict(int)
-        wanted = set(top)
-        for f in snap.flows:
-            k = self._series_key(f.flow)
-            if k in wanted:
-                placed[tuple(str(v) for v in k) + (
-                    _s(f.kernel_cpu), _s(f.app_cpu), f.placement.cls,
-                    _s(f.placement.shared_llc).lower(), _s(f.placement.smt_sibling).lower(),
-                    f.app_comm or "")] += 1
+        for i in np.flatnonzero(np.isin(mine, top)):
+            kernel_cpu, app_cpu = int(fold.kernel_cpu[i]), int(fold.app_cpu[i])
+            p = self._ledger.placement(kernel_cpu, app_cpu)
+            placed[tuple(str(v) for v in keys[int(mine[i])]) + (
+                _cpu(kernel_cpu), _cpu(app_cpu), p.cls, _s(p.shared_llc).lower(),
+                _s(p.smt_sibling).lower(),
+                fold.reader_comm[i].decode(errors="replace"))] += 1
         for values, n in placed.items():
             info.add_metric(list(values), n)
         yield from (rx, kernel, app, drops, samples, info)
@@ -473,7 +524,6 @@ class SteerCollector(Collector):
 # fields of them by side
 _EVENT_DOCS = {"llc_references": "LLC references", "instructions": "Instructions retired",
                "cycles": "Core cycles"}
-_SIDE_EVENTS = [f"{e}_{side}" for e in SIDE_EVENTS for side in SIDES]
 
 
 def _capability_state(text: str) -> tuple[str, str]:
@@ -496,6 +546,33 @@ def _cpu_order(item) -> tuple:
 
 def _s(v) -> str:
     return "" if v is None else str(v)
+
+
+def _cpu(cpu: int) -> str:
+    return "" if cpu < 0 else str(cpu)
+
+
+@dataclass(frozen=True)
+class Series:
+    """The series of a read: key(i) its labels' values, totals (n, TOTALS) since they began,
+    of_flow each flow's series (-1: none)."""
+    key: Callable[[int], tuple]
+    totals: np.ndarray
+    of_flow: np.ndarray
+
+
+def _indexed(keys: list) -> tuple[list, np.ndarray]:
+    """KEYS (None: in no series) as their distinct keys and each one's index among them."""
+    distinct = sorted({k for k in keys if k is not None})
+    index = {k: i for i, k in enumerate(distinct)}
+    return distinct, np.array([index.get(k, -1) for k in keys], np.int64)
+
+
+def _by_key(keys: list, at: np.ndarray, totals: np.ndarray) -> dict[tuple, FlowTotal]:
+    """TOTALS rows summed by their key (AT: each row's index in KEYS; -1: none)."""
+    sums = np.zeros((len(keys), len(TOTALS)), np.int64)
+    np.add.at(sums, at[at >= 0], totals[at >= 0])
+    return {k: FlowTotal(*row) for k, row in zip(keys, sums.tolist())}
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -23,6 +23,7 @@ from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HO
                                   UDP_READS_FALLBACK, Figure, Plan, PlanError,
                                   forced_refusals, plan)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, require_caps
+from steer.model.flowarrays import FlowArrays
 from steer.model.topology import read_int
 from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
                                  address_text, proto_name)
@@ -594,15 +595,37 @@ class Tracer:
         with self._lock:
             return self._read_maps()
 
-    def _read_maps(self) -> TraceSample:
+    def sample_arrays(self) -> TraceSample:
+        """As sample(), with the flow map's entries as arrays (TraceSample.arrays) and no
+        entries: what the exporter reads at every scrape, an object for none of them (a
+        map full of new connections at every read costs no more than one of old ones)."""
+        with self._lock:
+            self._flush()
+            arrays = FlowArrays.from_raw(self._flows.raw_batches())
+            # an idle entry is in this read with its final counts, and gone from the next
+            idle = arrays.keys[arrays.values["last_seen_ns"] < self._idle_cutoff()]
+            for key in idle:
+                self._expired += self._flows.delete(key.tobytes())
+            # sample()'s readers take the next sample for one after a gap: they compare it all
+            self._seq += 1
+            return self._with_cpus({}, len(arrays) - len(idle), (), arrays)
+
+    def _flush(self) -> None:
+        """The sockets' reads since the last read, into the flow map."""
         if not self._obj:
             raise TracerError("tracer is not running")
         if self.plan.tcp_walk:
             self._walk_tcp()   # in ft_flush_socks' place: the sockets' counts, into flows
         elif FLUSH_ITERATOR in self._obj.attached:
             self._obj.run_iter(FLUSH_ITERATOR)   # sockets' reads since the last flush, into flows
+
+    def _idle_cutoff(self) -> int:
         # bpf_ktime_get_ns() and time.monotonic_ns() read the same clock (CLOCK_MONOTONIC)
-        cutoff = time.monotonic_ns() - int(self.idle_timeout * 1e9)
+        return time.monotonic_ns() - int(self.idle_timeout * 1e9)
+
+    def _read_maps(self) -> TraceSample:
+        self._flush()
+        cutoff = self._idle_cutoff()
         last, idle, changed = {}, [], []
         ids, prev = self._ids, self._last
         entries = dict(self._entries)   # a copy keeps the hashes: only changes cost
@@ -653,7 +676,11 @@ class Tracer:
             live_ids = {key[0] for key, _, _ in last.values()}
             self._ids = {k: fid for k, fid in ids.items() if fid in live_ids}
         self._seq += 1
-        live = len(entries) - len(idle)
+        return self._with_cpus(entries, len(entries) - len(idle), tuple(changed))
+
+    def _with_cpus(self, entries: dict, live: int, changed: tuple,
+                   arrays: FlowArrays | None = None) -> TraceSample:
+        """A sample of ENTRIES (or ARRAYS) with the per-CPU maps read now."""
         per_cpu = self._cpus.lookup(struct.pack("I", 0))
         fields = [{n: getattr(abi.CpuStats.from_buffer_copy(raw), n) for n in _CPU_FIELDS}
                   for raw in per_cpu]
@@ -664,8 +691,9 @@ class Tracer:
                     fields[cpu]["net_rx_events"] = n - self._softirqs0.get(cpu, 0)
         cpus = tuple(CpuSample(i, **f) for i, f in enumerate(fields))
         return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
-                           self._expired, self._seq, tuple(changed),
-                           cpu_events=self._counters.whole_cpu(), napi=self._napi_polls(cpus))
+                           self._expired, self._seq, changed,
+                           cpu_events=self._counters.whole_cpu(), napi=self._napi_polls(cpus),
+                           arrays=arrays)
 
     def _napi_polls(self, cpus) -> dict:
         """NapiId -> CPU -> NapiCounts: the devices' instances that polled since the start, from
