@@ -6,15 +6,21 @@ live-view frame, against the number of CPUs, from 2 to 256.
 This host has 2 CPUs, so the machines are fixture sysfs trees (tests/support/sysfs.py: the
 2-CPU VM, a 2 x 12-core SMT Xeon, 2 x 48- and 2 x 64-core SMT EPYCs) and the tracer's reads are
 synthetic TraceSamples of FLOWS flows, each with entries on its softirq's and its reader's CPUs,
-and a CpuSample per CPU, as a Tracer hands them over. What it leaves out is the kernel's part of
-a read: per-CPU maps copy one value per possible CPU (cpu_totals, cpu_states), which grows with
-the CPUs too; the flow map, keyed by (flow, CPU), grows with the CPUs a flow touches. No root
-needed.
+and a CpuSample per CPU, as a Tracer hands them over. No root needed for that table.
+
+The kernel's part of a read grows with the CPUs too: a per-CPU map's lookup copies one value per
+possible CPU (cpu_totals; napi_polls for each NAPI instance), and the flow map, keyed by (flow,
+CPU), grows with the CPUs a flow touches. As root, a second table times a real tracer's read and
+scrape on this machine, and takes the rows the guest tier measured in its qemu guests of 4 and
+16 vCPUs (tests/guest: their consoles' STEER_VM_RESULT lines, which tests/guest/vm/run.py keeps
+in build/vm/): a real kernel with more CPUs than this host has.
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -106,6 +112,60 @@ def measure(ncpu: int, root: str, flows: int, repeat: int) -> dict:
     return out
 
 
+GUEST_RESULTS = os.path.join(ROOT, "build", "vm")   # the guest tier's rows (tests/guest/vm/run.py)
+KERNEL_MARKER = "STEER_VM_RESULT=scale-kernel-"     # a guest's row on its console: MARKER<cpus> <json>
+
+
+def kernel_row(flows: int, repeat: int) -> dict:
+    """The kernel's part on this machine (root): a real tracer whose flow map holds FLOWS
+    synthetic flows, one entry each over the CPUs. One tracer read (sample_arrays: the socket
+    flush, the flow map's batches, the per-CPU totals with a value per possible CPU, the NAPI
+    map), the per-CPU totals' lookup alone, and one exporter scrape; medians of REPEAT."""
+    from steer.kernel.gateway import possible_cpus, trim_heap
+    from steer.trace.tracer import Tracer
+    from .scale import fill
+    topo = read_topology()
+    tracer = Tracer(max_flows=max(flows * 5 // 4, 1024), idle_timeout=3600).start()
+    try:
+        fill(tracer, flows, len(topo.online))
+        key = struct.pack("I", 0)
+        timed = {"read": tracer.sample_arrays, "cpu_totals": lambda: tracer._cpus.lookup(key)}
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(SteerCollector(tracer, topo, release_memory=trim_heap))
+        generate_latest(reg)
+        timed["scrape"] = lambda: generate_latest(reg)
+        out = {"cpus": len(topo.online), "possible_cpus": possible_cpus(), "flows": flows,
+               "repeat": repeat,
+               "per_cpu_values": len(tracer._cpus.lookup(key)), "kernel": os.uname().release,
+               "when": time.strftime("%Y-%m-%d")}
+        for name, fn in timed.items():
+            times = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t)
+            out[f"{name}_s"] = statistics.median(times)
+    finally:
+        tracer.stop()
+    return out
+
+
+def console_line(row: dict) -> str:
+    """ROW as the line a guest writes on its console for tests/guest/vm/run.py to keep."""
+    return f"\n{KERNEL_MARKER}{row['cpus']} {json.dumps(row, separators=(',', ':'))}\n"
+
+
+def guest_rows() -> list[dict]:
+    """The rows the guest tier left (build/vm/scale-kernel-CPUS.json), fewest CPUs first."""
+    rows = []
+    if os.path.isdir(GUEST_RESULTS):
+        for name in sorted(os.listdir(GUEST_RESULTS)):
+            if name.startswith("scale-kernel-") and name.endswith(".json"):
+                with open(os.path.join(GUEST_RESULTS, name)) as f:
+                    rows.append(dict(json.load(f), where="qemu guest (TCG)"))
+    return sorted(rows, key=lambda r: r["cpus"])
+
+
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--flows", type=int, default=1000, help="flows in each read")
@@ -123,14 +183,29 @@ def main(argv=None) -> int:
             f"{fmt(r['scrape_s_socket'] * 1e3, '.1f')} ({r['series_socket']:,}) | "
             f"{fmt(r['frame_s'] * 1e3, '.1f')} |" for r in results]
     table = "\n".join([
-        f"### Scale with CPUs ({args.flows:,} flows, user space; median of {args.repeat})", "",
+        f"### Scale with CPUs ({args.flows:,} flows; user space on fixture machines "
+        f"(tests/support/sysfs.py), synthetic reads; median of {args.repeat})", "",
         "| CPUs | one interval's snapshot ms | one scrape ms (series), per CPU | one scrape ms "
         "(series), `--cpu-labels socket` | one `steer top` frame at 120x40 ms |",
-        "|---|---|---|---|---|", *rows, "",
-        "Fixture machines (tests/support/sysfs.py) and synthetic reads; the kernel's per-CPU map "
-        "copies, which grow with the possible CPUs, are not in these figures."])
+        "|---|---|---|---|---|", *rows])
+    kernel = guest_rows()
+    if os.geteuid() == 0:
+        print("  the kernel's part, this machine ...", flush=True)
+        kernel.insert(0, dict(kernel_row(args.flows, args.repeat), where="this machine"))
+    if kernel:
+        table += "\n".join([
+            "", "", f"With the kernel's part, a real tracer with {args.flows:,} flows in its map "
+            "(medians; this machine's of as many as above, a guest's of 9):", "",
+            "| where | CPUs (possible) | one read ms | of which the per-CPU totals ms | "
+            "one scrape ms | kernel, when |", "|---|---|---|---|---|---|",
+            *(f"| {r['where']} | {r['cpus']} ({r['possible_cpus']}) | {fmt(r['read_s'] * 1e3, '.1f')} | "
+              f"{fmt(r['cpu_totals_s'] * 1e3, '.2f')} | {fmt(r['scrape_s'] * 1e3, '.1f')} | "
+              f"{r['kernel']}, {r['when']} |" for r in kernel), "",
+            "A read copies the per-CPU totals' value of every possible CPU. The guests (the "
+            "guest tier's) run under TCG, one host thread for all their vCPUs: compare them with "
+            "each other, not with this machine."])
     write("scale_cpus", args.out, {"flows": args.flows, "repeat": args.repeat,
-                                   "results": results, "smoke": args.smoke}, table)
+                                   "results": results, "kernel": kernel, "smoke": args.smoke}, table)
     return 0
 
 

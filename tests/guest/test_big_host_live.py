@@ -14,6 +14,7 @@ import time
 import pytest
 
 from helpers import ROOT, STEER, live, steer
+from kernel_scale import in_a_guest, measure_and_check
 from steer.experiment.lab import Lab, LabFlow
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
@@ -203,3 +204,9 @@ def test_exporter_folded_by_socket_scraped_by_prometheus(tmp_path):
     assert up and up[0]["value"][1] == "1"
     assert rate > 1e6
     assert cpus == {f"socket{s}" for s in SOCKETS}
+
+
+@in_a_guest
+@big_host
+def test_the_kernels_part_of_a_read_and_a_scrape_on_sixteen_cpus():
+    measure_and_check()

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from helpers import ROOT, STEER, assert_one_line_error, live, steer
+from kernel_scale import in_a_guest, measure_and_check
 from steer.model.flows import build_snapshot
 from steer.kernel.gateway import vmlinux_has_type
 from steer.experiment.lab import Lab, LabFlow
@@ -486,3 +487,8 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
             _xps(xps)
     assert r.returncode == 0, r.stderr
     assert _affinities(rx.values()) == was
+
+
+@in_a_guest
+def test_the_kernels_part_of_a_read_and_a_scrape_on_four_cpus():
+    measure_and_check()

@@ -54,6 +54,8 @@ DEFAULT_TESTS = ["tests/guest/test_vm_live.py"]
 EXIT_MARKER = re.compile(rb"STEER_VM_EXIT=(\d+)")
 # tests/live/test_kernel_smoke.py's `steer check --json` of the guest, one line on the console
 CHECK_MARKER = re.compile(rb"STEER_VM_CHECK=(\{.*\})\r?$", re.M)
+# a measurement of the guest, NAME and a JSON object: kept as build/vm/NAME.json
+RESULT_MARKER = re.compile(rb"STEER_VM_RESULT=([\w.-]+) (\{.*\})\r?$", re.M)
 
 
 def keep_check(log: Path, kernel: str) -> Path | None:
@@ -64,6 +66,18 @@ def keep_check(log: Path, kernel: str) -> Path | None:
     out = WORK / f"check-{kernel}.json"
     out.write_text(json.dumps(json.loads(m.group(1)), indent=2) + "\n")
     return out
+
+def keep_results(log: Path) -> list[Path]:
+    """What the guest measured (RESULT_MARKER lines: a name and a JSON object on the console),
+    each as build/vm/NAME.json, where benchmarks take them (bench/scale_cpus.py)."""
+    out = []
+    for m in RESULT_MARKER.finditer(log.read_bytes()):
+        name = m.group(1).decode()
+        path = WORK / f"{name}.json"
+        path.write_text(json.dumps(json.loads(m.group(2)), indent=2) + "\n")
+        out.append(path)
+    return out
+
 
 NIC_NETNS = "steer-vm-nic"      # the host's end of the guest's NIC: a namespace of its own
 NIC_TAP = "steervm0"
@@ -423,6 +437,8 @@ def main(argv=None) -> int:
         nic_down()
     if (kept := keep_check(log, args.kernel)) is not None:
         print(f"test-vm: the guest's steer check is in {kept}")
+    for kept in keep_results(log):
+        print(f"test-vm: a measurement of the guest is in {kept}")
     return status
 
 
