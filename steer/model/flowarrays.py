@@ -73,6 +73,21 @@ def cpus_of(keys: np.ndarray) -> np.ndarray:
     return keys.view(np.dtype(abi.FlowCpuKey))["cpu"].astype(np.int64)
 
 
+_MIX = np.uint64(0x9E3779B97F4A7C15)   # the golden ratio's 64-bit multiplier (Fibonacci hashing)
+
+
+def flow_hashes(flows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each FLOW flow, for sets where two flows in 2^64 may count as one (as a
+    Python hash would): numbers sort and search several times faster than 40-byte keys."""
+    words = flows.view(np.uint64).reshape(len(flows), FLOW_SIZE // 8)
+    h = np.zeros(len(flows), np.uint64)
+    with np.errstate(over="ignore"):
+        for i in range(words.shape[1]):
+            h = (h ^ words[:, i]) * _MIX
+            h ^= h >> np.uint64(29)
+    return h
+
+
 def flow_fields(flows: np.ndarray) -> np.ndarray:
     """FLOW flows as FlowKey records: saddr, daddr, sport, dport, proto, family."""
     return flows.view(FLOW_FIELDS)

@@ -24,7 +24,7 @@ def _restarted(a: FlowCpuSample, b: FlowCpuSample) -> bool:
 
 
 # the cumulative counters of a FlowCpuSample: what an interval subtracts, and a flow's entries sum
-_COUNTERS = ("rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns",
+COUNTERS = ("rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns", "kthread_ns",
              "app_bytes", "app_calls", "app_ns", "app_nested_ns", "llc_kernel", "llc_app",
              "rx_drops", "refs_kernel", "refs_app", "instructions_kernel", "instructions_app",
              "cycles_kernel", "cycles_app", "kernel_samples", "app_samples")
@@ -32,7 +32,7 @@ _COUNTERS = ("rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns"
 
 # FlowCpuSample's fields in order, all read at once, and where its counters are among them
 _FIELDS = attrgetter(*(f.name for f in fields(FlowCpuSample)))
-_COUNTER_AT = [i for i, f in enumerate(fields(FlowCpuSample)) if f.name in _COUNTERS]
+_COUNTER_AT = [i for i, f in enumerate(fields(FlowCpuSample)) if f.name in COUNTERS]
 
 
 def _delta(a: FlowCpuSample | None, b: FlowCpuSample) -> FlowCpuSample:

@@ -6,7 +6,7 @@ that interval, their kernel and app CPUs from their decayed recent past, and the
 figures are those of build_snapshot and PlacementMemory (steer.model.flows, which `steer flows`,
 `top` and `auto` use); tests/unit/test_ledger.py holds the two to the same numbers. Numpy over
 rows, not an object per entry: a map full of new connections (16,384 entries) folds in tens of
-milliseconds and keeps ~300 bytes an entry (steer.model.flowarrays says why).
+milliseconds and keeps ~400 bytes an entry between reads (steer.model.flowarrays says why).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from steer.model.classify import CLASSES, Placement, classify
 from steer.model.flowarrays import (FLOW, KEY, FlowArrays, cpus_of, flow_fields, flows_of)
-from steer.model.flows import _COUNTERS as COUNTERS, PLACEMENT_HALF_LIFE
+from steer.model.flows import COUNTERS, PLACEMENT_HALF_LIFE
 from steer.model.numeric import np
 from steer.model.topology import Topology
 
@@ -141,9 +141,12 @@ class FlowLedger:
         return p
 
     def fold(self, read: FlowArrays, duration: float) -> Fold:
-        order = np.argsort(read.keys, kind="stable")
-        keys, values = read.keys[order], read.values[order]
-        counts = np.stack([values[n] for n in COUNTERS], axis=1).astype(np.int64)
+        order = np.argsort(read.keys)
+        keys, values = read.keys[order], read.values
+        # the counters, gathered column by column in key order: not a copy of whole values
+        counts = np.empty((len(keys), len(COUNTERS)), np.int64)
+        for i, name in enumerate(COUNTERS):
+            counts[:, i] = values[name][order]
         flow, cpu = flows_of(keys), cpus_of(keys)
 
         # this read against the previous one: the interval's deltas; an entry whose counts went
@@ -154,7 +157,8 @@ class FlowLedger:
         restarted = seen & ((counts[:, RX] < before[:, RX]) | (counts[:, CALLS] < before[:, CALLS])
                             | (counts[:, ANS] < before[:, ANS])
                             | (counts[:, KNS] + counts[:, KT] < before[:, KNS] + before[:, KT]))
-        deltas = counts - np.where((seen & ~restarted)[:, None], before, 0)
+        deltas = counts.copy()
+        deltas[seen & ~restarted] -= before[seen & ~restarted]
         gone = np.ones(len(self._keys), bool)
         gone[at[seen]] = False
 
@@ -227,7 +231,7 @@ class FlowLedger:
                         for p in pairs], np.int8)[inv.ravel()] if n else np.empty(0, np.int8)
 
         # the reader: of the entries with a process, most calls, then most time
-        pid = values["app_pid"][rows]
+        pid = values["app_pid"][order[rows]]
         readers = np.flatnonzero(pid != 0)
         reader_pid = np.zeros(n, np.int64)
         reader_comm = np.zeros(n, "S16")
@@ -237,8 +241,9 @@ class FlowLedger:
                                     group[readers]))]
             best = o[np.r_[True, group[o][1:] != group[o][:-1]]]
             reader_pid[group[best]] = pid[best]
-            reader_comm[group[best]] = FlowArrays(keys[rows[best]], values[rows[best]]).comms()
-            reader_cgroup[group[best]] = values["app_cgroup"][rows[best]]
+            at = order[rows[best]]   # in the read's own order
+            reader_comm[group[best]] = FlowArrays(read.keys[at], values[at]).comms()
+            reader_cgroup[group[best]] = values["app_cgroup"][at]
         return Fold(duration, flows, totals, active, sums,
                     _group_sum(group, n, kernel_s), _group_sum(group, n, app_s),
                     kernel_cpu, app_cpu, cls, reader_pid, reader_comm, reader_cgroup,

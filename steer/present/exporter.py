@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from steer import __version__
 from steer.model.classify import CLASSES
-from steer.model.flowarrays import FLOW, FlowArrays, flow_fields, flow_id
+from steer.model.flowarrays import FlowArrays, flow_fields, flow_hashes, flow_id
 from steer.model.flows import (EPHEMERAL, SIDE_EVENTS, SIDES, FlowTotal, ServiceTotals, WorkloadTotals,
                                by_side, side_events, workload_key)
 from steer.model.ledger import AT, TOTALS, Fold, FlowLedger, find
@@ -95,9 +95,9 @@ class SteerCollector(Collector):
             from steer.trace.workloads import WorkloadResolver
             self._workloads = WorkloadResolver()
         self._workload_totals = WorkloadTotals()
-        # steer_class_flows' window, sorted by flow: each flow, when it last had traffic (ms)
-        # and its class then
-        self._active_flows = np.empty(0, FLOW)
+        # steer_class_flows' window, sorted by flow (its hash: 1 in 2^64 two count as one, as
+        # Python's hash of a FlowId did): each flow, when it last had traffic (ms) and its class
+        self._active_flows = np.empty(0, np.uint64)   # their hashes (flowarrays.flow_hashes)
         self._active_ms = np.empty(0, np.int64)
         self._active_cls = np.empty(0, np.int8)
         self._active_classes = [0] * len(CLASSES)   # of those, by class
@@ -134,10 +134,10 @@ class SteerCollector(Collector):
     def _remember_active(self, fold: Fold, ms: int) -> None:
         """steer_class_flows' window: each flow with traffic in the last ACTIVE_WINDOW seconds,
         when it last had it and its class then; at most MAX_ACTIVE of them, the latest."""
-        flows = fold.flows[fold.active]
+        flows, order_of = np.unique(flow_hashes(fold.flows[fold.active]), return_index=True)
         _, again = find(flows, self._active_flows)
         stamps = np.concatenate([self._active_ms[~again], np.full(len(flows), ms, np.int64)])
-        classes = np.concatenate([self._active_cls[~again], fold.cls])
+        classes = np.concatenate([self._active_cls[~again], fold.cls[order_of]])
         flows = np.concatenate([self._active_flows[~again], flows])
         fresh = ms - stamps <= int(ACTIVE_WINDOW * 1000)
         flows, stamps, classes = flows[fresh], stamps[fresh], classes[fresh]

@@ -34,7 +34,7 @@ def test_wheel_carries_the_objects_the_license_and_no_test_tools(wheel):
     requires = [l for l in meta.splitlines() if l.startswith("Requires-Dist:")]
     runtime = [l for l in requires if "extra ==" not in l]
     assert sorted(r.split()[1].split(">")[0].lower().replace("_", "-") for r in runtime) == \
-        ["prometheus-client", "pyroute2", "rich"], requires
+        ["numpy", "prometheus-client", "pyroute2", "rich"], requires
     assert any("matplotlib" in l and 'extra == "sweep"' in l for l in requires), requires
     assert "License: GPL-2.0-only" in meta
 
