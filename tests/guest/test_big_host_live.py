@@ -145,13 +145,22 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and log[-1] and "kernel CPU" not in log[-1]:
             log.append(p.stderr.readline())
+        # windows of 3 s, up to three: with generic XDP the arrival CPU still runs XDP and the
+        # skb's linearising, and under TCG one window gave it more time than the target had
+        # (2026-11-26, once in CI: kernel CPU 9, the stack on CPU 1; the next run, CPU 1)
         tracer = Tracer(sample_hz=199).start()
+        snaps = []
         try:
-            a = tracer.sample()
-            time.sleep(3)
-            snap = build_snapshot(a, tracer.sample(), TOPO, tracer.capabilities).as_json()
+            for _ in range(3):
+                a = tracer.sample()
+                time.sleep(3)
+                snaps.append(build_snapshot(a, tracer.sample(), TOPO, tracer.capabilities).as_json())
+                if any(f["kernel_cpu"] != SENDER and f["dport"] == lab.flows[0].port
+                       for f in snaps[-1]["flows"] if f["src"] == "198.18.0.1"):
+                    break
         finally:
             tracer.stop()
+        snap = snaps[-1]
         p.terminate()
         err = "".join(log) + p.communicate(timeout=60)[1]
         port = lab.flows[0].port
@@ -167,7 +176,9 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
     mine = [f for f in snap["flows"] if f["dport"] == port and f["src"] == "198.18.0.1"]
     assert mine, [(f["src"], f["sport"], f["dport"], f["rx_bytes"]) for f in snap["flows"]]
     f = max(mine, key=lambda f: f["rx_bytes"])
-    print(f"after the move: kernel CPU {f['kernel_cpu']}, app CPU {f['app_cpu']}, {f['class']}")
+    print(f"after the move ({len(snaps)} windows): kernel CPU {f['kernel_cpu']}, stack CPU "
+          f"{f['stack_cpu']}, app CPU {f['app_cpu']}, {f['class']}")
+    assert f["stack_cpu"] == target, (mine, snap["cpus"])   # its skbs go up the stack there
     assert (f["kernel_cpu"], f["class"]) == (target, "same-socket"), (mine, snap["cpus"])
 
 
