@@ -700,18 +700,6 @@ class FlowTotal:
     kernel_samples: int = 0
     app_samples: int = 0
 
-    def add_delta(self, old: FlowCpuSample, new: FlowCpuSample) -> None:
-        """What entry OLD counted since, as NEW (a later read of it; OLD None: a new entry)."""
-        if old is None:
-            self.add(new)
-            return
-        self.rx_bytes += new.rx_bytes - old.rx_bytes
-        self.kernel_ns += new.kernel_ns + new.kthread_ns - old.kernel_ns - old.kthread_ns
-        self.app_ns += new.app_ns - old.app_ns
-        self.rx_drops += new.rx_drops - old.rx_drops
-        self.kernel_samples += new.kernel_samples - old.kernel_samples
-        self.app_samples += new.app_samples - old.app_samples
-
     def add(self, e: FlowCpuSample) -> None:
         self.rx_bytes += e.rx_bytes
         self.kernel_ns += e.kernel_ns + e.kthread_ns
