@@ -177,7 +177,7 @@ class FlowLedger:
         held = kept.any(axis=1)
         self._retired_flows, self._retired = flows[held], kept[held]
 
-        gone_at, still = find(flows, self._flows)
+        _, still = find(flows, self._flows)
         gone_flows, gone_totals = self._flows[~still], self._flow_totals[~still]
         self._flows, self._flow_totals = flows, totals
         self._keys, self._flow, self._counts = keys, flow, counts
