@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 
 from steer.model.flowspec import FlowSpec
 from steer.model.flows import Intervals, Snapshot
-from steer.steering.policies import Decision, Policy
+from steer.steering.policies import Decision, Policy, stack_cpu_of
 from steer.model.topology import Topology, online_cpus, read_topology
 from steer.model.samples import FlowId
 
@@ -71,7 +71,8 @@ class AutoSteer:
             self.log(f"policy error: {type(e).__name__}: {e}; keeping the last good placement")
             return [c for c in changes if c is not None]
         seen = {f.flow for f in snap.flows}
-        kernel_cpu = {f.flow: f.kernel_cpu for f in snap.flows}
+        # where each flow is now: its rule, else where its packets go up the stack (stack_cpu_of)
+        now_on = {f.flow: stack_cpu_of(f) for f in snap.flows}
         wanted: dict[FlowId, Decision] = {}
         for d in decisions:
             if not isinstance(d, Decision):
@@ -86,7 +87,7 @@ class AutoSteer:
         self._pending = {f: p for f, p in self._pending.items() if f in wanted}
         self._moved_at = {f: t for f, t in self._moved_at.items() if now - t < self.hold}
         for flow, d in wanted.items():
-            current = self.placed.get(flow, kernel_cpu.get(flow))
+            current = self.placed.get(flow, now_on.get(flow))
             if d.cpu == current:
                 self._pending.pop(flow, None)
                 continue

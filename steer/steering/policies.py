@@ -58,6 +58,14 @@ def _load(snap: Snapshot) -> dict[int, float]:
     return {c.cpu: c.net_rx_seconds + c.kthread_seconds + c.app_seconds for c in snap.cpus}
 
 
+def stack_cpu_of(f: FlowReport) -> int | None:
+    """Where the flow's packets go up the stack: what a cpumap redirect moves. Its kernel CPU
+    (most kernel time) may stay the arrival CPU after a move, which still runs the driver and
+    XDP (and, with generic XDP, the skb's linearising): judged by that, a steered flow would look
+    unplaced and be moved again and again."""
+    return f.stack_cpu if f.stack_cpu is not None else f.kernel_cpu
+
+
 def llc_peer(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE) -> list[Decision]:
     load = _load(snap)
     out = []
@@ -79,8 +87,9 @@ def llc_peer(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE)
         near = [c for c in pool if topo.cpus[c].numa == node] if node is not None else []
         if near and len(near) < len(pool):
             pool, why = near, f"{why}, on the NIC's NUMA node {node}"
-        if f.kernel_cpu in pool:
-            out.append(Decision(f.flow, f.kernel_cpu, f"already {why}"))
+        here = stack_cpu_of(f)
+        if here in pool:
+            out.append(Decision(f.flow, here, f"already {why}"))
             continue
         cpu = min(pool, key=lambda c: (load.get(c, 0.0), c))
         load[cpu] = load.get(cpu, 0.0) + f.kernel_seconds
@@ -94,11 +103,19 @@ def same_core(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE
 
 
 def spread(snap: Snapshot, topo: Topology, min_rate: float = DEFAULT_MIN_RATE) -> list[Decision]:
+    # the load without the kernel work of the flows being placed: counted where it runs now, a
+    # flow alone on a CPU would find another CPU less loaded than its own at every interval and
+    # go back and forth; on equal load a flow stays where it is
     load = _load(snap)
+    flows = sorted(_candidates(snap, min_rate), key=lambda f: -f.rate_bps)
+    for f in flows:
+        for c, s in f.kernel_cpus.items():
+            load[c] = max(0.0, load.get(c, 0.0) - s)
     out = []
-    for f in sorted(_candidates(snap, min_rate), key=lambda f: -f.rate_bps):
-        cpu = min(topo.online, key=lambda c: (load.get(c, 0.0), c))
-        load[cpu] = load.get(cpu, 0.0) + f.kernel_seconds + f.app_seconds + 1e-9
+    for f in flows:
+        here = stack_cpu_of(f)
+        cpu = min(topo.online, key=lambda c: (load.get(c, 0.0), c != here, c))
+        load[cpu] = load.get(cpu, 0.0) + f.kernel_seconds + 1e-9
         out.append(Decision(f.flow, cpu, "least loaded online CPU"))
     return out
 

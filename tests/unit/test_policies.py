@@ -1,5 +1,6 @@
 """Policies and the auto loop's hysteresis, on fixture topologies and synthetic snapshots."""
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -48,6 +49,25 @@ def test_llc_peer_keeps_a_good_placement(tmp_path):
     t = read_topology(xeon_2s_smt(str(tmp_path)))
     (d,) = llc_peer(snap([flow(1, 5, 3)], ncpu=48), t)
     assert d.cpu == 5 and d.reason.startswith("already")
+
+
+def test_llc_peer_judges_a_steered_flow_by_its_stack_cpu(tmp_path):
+    # 2026-11-26, the big-host guest: after the move 9 -> 1 the arrival CPU 9 (generic XDP,
+    # linearising) kept most of the flow's kernel time, CPU 1 its stack and now the most load of
+    # the reader's LLC: judged by its kernel CPU the flow went on to CPU 2
+    t = read_topology(xeon_2s_smt(str(tmp_path)))
+    f = replace(flow(1, 12, 3), stack_cpu=5, kernel_cpus={12: 0.3, 5: 0.2})
+    (d,) = llc_peer(snap([f], {5: 0.2, 12: 0.3}, ncpu=48), t)
+    assert d.cpu == 5 and d.reason.startswith("already")
+
+
+def test_spread_leaves_a_flow_alone_on_its_cpu(tmp_path):
+    # its own work made its CPU the busier of two: it went to the other and back at every hold
+    t = read_topology(VM)
+    for cpu in (0, 1):
+        f = replace(flow(1, cpu, cpu), kernel_seconds=0.4, kernel_cpus={cpu: 0.4}, stack_cpu=cpu)
+        (d,) = spread(snap([f], {cpu: 0.4}), t)
+        assert d.cpu == cpu
 
 
 def test_llc_peer_chiplet_stays_in_the_ccx(tmp_path):
