@@ -85,12 +85,19 @@ def test_top_shows_the_flow_at_80x24_below_sixteen_cpus():
         lab.start_servers()
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
                        check=True)
+        def pane() -> str:
+            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                                  capture_output=True, text=True).stdout
         try:
+            # the traffic starts once top draws: under TCG top took so long to start once that
+            # the 40 s flow was over before its first screen (2026-11-26, CI: idle flows only)
+            end = time.monotonic() + 90
+            while time.monotonic() < end and not re.search(r"^steer .*CPUs", pane(), re.M):
+                time.sleep(0.5)
             lab.start_clients()
             end, screen = time.monotonic() + 60, ""
             while time.monotonic() < end:
-                screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                                        capture_output=True, text=True).stdout
+                screen = pane()
                 if re.search(r":5201\s.*[MG]bit/s", screen) and "cross-socket" in screen:
                     break
                 time.sleep(0.5)
