@@ -76,6 +76,14 @@ def _redis_connections(ns: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process PID and its threads so far (/proc/PID/stat): the
+    system part holds the receive processing of the packets it sends (veth runs it there)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def leftovers() -> list[str]:
     """What of steer is still in the kernel: programs (ft_*, steer_*), links, pins."""
     out = []
@@ -134,6 +142,7 @@ def main() -> int:
             procs["scan"] = subprocess.Popen(["ip", "netns", "exec", lab.tx, sys.executable, "-c",
                                               SCANNER, "198.18.0.2"], stdout=subprocess.DEVNULL)
             start, conns0 = time.monotonic(), _redis_connections(lab.rx)
+            cpu0 = {n: cpu_seconds(p.pid) for n, p in procs.items()}
             while (t := time.monotonic() - start) < seconds:
                 took, body = _scrape(url)
                 rows.append({"t": round(t, 1), "rss_mb": round(rss_kb(procs["export"].pid) / 1024, 1),
@@ -147,6 +156,10 @@ def main() -> int:
                              "evictions": _value(body or "", "steer_tracer_evictions_total")})
                 time.sleep(max(0.0, 1.0 - took))
             rate = (_redis_connections(lab.rx) - conns0) / seconds
+            # who holds the CPUs: each process's share of one CPU over the run
+            elapsed = time.monotonic() - start
+            cpu_share = {n: round((cpu_seconds(p.pid) - cpu0[n]) / elapsed, 3)
+                         for n, p in procs.items()}
         finally:
             alive = {n: p.poll() is None for n, p in procs.items()}
             for name in ("export", "auto"):   # the long-running commands die without a word
@@ -159,6 +172,7 @@ def main() -> int:
     left = leftovers()
     half = [r for r in rows if r["t"] >= seconds / 2 and r["ok"]]
     summary = _summary(rows, half, rate, alive, left, reset.returncode)
+    summary["cpu_share"] = cpu_share
     write("soak", args.out,
           {"smoke": args.smoke, "seconds": seconds,
            "targets": {"rss_mb": TARGET_RSS_MB, "scrape_s": TARGET_SCRAPE_S},
@@ -235,6 +249,8 @@ def _table(s: dict, seconds: float) -> str:
         f"RSS slope over the last half: {rss['last_half_slope_mb_per_min']} MB/min; series "
         f"{s['series']['min']}-{s['series']['max']}; flow map entries up to "
         f"{s['flow_entries_max']}; scrapes {s['scrapes']}, failed {s['failed_scrapes']}.",
+        f"CPU used, in CPUs (of {os.cpu_count()}): " + ", ".join(
+            f"{name} {share:g}" for name, share in s.get("cpu_share", {}).items()) + ".",
         f"After kill -9 of export and auto and `steer reset` (exit "
         f"{s['after_kill_9_and_reset']['reset_exit']}): "
         + (", ".join(s["after_kill_9_and_reset"]["left_in_kernel"]) or "nothing left in the kernel")

@@ -91,7 +91,9 @@ def add_parsers(sub, fmt) -> dict:
     auto.add_argument("--hold", type=number(float, 0, MAX_SECONDS), default=10.0, metavar="SECONDS",
                       help="minimum time between two moves of one flow")
     auto.add_argument("--min-rate", type=number(float, 0), default=1e6, metavar="BPS",
-                      help="flows slower than this (bit/s) are left alone")
+                      help="flows slower than this (bit/s) are left alone: the policy, "
+                           "built-in or yours, is shown only the flows at this rate or more and "
+                           "those it placed (0: every flow with traffic)")
     auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
     auto.add_argument("--log-format", choices=list(LOG_FORMATS), default="text",
                       help="the log on stderr: text (a UTC timestamp, then the line) or json (one "
@@ -223,6 +225,7 @@ def cmd_rps(args) -> int:
 
 def cmd_auto(args) -> int:
     from steer.steering import auto
+    from steer.model.busyflows import BusyIntervals
     from steer.model.flows import Intervals
     from steer.cli.logs import make_logger
     from steer.steering.policies import PolicyError, load_policy
@@ -252,9 +255,16 @@ def cmd_auto(args) -> int:
             one_heap()   # before any thread: the scrapes' arrays, given back after each
         tracer = start_tracer(args)
         # the readers' workloads: what static rules may select by, and what the log names
-        intervals = Intervals(tracer, topo, devices=DeviceResolver(), workloads=WorkloadResolver())
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
                                 log=log)
+        if args.min_rate > 0:
+            # the policy sees the flows at --min-rate or more (and those it placed): under
+            # connection churn the others would cost an object each at every interval
+            intervals = BusyIntervals(tracer, topo, args.min_rate, keep=lambda: engine.placed,
+                                      devices=DeviceResolver(), workloads=WorkloadResolver())
+        else:
+            intervals = Intervals(tracer, topo, devices=DeviceResolver(),
+                                  workloads=WorkloadResolver())
         if args.listen:
             from steer.kernel.gateway import trim_heap
             from steer.present.exporter import SteerCollector

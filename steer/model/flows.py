@@ -276,8 +276,9 @@ FEW_SAMPLES = 10
 def stderr(seconds: float, samples: int | None) -> float | None:
     """One standard error of a sampled time: samples land as a Poisson process on the time they
     stand for, so SECONDS / sqrt(SAMPLES). None where the time was not sampled, or no sample
-    landed (then it is below one period, not known to be 0)."""
-    if not samples:
+    landed (then it is below one period, not known to be 0), or fewer than none (an entry
+    re-created between two reads with more time but fewer samples than it had)."""
+    if not samples or samples < 0:
         return None
     return seconds / samples ** 0.5
 

@@ -642,20 +642,12 @@ class Tracer:
                 if hit is None or hit[2] != vhash:
                     # new or updated: unpack it; an unchanged entry keeps its object, which lets
                     # build_snapshot pass over idle flows with an identity test
-                    k = _KEY.unpack(kraw)
-                    v = _VALUE.unpack_from(vbuf, i * vs)
                     fid = ids.get(kraw[:_FLOW_KEY_SIZE])
+                    key, entry = self._entry(kraw, vbuf, i * vs, fid)
                     if fid is None:
-                        fid = ids[kraw[:_FLOW_KEY_SIZE]] = _flow_id_of(k)
-                    napi_id = v[_COUNTERS + 4]
-                    hit = ((fid, k[7]), FlowCpuSample(
-                        fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
-                        app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
-                        rx_netns=v[_COUNTERS + 3], rx_queue=v[_COUNTERS + 5],
-                        rx_napi_id=napi_id if napi_id > self._max_sender_cpu else 0,
-                        last_drop_reason=self._reason_name(v[_COUNTERS + 7]),
-                        app_cgroup=v[_COUNTERS + 8]), vhash)
-                    entries[hit[0]] = hit[1]
+                        ids[kraw[:_FLOW_KEY_SIZE]] = key[0]
+                    hit = (key, entry, vhash)
+                    entries[key] = entry
                     changed.append(hit[0])
                 last[kraw] = hit
                 if _U64(vbuf, i * vs + _LAST_SEEN_OFFSET)[0] < cutoff:
@@ -677,6 +669,28 @@ class Tracer:
             self._ids = {k: fid for k, fid in ids.items() if fid in live_ids}
         self._seq += 1
         return self._with_cpus(entries, len(entries) - len(idle), tuple(changed))
+
+    def _entry(self, kraw: bytes, vbuf, offset: int, fid: FlowId | None = None):
+        """((flow, CPU), FlowCpuSample) of the packed entry KRAW and VBUF[OFFSET:]; FID: its
+        flow, where the caller knows it."""
+        k = _KEY.unpack(kraw)
+        v = _VALUE.unpack_from(vbuf, offset)
+        fid = _flow_id_of(k) if fid is None else fid
+        napi_id = v[_COUNTERS + 4]
+        return (fid, k[7]), FlowCpuSample(
+            fid, k[7], *v[:_COUNTERS], app_pid=v[_COUNTERS], rx_ifindex=v[_COUNTERS + 1],
+            app_comm=v[_COUNTERS + 2].rstrip(b"\0").decode(errors="replace"),
+            rx_netns=v[_COUNTERS + 3], rx_queue=v[_COUNTERS + 5],
+            rx_napi_id=napi_id if napi_id > self._max_sender_cpu else 0,
+            last_drop_reason=self._reason_name(v[_COUNTERS + 7]),
+            app_cgroup=v[_COUNTERS + 8])
+
+    def entries_of(self, arrays: FlowArrays) -> dict:
+        """Rows of a sample_arrays() read as sample() gives entries: (flow, CPU) ->
+        FlowCpuSample, an object for each of these rows only."""
+        ks, vs = arrays.keys.dtype.itemsize, arrays.values.dtype.itemsize
+        kbuf, vbuf = arrays.keys.tobytes(), arrays.values.tobytes()
+        return dict(self._entry(kbuf[i * ks:(i + 1) * ks], vbuf, i * vs) for i in range(len(arrays)))
 
     def _with_cpus(self, entries: dict, live: int, changed: tuple,
                    arrays: FlowArrays | None = None) -> TraceSample:
