@@ -192,7 +192,15 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
     print(f"after the move ({len(snaps)} windows): kernel CPU {f['kernel_cpu']}, stack CPU "
           f"{f['stack_cpu']}, app CPU {f['app_cpu']}, {f['class']}")
     assert f["stack_cpu"] == target, (mine, snap["cpus"])   # its skbs go up the stack there
-    assert (f["kernel_cpu"], f["class"]) == (target, "same-socket"), (mine, snap["cpus"])
+    # its kernel time: on the target (the stack), the arrival CPU (generic XDP and the skb's
+    # linearising, which under TCG took the most in all three windows once: 2026-11-26, CI) and
+    # the reader's (the socket's backlog, run as the reader releases it), nowhere else; its
+    # class follows the CPU that had the most
+    ks = {int(c): s for c, s in f["kernel_cpus"].items()}
+    total = sum(ks.values())
+    assert {c for c, s in ks.items() if s > 0.05 * total} <= {SENDER, target, READER}, ks
+    assert ks.get(target, 0) >= 0.1 * total, ks
+    assert (f["kernel_cpu"], f["class"]) in ((target, "same-socket"), (SENDER, "cross-socket")), f
 
 
 @big_host
