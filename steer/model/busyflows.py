@@ -14,15 +14,15 @@ from dataclasses import replace
 from typing import Callable, Iterable
 
 from steer.model.flowarrays import FLOW, FLOW_SIZE, FlowArrays, flow_fields, flows_of, pack_key
-from steer.model.flows import Snapshot, attach_devices, attach_workloads, build_snapshot
+from steer.model.flows import (ACTIVITY, Snapshot, attach_devices, attach_workloads,
+                               build_snapshot)
 from steer.model.ledger import find
 from steer.model.numeric import np
 from steer.model.samples import FlowId, TraceSample
 from steer.model.topology import Topology
 
-# what build_snapshot's restart test compares (flows._restarted), and its activity test
+# what build_snapshot's restart test compares (flows._restarted), besides kernel + kthread time
 _RESTART = ("rx_bytes", "app_calls", "app_ns")
-_ACTIVITY = ("rx_bytes", "rx_skbs", "app_calls", "kernel_ns", "kthread_ns", "app_ns", "rx_drops")
 
 
 class BusyIntervals:
@@ -55,7 +55,7 @@ class BusyIntervals:
         restarted = seen & ((v["kernel_ns"] + v["kthread_ns"] < prev["kernel_ns"] + prev["kthread_ns"])
                             | np.any([v[c] < prev[c] for c in _RESTART], axis=0))
         fresh = ~seen | restarted
-        active = np.any([np.where(fresh, v[c] != 0, v[c] != prev[c]) for c in _ACTIVITY], axis=0) \
+        active = np.any([np.where(fresh, v[c] != 0, v[c] != prev[c]) for c in ACTIVITY], axis=0) \
             if len(new) else np.zeros(0, bool)
         rx = np.where(fresh, v["rx_bytes"], v["rx_bytes"] - prev["rx_bytes"]).astype(float)
 

@@ -28,6 +28,9 @@ COUNTERS = ("rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns",
              "app_bytes", "app_calls", "app_ns", "app_nested_ns", "llc_kernel", "llc_app",
              "rx_drops", "refs_kernel", "refs_app", "instructions_kernel", "instructions_app",
              "cycles_kernel", "cycles_app", "kernel_samples", "app_samples")
+# a delta in any of these makes a flow part of an interval (build_snapshot's test; the arrays of
+# steer.model.ledger and steer.model.busyflows apply the same)
+ACTIVITY = ("rx_bytes", "rx_skbs", "app_calls", "kernel_ns", "kthread_ns", "app_ns", "rx_drops")
 
 
 # FlowCpuSample's fields in order, all read at once, and where its counters are among them

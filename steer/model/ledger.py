@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from steer.model.classify import CLASSES, Placement, classify
 from steer.model.flowarrays import (FLOW, KEY, FlowArrays, cpus_of, flow_fields, flows_of)
-from steer.model.flows import COUNTERS, PLACEMENT_HALF_LIFE
+from steer.model.flows import ACTIVITY, COUNTERS, PLACEMENT_HALF_LIFE
 from steer.model.numeric import np
 from steer.model.topology import Topology
 
@@ -22,8 +22,7 @@ NS = 1e9
 AT = {name: i for i, name in enumerate(COUNTERS)}   # a counter's column in the counts matrices
 RX, SKBS, KNS, KT = AT["rx_bytes"], AT["rx_skbs"], AT["kernel_ns"], AT["kthread_ns"]
 CALLS, ANS, DROPS = AT["app_calls"], AT["app_ns"], AT["rx_drops"]
-# a delta in any of these makes a flow part of an interval (build_snapshot's test)
-_ACTIVITY = [RX, SKBS, CALLS, KNS, KT, ANS, DROPS]
+_ACTIVITY = [AT[name] for name in ACTIVITY]
 # what a wildcard (unconnected UDP) socket's reads lose when given to their flow: the receive side
 _RX_SIDE = [RX, AT["rx_packets"], SKBS, KNS, KT, AT["llc_kernel"]]
 # FlowTotal's fields, in its order
