@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live,
-                     save_screenshot, steer)
+                     save_screenshot, screen_until, steer, tmux)
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import RECEIVER_DEV, Lab, LabFlow, lab_namespaces
@@ -272,19 +272,6 @@ def test_kill_9_of_top_leaves_nothing_attached():
     assert _wait_for(lambda: not _our_programs() and not _links_of(progs)), _our_programs()
 
 
-def _tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
-
-
-def _screen_until(session: str, cond, timeout: float = 20.0) -> str:
-    end = time.monotonic() + timeout
-    while True:
-        screen = _tmux("capture-pane", "-p", "-t", session)
-        if cond(screen) or time.monotonic() > end:
-            return screen
-        time.sleep(0.25)
-
-
 def _flow_rows(screen: str) -> list[str]:
     """The lab's data flows (iperf3's control connections, to the same ports, move a few kB)."""
     return [l for l in screen.splitlines() if re.search(r":520[12]\s.*[MG]bit/s", l)]
@@ -307,10 +294,10 @@ def test_live_view_in_a_terminal(width, height):
            "echo STEER_EXIT=$?; sleep 60")
     with Lab([LabFlow(CPU_A, CPU_A), LabFlow(CPU_B, CPU_A)], seconds=30) as lab:
         lab.start_servers()
-        _tmux("new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), cmd)
+        tmux("new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), cmd)
         try:
             lab.start_clients()
-            screen = _screen_until(session, lambda s: len(_flow_rows(s)) == 2)
+            screen = screen_until(session, lambda s: len(_flow_rows(s)) == 2)
             print(screen)
             lines = screen.splitlines()
             assert len(_flow_rows(screen)) == 2, screen
@@ -329,30 +316,30 @@ def test_live_view_in_a_terminal(width, height):
             assert "? help" in screen and ("LLC unavailable" in screen or "LLC k" in screen)
             if width >= 160:
                 time.sleep(5)   # the picture in README.md: a few seconds of rate history
-            shot = save_screenshot(_tmux("capture-pane", "-p", "-e", "-t", session),
+            shot = save_screenshot(tmux("capture-pane", "-p", "-e", "-t", session),
                                    f"steer-top-{width}x{height}", width,
                                    f"steer top, two lab flows, {width}x{height}")
             assert ":5201" in open(shot).read()
 
-            _tmux("send-keys", "-t", session, "c")   # by class: same-core before same-socket
-            screen = _screen_until(session, lambda s: "sort class" in s, 5)
+            tmux("send-keys", "-t", session, "c")   # by class: same-core before same-socket
+            screen = screen_until(session, lambda s: "sort class" in s, 5)
             rows = _flow_rows(screen)
             assert "sort class" in screen and len(rows) == 2 and ":5201" in rows[0], screen
 
-            _tmux("send-keys", "-t", session, "/", "5202", "Enter")
-            screen = _screen_until(session, lambda s: len(_flow_rows(s)) == 1, 5)
+            tmux("send-keys", "-t", session, "/", "5202", "Enter")
+            screen = screen_until(session, lambda s: len(_flow_rows(s)) == 1, 5)
             rows = _flow_rows(screen)
             assert len(rows) == 1 and ":5202" in rows[0] and "filter '5202'" in screen, screen
 
-            _tmux("send-keys", "-t", session, "?")
-            screen = _screen_until(session, lambda s: "sort by rate" in s, 5)
+            tmux("send-keys", "-t", session, "?")
+            screen = screen_until(session, lambda s: "sort by rate" in s, 5)
             assert "sort by rate" in screen and not _flow_rows(screen), screen
 
-            _tmux("send-keys", "-t", session, "x", "q")   # leave the help, then quit
-            screen = _screen_until(session, lambda s: "STEER_EXIT=" in s, 15)
+            tmux("send-keys", "-t", session, "x", "q")   # leave the help, then quit
+            screen = screen_until(session, lambda s: "STEER_EXIT=" in s, 15)
             assert "STEER_EXIT=0" in screen, screen
         finally:
-            _tmux("kill-session", "-t", session)
+            tmux("kill-session", "-t", session)
             lab.stop_traffic()
     assert _wait_for(lambda: not _our_programs()), _our_programs()
 

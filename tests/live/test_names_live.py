@@ -13,7 +13,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import CPU_A, CPU_B, ROOT, STEER, live, steer
+from helpers import CPU_A, CPU_B, ROOT, STEER, live, screen_until, steer, tmux
 from steer.experiment.lab import RECEIVER_ADDR, Lab
 from web import free_port, http_get, wait_http
 
@@ -109,20 +109,13 @@ def test_top_in_a_terminal_shows_them_and_the_terminal_does_not_act_on_them(read
     if not shutil.which("tmux"):
         pytest.skip("tmux not installed")
     session = f"steernames{os.getpid()}"
-    cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1 --sample-hz 999; "
-           "sleep 60")
-    tmux = lambda *a: subprocess.run(["tmux", *a], capture_output=True, text=True,  # noqa: E731
-                                     check=True).stdout
+    cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1 "
+           f"{' '.join(HZ)}; sleep 60")
     tmux("new-session", "-d", "-s", session, "-x", "220", "-y", "40", cmd)
     try:
-        end, screen = time.monotonic() + 20, ""
-        while time.monotonic() < end:
-            screen = tmux("capture-pane", "-p", "-t", session)
-            if all(ESCAPED[p][:8] in screen for p in HOSTILE):
-                break
-            time.sleep(0.25)
+        screen = screen_until(session, lambda s: all(ESCAPED[p][:8] in s for p in HOSTILE))
         print(screen)
-        for port, pid in readers.items():
+        for port in readers:
             row = next((l for l in screen.splitlines() if f":{port} " in l), None)
             assert row and ESCAPED[port][:8] in row, screen
         # ESC ] 0 ; pwn BEL would have set the pane's title, ESC [ 2 J cleared the screen

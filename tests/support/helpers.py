@@ -127,3 +127,17 @@ def save_screenshot(ansi: str, name: str, width: int, what: str) -> str:
     with open(path, "w") as f:
         f.write(svg)
     return path
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def screen_until(session: str, cond, timeout: float = 20.0) -> str:
+    """tmux SESSION's screen as text, once COND holds of it or TIMEOUT has passed."""
+    end = time.monotonic() + timeout
+    while True:
+        screen = tmux("capture-pane", "-p", "-t", session)
+        if cond(screen) or time.monotonic() > end:
+            return screen
+        time.sleep(0.25)
