@@ -13,7 +13,7 @@ from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.model.flows import build_snapshot
 from steer.model.flowspec import FlowSpec
-from steer.kernel.gateway import ensure_tracefs, prog_test_run
+from steer.kernel.gateway import BPFFS, ensure_tracefs, prog_test_run
 from steer.experiment.lab import Lab, LabFlow
 from steer.steering.xdp import load_unattached, pin_root
 from steer.model.topology import read_topology
@@ -484,41 +484,51 @@ def test_a_kernel_without_generic_cpumap_redirect_is_told_what_to_do(mode, monke
     assert not [p for p in bpftool_objects("prog") if p.get("name") == "steer_xdp"]
 
 
+def steer_in_own_bpffs(*args, before: str, after: str = ":"):
+    """steer ARGS in a mount namespace of its own, with a fresh bpffs at /sys/fs/bpf: the shell
+    BEFORE runs there first, AFTER last (its output follows steer's). The host's pin directory is
+    never touched, so a test killed halfway leaves no hostile pin directory for the runs after it
+    (one owned by nobody, left by a killed run, failed every steering test of the next)."""
+    script = (f"set -e; mount -t bpf -o mode=0700 bpf {BPFFS}; {before}; set +e; "
+              f'"$@"; rc=$?; {after}; exit $rc')
+    return steer(*args, prefix=("unshare", "--mount", "--propagation", "private",
+                                "sh", "-c", script, "sh"))
+
+
+def test_a_pin_directory_someone_else_made_is_refused_and_nothing_attaches():
+    """An unprivileged user who makes /sys/fs/bpf/steer first (bpffs mounted 1777 by another
+    tool) must not get root to pin into it, read from it or remove through it."""
+    links = len(_xdp_links())
+    for args in (("pin", "proto=udp,dport=9", "--cpu", "0", "--dev", "lo"), ("rules",), ("reset",),
+                 ("unpin", "proto=udp,dport=9", "--dev", "lo")):
+        r = steer_in_own_bpffs(*args, before=f"mkdir -m 755 {pin_root()}; "
+                                             f"chown 65534:65534 {pin_root()}")
+        assert_one_line_error(r, "refusing the pin directory: /sys/fs/bpf/steer "
+                                 "belongs to uid 65534")
+    assert len(_xdp_links()) == links
+    r = steer_in_own_bpffs("rules", before=f"mkdir -m 777 {pin_root()}")
+    assert_one_line_error(r, "writable by others (mode 0777); chmod go-w")
+
+
+def test_reset_removes_a_planted_link_not_its_target(tmp_path):
+    victim = tmp_path / "precious"
+    victim.write_text("keep")
+    plant = [f"mkdir -m 700 {pin_root()} {pin_root()}/lo", f"ln -s {victim} {pin_root()}/lo/rules"]
+    # device directories, old names and new
+    plant += [f"ln -s {tmp_path} '{pin_root()}/{name}'" for name in ("eth9", "eth9@root", "eth9@ns")]
+    r = steer_in_own_bpffs("reset", before="; ".join(plant),
+                           after=f"echo; echo left: $(ls -A {BPFFS})")
+    assert r.returncode == 0, r.stderr
+    assert "steer" not in r.stdout.splitlines()[-1].split(), r.stdout
+    assert victim.read_text() == "keep" and sorted(os.listdir(tmp_path)) == ["precious"]
+
+
 @pytest.fixture
 def no_pins():
     """The pin root absent before and after (steer reset leaves none)."""
     assert not os.path.lexists(pin_root()), os.listdir(pin_root())
     yield
     subprocess.run(["rm", "-rf", pin_root()], check=True)
-
-
-def test_a_pin_directory_someone_else_made_is_refused_and_nothing_attaches(no_pins):
-    """An unprivileged user who makes /sys/fs/bpf/steer first (bpffs mounted 1777 by another
-    tool) must not get root to pin into it, read from it or remove through it."""
-    os.mkdir(pin_root(), 0o755)
-    os.chown(pin_root(), 65534, 65534)
-    links = len(_xdp_links())
-    for args in (("pin", "proto=udp,dport=9", "--cpu", "0", "--dev", "lo"), ("rules",), ("reset",),
-                 ("unpin", "proto=udp,dport=9", "--dev", "lo")):
-        assert_one_line_error(steer(*args), "refusing the pin directory: /sys/fs/bpf/steer "
-                                            "belongs to uid 65534")
-    assert len(_xdp_links()) == links
-    os.chown(pin_root(), 0, 0)
-    os.chmod(pin_root(), 0o777)
-    assert_one_line_error(steer("rules"), "writable by others (mode 0777); chmod go-w")
-
-
-def test_reset_removes_a_planted_link_not_its_target(no_pins, tmp_path):
-    victim = tmp_path / "precious"
-    victim.write_text("keep")
-    os.mkdir(pin_root(), 0o700)
-    os.mkdir(os.path.join(pin_root(), "lo"), 0o700)
-    os.symlink(str(victim), os.path.join(pin_root(), "lo", "rules"))
-    for name in ("eth9", "eth9@root", "eth9@ns"):   # device directories, old names and new
-        os.symlink(str(tmp_path), os.path.join(pin_root(), name))
-    r = steer("reset")
-    assert r.returncode == 0, r.stderr
-    assert not os.path.lexists(pin_root()) and victim.read_text() == "keep"
 
 
 NASTY_NETNS = "st@a|b x"
