@@ -42,11 +42,12 @@ def query(prom: str, expr: str, at: float | None = None) -> list:
     return out["data"]["result"]
 
 
-def prometheus(config_dir, targets: list[str], port: int, extra: str = "") -> subprocess.Popen:
-    """Debian's prometheus scraping TARGETS every second, its config and data under CONFIG_DIR
-    (a pathlib.Path); EXTRA: more top-level lines of its configuration."""
+def prometheus(config_dir, targets: list[str], port: int, extra: str = "",
+               interval: str = "1s") -> subprocess.Popen:
+    """Debian's prometheus scraping TARGETS every INTERVAL (its scrape timeout too), its config
+    and data under CONFIG_DIR (a pathlib.Path); EXTRA: more top-level lines of its configuration."""
     (config_dir / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n" + extra +
+        f"global: {{scrape_interval: {interval}, evaluation_interval: 1s}}\n" + extra +
         "scrape_configs:\n  - job_name: steer\n"
         f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n")
     return subprocess.Popen(["prometheus", f"--config.file={config_dir}/prometheus.yml",
