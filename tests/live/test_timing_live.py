@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import CPUS, ROOT, SAMPLE_DISPERSION, SAMPLE_HZ, live, sampling_bound
+from helpers import CPUS, SAMPLE_DISPERSION, SAMPLE_HZ, live, sampling_bound
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.model.topology import read_topology
@@ -119,13 +119,38 @@ def test_recv_only_reader_against_schedstat(recv_only, timing, app_hook):
     assert low < ours / kernel_side - 1 < high
 
 
-# A reader with a CPU of its own sleeps and wakes thousands of times a second, and there the exact
-# mode is no reference: against the scheduler it reads low by up to 40% (test above), the sampled
-# mode within 10%. So for that flow's app side the two are held only to what those bounds allow
-# together: sampled/exact between (1 - 10%)/(1 + 5%) and (1 + 10%)/(1 - 40%). Measured: +10% to
-# +32% here, +61% on the CI machine; the schedstat test above is the accuracy check for this side.
-_S, _E = SCHEDSTAT_BOUND["sampled"], SCHEDSTAT_BOUND["exact"]
-IDLING_READER_RATIO = ((1 + _S[0]) / (1 + _E[1]), (1 + _S[1]) / (1 + _E[0]))
+# A reader with a CPU of its own sleeps and wakes thousands of times a second, and there neither
+# mode is a reference for the other: against the scheduler the exact mode reads low by up to 40%
+# (test above), and with both tracers attached at once the sampled one spreads more than alone
+# (sampled/exact measured -21% to +61% over CI runs, -16% to +8% here). So that flow's app side
+# is held to the reader's own account instead: iperf3's kernel time by the scheduler (on-CPU
+# minus user time, read once it has exited), of which its receive calls are the larger part. It
+# also selects, accepts and writes its report, so each mode may read below it by up to what the
+# exact mode may miss plus those; neither may read above it. Measured 2026-11-27, 10 runs of this
+# test: exact -11% to -20%, sampled -7% to -34%; the sampled tracer alone, 5 runs: -9% to -20%.
+IDLING_READER_TRUTH = (-0.45, 0.05)
+
+
+def _kernel_seconds_at_exit(pid: int, timeout: float = 10) -> float:
+    """on-CPU minus user time of process PID by the scheduler, read once it has exited and before
+    it is reaped (a zombie keeps its counts)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state == "Z" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert state == "Z", f"iperf3 server {pid} did not exit"
+    return _kernel_seconds(pid)
+
+
+def _kernel_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/schedstat") as f:
+        oncpu_ns = int(f.read().split()[0])
+    with open(f"/proc/{pid}/stat") as f:
+        utime_ticks = int(f.read().rsplit(")", 1)[1].split()[11])
+    return oncpu_ns / 1e9 - utime_ticks / HZ
 
 
 AGREEMENT_SECONDS = 8   # the flow sharing its CPU with its sender gets ~0.5 s of kernel time
@@ -135,8 +160,9 @@ AGREEMENT_SECONDS = 8   # the flow sharing its CPU with its sender gets ~0.5 s o
 def test_sampled_agrees_with_exact_on_the_same_traffic():
     """Both tracers at once on two lab flows (softirq on one CPU, reader on another, and both on
     one CPU): each flow above 1% of a CPU agrees within sampling_bound, kernel and app side, but
-    for the reader alone on an idling CPU (IDLING_READER_RATIO). The exact tracer's own
-    per-event work lands inside the times both measure."""
+    for the reader alone on an idling CPU, whose app side each mode gets against the reader's
+    own kernel time (IDLING_READER_TRUTH). The exact tracer's own per-event work lands inside
+    the times both measure."""
     flows = [LabFlow(SENDER_CPU, READER_CPU), LabFlow(SENDER_CPU, SENDER_CPU)]
     topo = read_topology()
     exact = Tracer(timing="exact").start()
@@ -144,9 +170,12 @@ def test_sampled_agrees_with_exact_on_the_same_traffic():
     try:
         with Lab(flows, seconds=AGREEMENT_SECONDS) as lab:
             lab.start_servers()
+            idler = lab.receiver_pid(lab.flows[0].port)
+            before = _kernel_seconds(idler)
             e0, s0 = exact.sample(), sampled.sample()
             lab.start_clients()
             results = lab.wait(timeout=AGREEMENT_SECONDS + 30)
+            idler_kernel = _kernel_seconds_at_exit(idler) - before
             time.sleep(0.2)
             e1, s1 = exact.sample(), sampled.sample()
     finally:
@@ -172,20 +201,28 @@ def test_sampled_agrees_with_exact_on_the_same_traffic():
             want, got = getattr(f, side), getattr(g, side)
             if want < 0.01 * f.duration:
                 continue   # below 1% of a CPU: not held to a bound
-            if side == "app_seconds" and r.flow.app_cpu != r.flow.kernel_cpu:
-                low, high = IDLING_READER_RATIO
-            else:
-                low, high = 1 - sampling_bound(want), 1 + sampling_bound(want)
             n, err = getattr(g, side.replace("seconds", "samples")), getattr(g, side + "_stderr")
-            print(f"{f.flow} {side}: exact {want:.3f} s, sampled {got:.3f} s "
-                  f"({got / want - 1:+.1%}, bounds {low - 1:+.1%} {high - 1:+.1%}); "
-                  f"{n} samples, stderr {err:.4f} s")
-            assert low < got / want < high
-            # its error bar: about a sample per period of the time, and exact within the 10% the
-            # two modes charge differently plus three of them, as dispersed as samples are here
+            # its error bar: about a sample per period of the time
             assert 0.3 < n / (got * SAMPLE_HZ) < 3
-            if (low, high) != IDLING_READER_RATIO:
-                assert abs(got - want) < 0.10 * want + 3 * SAMPLE_DISPERSION * err
+            if side == "app_seconds" and r.flow.app_cpu != r.flow.kernel_cpu:
+                assert r.receiver_pid == idler
+                low, high = IDLING_READER_TRUTH
+                for mode, h in (("exact", f), ("sampled", g)):
+                    ours = h.app_seconds + h.app_nested_seconds
+                    print(f"{f.flow} {mode}: app {h.app_seconds:.3f} + nested "
+                          f"{h.app_nested_seconds:.3f} = {ours:.3f} s; the reader's kernel time "
+                          f"{idler_kernel:.3f} s ({ours / idler_kernel - 1:+.1%}, bounds "
+                          f"{low:+.0%} {high:+.0%})")
+                    assert low < ours / idler_kernel - 1 < high
+                checked += 1
+                continue
+            bound = sampling_bound(want)
+            print(f"{f.flow} {side}: exact {want:.3f} s, sampled {got:.3f} s "
+                  f"({got / want - 1:+.1%}, bound {bound:.1%}); {n} samples, stderr {err:.4f} s")
+            assert abs(got / want - 1) < bound
+            # and exact within the 10% the two modes charge differently plus three of its error
+            # bars, as dispersed as samples are here
+            assert abs(got - want) < 0.10 * want + 3 * SAMPLE_DISPERSION * err
             checked += 1
         assert g.kernel_cpu == f.kernel_cpu and g.app_cpu == f.app_cpu
         assert g.placement.cls == f.placement.cls
