@@ -61,7 +61,7 @@ demo: setup
 # the suite includes the guest tier (tests/guest/test_guest_live.py), whose qemu setup.sh --vm installs
 test:
 	$(Q)scripts/setup.sh --vm
-	$(Q)$(PYTHON) -m pytest -ra --durations=5 tests
+	$(Q)$(PYTHON) -m pytest -ra --durations=15 tests
 
 # VM_TESTS: pytest arguments for the guest, comma-separated (default in tests/guest/vm/run.py)
 test-vm: setup

@@ -15,7 +15,7 @@ from helpers import ROOT, live
 pytestmark = live
 
 BOOT_TIMEOUT = 120      # seconds; a boot takes ~10 s here
-GUEST_TIMEOUT = 900     # the whole guest run; ~3.5 min here
+GUEST_TIMEOUT = 900     # the whole guest run: 8 min here, 9 on CI's machine (2026-11-27)
 
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "guest", "vm"))
@@ -30,7 +30,14 @@ def _guest_run(*args: str):
 
 def _passed_whole(r) -> str:
     assert r.returncode == 0, f"{r.stderr.strip()[-4000:]}\n{r.stdout.strip()[-6000:]}"
-    (final,) = [l for l in r.stdout.splitlines() if re.match(r"=+ .*passed.* in [\d.]+s", l)]
+    lines = r.stdout.splitlines()
+    (final,) = [l for l in lines if re.match(r"=+ .*passed.* in [\d.]+s", l)]
+    # where the guest's time went (guest.sh asks pytest for its slowest tests): CI's budget
+    slowest = next((i for i, l in enumerate(lines) if re.match(r"=+ slowest", l)), None)
+    if slowest is not None:
+        end = next((i for i in range(slowest + 1, len(lines)) if lines[i].startswith("==")),
+                   len(lines))
+        print("\n".join(lines[slowest:end]))
     print(final)
     # every test of the tier has its condition in the guest: a skip there is a broken guest
     assert "skipped" not in final and "failed" not in final, r.stdout[-6000:]
@@ -55,7 +62,7 @@ def test_guest_tier_passes_in_a_two_socket_61_guest():
 def test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores():
     """#32: the tracer, steer top at 80x24, the sweep's default selection, steer auto and the
     exporter under Prometheus on 16 CPUs in two sockets (tests/guest/test_big_host_live.py;
-    ~3.5 min here)."""
+    6 min here, 7 on CI's machine, 2026-11-27)."""
     if os.environ.get("STEER_IN_TEST_GUEST"):
         pytest.skip("already inside the test guest")
     if not shutil.which("qemu-system-x86_64"):

@@ -29,7 +29,7 @@ set -f
 IFS=,
 set -- $STEER_VM_PYTEST
 unset IFS
-.venv/bin/python -m pytest -ra -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -ra -p no:cacheprovider --durations=10 "$@"
 echo "STEER_VM_EXIT=$?"
 sync
 echo o > /proc/sysrq-trigger
