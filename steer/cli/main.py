@@ -67,6 +67,21 @@ def main(argv: list[str] | None = None) -> int:
         return interrupted_status()
     except BrokenPipeError:
         return 0
+    except Exception as e:
+        if _stop_inside(e):
+            return interrupted_status()
+        raise
+
+
+def _stop_inside(e: BaseException | None) -> bool:
+    """Whether E was raised because of a stop request: CPython 3.11 raises a RuntimeError from one
+    that comes in a descriptor's __set_name__, as a dataclass field's while a module is imported
+    (Python 3.12 lets it through). Only causes count, not what a teardown raised after a stop."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__
+    return False
 
 
 def _run(args) -> int:
