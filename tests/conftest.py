@@ -44,6 +44,13 @@ def pytest_report_header(config):
     return _WIDENED
 
 
+def pytest_configure(config):
+    """Each run leaves its record (tests/support/record.py): every test's outcome and time, the
+    time of each tier, and a history across runs that a failure is set beside."""
+    from record import Recorder
+    config.pluginmanager.register(Recorder(), "steer-record")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """A test marked live is skipped, with the reason, where the live tier cannot run: before its
