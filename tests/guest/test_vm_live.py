@@ -160,7 +160,7 @@ def test_sweep_over_three_cpus_shows_all_classes(tmp_path):
     a = _cpu_on(s0)
     cpus = [a, _cpu_on(s0, other_than=(a,)), _cpu_on(s1)]
     r = steer("sweep", "--out", str(tmp_path), "--cpus", ",".join(map(str, cpus)),
-              "--seconds", "2", timeout=900)
+              "--seconds", "1", timeout=900)
     assert r.returncode == 0, r.stderr
     cells = json.loads((tmp_path / "results.json").read_text())["cells"]
     for c in cells:
@@ -394,12 +394,14 @@ def test_offloads_sweep_switches_the_nic_and_puts_it_back_and_pause_is_refused(t
     assert not (tmp_path / "pause" / "results.json").exists()
     found = _gro(NIC)
     flip = "off" if found == "on" else "on"
-    r = steer("sweep", "--out", str(tmp_path / "gro"), "--cpus", "1,2", "--seconds", "1",
+    # one cell per setting: where a cell's receive work runs under the IRQ method is the irq
+    # sweep's test; this one is about the settings, each cell of a setting costs ~6 s under TCG
+    r = steer("sweep", "--out", str(tmp_path / "gro"), "--cpus", "1", "--seconds", "1",
               "--method", "irq", "--offloads", f"gro={found},gro={flip}", *server, timeout=600)
     assert r.returncode == 0, r.stderr
     assert _gro(NIC) == found
     res = json.loads((tmp_path / "gro" / "results.json").read_text())
-    assert res["complete"] and len(res["cells"]) == 8
+    assert res["complete"] and len(res["cells"]) == 2
     for c in res["cells"]:
         want = c["setting"]["offloads"]["gro"]
         run = c["runs"][0]
@@ -408,7 +410,7 @@ def test_offloads_sweep_switches_the_nic_and_puts_it_back_and_pause_is_refused(t
               f"skb, NAPI polls on {c['measured_poll_cpu']}")
         assert run["device_state"]["offloads"]["gro"] == want
         assert c["measured_poll_cpu"] == c["kernel_cpu"] and c["throughput_bps"] > 0, c
-    assert [c["setting"]["offloads"]["gro"] for c in res["cells"]] == [found] * 4 + [flip] * 4
+    assert [c["setting"]["offloads"]["gro"] for c in res["cells"]] == [found, flip]
 
 
 def _feeder_flow(tracer, devices, seconds):

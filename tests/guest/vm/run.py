@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import gzip
 import io
 import json
@@ -218,7 +219,10 @@ def build_initramfs(modules: Path, version: str) -> Path:
         order.append(m)
     files.append(("modules/order", 0o100644, "\n".join(order).encode() + b"\n"))
     path = WORK / f"initramfs-{version}.gz"
-    path.write_bytes(gzip.compress(cpio_newc(files), compresslevel=1))
+    # in place by a rename: a guest booting at the same time keeps reading the one it opened
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(gzip.compress(cpio_newc(files), compresslevel=1))
+    tmp.replace(path)
     return path
 
 
@@ -253,19 +257,29 @@ def _ip(*args: str) -> None:
     run(["ip", *args])
 
 
-def nic_up() -> None:
-    """The tap of the guest's NIC, in NIC_NETNS (made anew: a killed run's is deleted first)."""
-    if os.path.exists(f"/run/netns/{NIC_NETNS}"):
-        _ip("netns", "del", NIC_NETNS)
-    _ip("netns", "add", NIC_NETNS)
-    _ip("-n", NIC_NETNS, "tuntap", "add", "dev", NIC_TAP, "mode", "tap", "multi_queue")
-    _ip("-n", NIC_NETNS, "addr", "add", f"{NIC_HOST_ADDR}/{NIC_PREFIXLEN}", "dev", NIC_TAP)
-    _ip("-n", NIC_NETNS, "link", "set", NIC_TAP, "up")
-    _ip("-n", NIC_NETNS, "link", "set", "lo", "up")
+def instance_of(kernel: str, cores: int) -> str:
+    """A run's name, in its files and its NIC's namespace: two runs of other kernels or sizes
+    can boot at once (tests/guest/test_guest_live.py boots both tiers' guests together)."""
+    return kernel if cores == CORES else f"{kernel}-{2 * cores}cpu"
 
 
-def nic_down() -> None:
-    subprocess.run(["ip", "netns", "del", NIC_NETNS], capture_output=True)
+def nic_netns(instance: str) -> str:
+    return NIC_NETNS if instance == DEFAULT_KERNEL else f"{NIC_NETNS}-{instance}"
+
+
+def nic_up(netns: str) -> None:
+    """The tap of the guest's NIC, in NETNS (made anew: a killed run's is deleted first)."""
+    if os.path.exists(f"/run/netns/{netns}"):
+        _ip("netns", "del", netns)
+    _ip("netns", "add", netns)
+    _ip("-n", netns, "tuntap", "add", "dev", NIC_TAP, "mode", "tap", "multi_queue")
+    _ip("-n", netns, "addr", "add", f"{NIC_HOST_ADDR}/{NIC_PREFIXLEN}", "dev", NIC_TAP)
+    _ip("-n", netns, "link", "set", NIC_TAP, "up")
+    _ip("-n", netns, "link", "set", "lo", "up")
+
+
+def nic_down(netns: str) -> None:
+    subprocess.run(["ip", "netns", "del", netns], capture_output=True)
 
 
 # The feeder: an iperf3 client to the guest's FEEDER_PORT, started again whenever one ends (nobody
@@ -296,14 +310,14 @@ def nic_qemu_args() -> list[str]:
 
 
 def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], timeout: float,
-         log: Path, boot_timeout: float = 120.0, cores: int = CORES) -> int:
+         log: Path, boot_timeout: float = 120.0, cores: int = CORES, netns: str = NIC_NETNS) -> int:
     # a socket of this run's own: one a killed earlier run left behind cannot be in the way
     sock = Path(tempfile.mkdtemp(prefix="vfs-", dir=WORK)) / "virtiofsd.sock"
     # the host root, read-only to the guest (its overlay takes the writes); chroot sandboxing
     # because the namespace sandbox needs a pivot_root this host's root may refuse
     vfs = subprocess.Popen([VIRTIOFSD, f"--socket-path={sock}", "-o", "source=/",
                             "-o", "cache=always", "-o", "sandbox=chroot"],
-                           stdout=subprocess.DEVNULL, stderr=open(WORK / "virtiofsd.log", "w"),
+                           stdout=subprocess.DEVNULL, stderr=open(vfs_log := log.with_suffix(".virtiofsd.log"), "w"),
                            preexec_fn=_die_with_parent)
     for _ in range(100):
         if sock.exists():
@@ -311,7 +325,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
         time.sleep(0.05)
     else:
         vfs.kill()
-        fail(f"virtiofsd did not start (see {WORK / 'virtiofsd.log'})")
+        fail(f"virtiofsd did not start (see {vfs_log})")
     args = ",".join(pytest_args)
     if any(c in args for c in ' "'):
         fail("pytest arguments cannot hold spaces or quotes (they travel on the kernel command line)")
@@ -332,7 +346,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     # missed the wake-up of an IPI now and then and slept on, and the vCPU that sent it waited in
     # smp_call_function_many_cond until the guest's watchdog saw a soft lockup (twice in a row on
     # a fresh VM). In turn, a halted vCPU's pending interrupt is seen at its next turn
-    qemu = ["ip", "netns", "exec", NIC_NETNS, "qemu-system-x86_64", "-machine", "q35",
+    qemu = ["ip", "netns", "exec", netns, "qemu-system-x86_64", "-machine", "q35",
             "-accel", "tcg,thread=single",
             "-cpu", "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt",
             "-smp", f"{2 * cores},sockets=2,cores={cores},threads=1", "-m", "4G",
@@ -350,7 +364,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     vm = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, start_new_session=True,
                           preexec_fn=_die_with_parent)
-    feeder = subprocess.Popen(["ip", "netns", "exec", NIC_NETNS, sys.executable, "-c", FEEDER],
+    feeder = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", FEEDER],
                               start_new_session=True, preexec_fn=_die_with_parent)
     try:
         with open(log, "wb") as out:
@@ -422,19 +436,25 @@ def main(argv=None) -> int:
     if not (ROOT / "build" / "flowtrace.bpf.o").exists():
         fail("BPF objects not built (make)")
     WORK.mkdir(parents=True, exist_ok=True)
-    vmlinuz, modules, version = prepare_kernel(args.kernel)
-    initrd = build_initramfs(modules, version)
+    # one run at a time downloads, unpacks and builds what the guests share; a second one waits
+    # here, then finds it made
+    with open(WORK / "prepare.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        vmlinuz, modules, version = prepare_kernel(args.kernel)
+        initrd = build_initramfs(modules, version)
+    instance = instance_of(args.kernel, args.cores)
+    netns = nic_netns(instance)
     print(f"test-vm: booting {version} ({2 * args.cores} vCPUs as 2 sockets x {args.cores} cores, "
           f"TCG; a {NIC_QUEUES}-queue "
-          f"virtio-net on node {NIC_NUMA_NODE}, its tap in the host's namespace {NIC_NETNS})",
+          f"virtio-net on node {NIC_NUMA_NODE}, its tap in the host's namespace {netns})",
           flush=True)
-    nic_up()
-    log = WORK / f"console-{args.kernel}.log"
+    nic_up(netns)
+    log = WORK / f"console-{instance}.log"
     try:
         status = boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout, log,
-                      args.boot_timeout, args.cores)
+                      args.boot_timeout, args.cores, netns)
     finally:
-        nic_down()
+        nic_down(netns)
     if (kept := keep_check(log, args.kernel)) is not None:
         print(f"test-vm: the guest's steer check is in {kept}")
     for kept in keep_results(log):
