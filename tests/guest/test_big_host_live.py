@@ -103,7 +103,8 @@ def test_top_shows_the_flow_at_80x24_below_sixteen_cpus():
 @big_host
 def test_sweep_default_selection_is_bounded_covers_every_class_and_runs():
     """steer sweep's default CPUs on 16: a bounded plan that holds every class, its time said
-    before it starts, and the sweep itself runs every cell of it."""
+    before it starts, and the sweep itself runs every cell of it, each cell's receive work
+    measured on the CPU the cell put it on, every class among them."""
     r = steer("sweep", "--plan", "--seconds", "1", timeout=120)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
@@ -120,9 +121,14 @@ def test_sweep_default_selection_is_bounded_covers_every_class_and_runs():
     with open(os.path.join(out, "results.json")) as f:
         done = json.load(f)["cells"]
     print(f"sweep ran {len(done)} cells in {took:.0f} s (estimated {plan['estimated_seconds']} s)")
+    for c in done:
+        print(f"kernel {c['kernel_cpu']} app {c['app_cpu']}: {c['class']}, "
+              f"{c['throughput_bps'] / 1e9:.2f} Gbit/s, measured kernel CPU "
+              f"{c['measured_kernel_cpu']}")
     assert len(done) == plan["cells"]
-    assert {c["class"] for c in done if c.get("class")} >= {"same-core", "same-socket",
-                                                           "cross-socket"}
+    assert {c["class"] for c in done} == {"same-core", "same-socket", "cross-socket"}
+    # each cell's receive work ran where the cell put it (RPS), as the tracer saw it
+    assert all(c["measured_kernel_cpu"] == c["kernel_cpu"] for c in done), done
 
 
 @big_host
