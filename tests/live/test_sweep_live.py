@@ -273,13 +273,14 @@ def test_host_mode_switches_the_offloads_and_puts_them_back(tmp_path):
     out = str(tmp_path / "host")
     with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
         assert gro(lab) == "off"     # a veth's default
-        code, stderr = _host_sweep(lab, out, "--cpus", PAIR, "--seconds", "1",
+        # one CPU, so one cell per setting: the cells of a setting all run under it alike
+        code, stderr = _host_sweep(lab, out, "--cpus", str(CPU_A), "--seconds", "1",
                                    "--offloads", "gro=off,gro=on")
         after = gro(lab)
     assert code == 0, stderr
     assert after == "off"
     res = json.load(open(f"{out}/results.json"))
-    assert res["complete"] and [_gro(c) for c in res["cells"]] == ["off"] * 4 + ["on"] * 4
+    assert res["complete"] and [_gro(c) for c in res["cells"]] == ["off", "on"]
     for c in res["cells"]:
         assert c["runs"][0]["device_state"]["offloads"]["gro"] == _gro(c)
         assert c["throughput_bps"] > 1e8 and c["measured_app_cpu"] == c["app_cpu"], c
