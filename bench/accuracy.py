@@ -33,6 +33,10 @@ from .odds import DISPERSION, ODDS, sampled_spread, z_for
 from .peer import softirqs_tool
 
 SETTLE = 1.0        # seconds of traffic before a window opens
+# seconds of traffic after the window: the softirqs peer's window runs from its attach (~0.1-0.3 s
+# after its start) for the window's length, and must end on steady traffic; 1 s leaves room for
+# an attach 3 times as slow (2 s did too, at 16 s more of the live test)
+TAIL = 1.0
 MODES = ("sampled", "exact")
 READER_PORT = 5299
 
@@ -143,7 +147,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     tracer = Tracer(timing=mode, sample_hz=hz).start()
     pinned = False
     try:
-        with Lab(sc.flows(a, b), seconds=SETTLE + seconds + 2,
+        with Lab(sc.flows(a, b), seconds=SETTLE + seconds + TAIL,
                  threaded_napi=sc.threaded_napi) as lab:
             lab.start_servers()
             if sc.steer_to:

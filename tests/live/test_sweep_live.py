@@ -362,9 +362,11 @@ def test_profiled_sweep(tmp_path):
 def test_paper_preset(tmp_path):
     """--paper in the lab: iperf3 -Z with its first 2 s left out, by iperf3 and by the tracer
     alike (what the reader got after them is what the tracer counted), the sender where the
-    preset puts it, and the report naming the method (short runs here: --seconds overrides)."""
+    preset puts it (a CPU the sweep does not measure: one CPU is swept, so there is one), and
+    the report naming the method (short runs here: --seconds overrides). One cell: the classes
+    of a 2x2 sweep are test_two_by_two_sweep's."""
     out = str(tmp_path / "sweep")
-    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "3",
+    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", str(A), "--seconds", "3",
                         "--repeat", "1", "--paper"], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -372,7 +374,8 @@ def test_paper_preset(tmp_path):
     from steer.experiment.lab import usable_cpus
     from steer.experiment.sweep import paper_sender_cpu
     assert res["config"]["paper"] is True
-    assert res["config"]["sender_cpu"] == paper_sender_cpu([A, B], usable_cpus())
+    assert res["config"]["sender_cpu"] == paper_sender_cpu([A], usable_cpus())
+    assert len(res["cells"]) == 1
     for c in res["cells"]:
         run = c["runs"][0]
         assert c["class"] == EXPECTED[(c["kernel_cpu"], c["app_cpu"])]
