@@ -52,6 +52,8 @@ class GuestRun:
         if self.p.poll() is None:
             self.p.kill()   # run.py's children die with it (PR_SET_PDEATHSIG)
             self.p.wait()
+        self.out.close()
+        self.err.close()
 
 
 def _can_boot() -> str | None:

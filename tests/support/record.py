@@ -40,8 +40,12 @@ def tier_of(nodeid: str) -> str:
 
 
 def _commit() -> str | None:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                       cwd=ROOT)
+    """HEAD's short hash; None outside a git checkout (a source tarball) or without git."""
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                           text=True, cwd=ROOT)
+    except OSError:
+        return None
     return r.stdout.strip() or None
 
 

@@ -313,11 +313,12 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
          log: Path, boot_timeout: float = 120.0, cores: int = CORES, netns: str = NIC_NETNS) -> int:
     # a socket of this run's own: one a killed earlier run left behind cannot be in the way
     sock = Path(tempfile.mkdtemp(prefix="vfs-", dir=WORK)) / "virtiofsd.sock"
+    vfs_log = log.with_suffix(".virtiofsd.log")   # console-6.1.virtiofsd.log: a run's own
     # the host root, read-only to the guest (its overlay takes the writes); chroot sandboxing
     # because the namespace sandbox needs a pivot_root this host's root may refuse
     vfs = subprocess.Popen([VIRTIOFSD, f"--socket-path={sock}", "-o", "source=/",
                             "-o", "cache=always", "-o", "sandbox=chroot"],
-                           stdout=subprocess.DEVNULL, stderr=open(vfs_log := log.with_suffix(".virtiofsd.log"), "w"),
+                           stdout=subprocess.DEVNULL, stderr=open(vfs_log, "w"),
                            preexec_fn=_die_with_parent)
     for _ in range(100):
         if sock.exists():
