@@ -72,6 +72,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def held(record_property):
+    """hold(name, value, low, high): assert LOW <= VALUE <= HIGH, and record the figure with its
+    bounds in the run's record (tests/support/record.py), passed or not, so that the history
+    shows each statistical bound against what its figure does over many runs."""
+    from record import HELD
+
+    def hold(name: str, value: float, low: float, high: float) -> None:
+        record_property(HELD, {"name": name, "value": round(float(value), 6),
+                               "low": round(float(low), 6), "high": round(float(high), 6)})
+        assert low <= value <= high, f"{name}: {value:+.4f} outside {low:+.4f}..{high:+.4f}"
+    return hold
+
+
+@pytest.fixture
 def private_tmp():
     """A directory that nobody but this user could have written, nor any directory above it (a
     policy file must live in one; pytest's tmp_path is below /tmp, which everyone may write)."""

@@ -42,20 +42,23 @@ def _window(lab, tracer, truth, settle: float, seconds: float):
     return a, b, t0, t1, res
 
 
-# Measured 2026-11-24 on this VM (napi_thread + NET_RX of the NAPI CPU against the kthread's
-# schedstat): exact -27%, sampled -21% to -28%. The scheduler's figure is an upper bound: it also
+# Measured over 12 runs on 2026-11-27 (napi_thread + NET_RX of the NAPI CPU against the kthread's
+# schedstat): exact mean -27.2%, sd 2.2%; sampled mean -25.8%, sd 2.6%. The lower bounds are
+# 5 spreads below the means at the spread's 95% upper bound for 12 runs (a chance of failing
+# near 1 in 10 million each), and catch a figure 1/1.4 of this one (-48%); the upper ones
+# cannot be reached but by chance, as said next. The scheduler's figure is an upper bound: it also
 # charges the kthread with the softirqs it runs when it re-enables bottom halves, and on the
 # sender's CPU those are mostly HRTIMER ones (the sending TCP's pacing timer, tcp_pace_kick, with
 # the host's BBR). bpftrace over 3 s in the kthread's context: 0.337 s of HRTIMER softirqs, 0.247 s
 # of NET_RX ones. steer counts the former as other softirq time. The exact mode also brackets each
 # wake-up from the switch in to the switch out (as for the cpumap kthread, KTHREAD_BOUND in
 # test_steering_live).
-NAPI_BOUND = {"exact": (-0.80, 0.05), "sampled": (-0.50, 0.10)}
+NAPI_BOUND = {"exact": (-0.45, 0.05), "sampled": (-0.45, 0.10)}
 
 
 @two_cpus
 @pytest.mark.parametrize("timing", ["exact", "sampled"])
-def test_threaded_napi_time_against_schedstat(timing):
+def test_threaded_napi_time_against_schedstat(timing, held):
     """The receiving veth polled in a NAPI kthread pinned to CPU B, the reader on CPU A: the
     flow's kernel time is on CPU B, as threaded NAPI time (not lost as it was in the exact mode,
     which timed only softirqs), against the kthread's on-CPU time by the scheduler."""
@@ -81,7 +84,7 @@ def test_threaded_napi_time_against_schedstat(timing):
           f"{flow.kernel_cpus}, unattributed {cpu_b.net_rx_unattributed_seconds:.3f} s")
     assert truth > 0.1
     assert cpu_b.napi_thread_seconds > 0.5 * (ours - cpu_b.napi_thread_seconds)
-    assert low < ours / truth - 1 < high
+    held("threaded NAPI + NET_RX vs schedstat", ours / truth - 1, low, high)
     assert flow.kernel_cpu == CPU_B and flow.app_cpu == CPU_A
     # the NET_RX part is mostly the sender's: the ACKs the kthread's TCP sends through the veth
     assert flow.kernel_cpus.get(CPU_B, 0) > 0.85 * cpu_b.napi_thread_seconds

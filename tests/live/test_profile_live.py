@@ -19,7 +19,7 @@ SECONDS = 6
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two usable CPUs: reader and softirq apart")
-def test_profile_agrees_with_exact_and_finds_the_copy():
+def test_profile_agrees_with_exact_and_finds_the_copy(held):
     """Two lab flows (softirq and reader on different CPUs, and all on one CPU) with the exact
     tracer and the profiler attached at once: each side of each flow above 1% of a CPU has, summed
     over the categories, the exact tracer's seconds within sampling_bound at the profiler's
@@ -63,12 +63,15 @@ def test_profile_agrees_with_exact_and_finds_the_copy():
             bound = sampling_bound(want, DEFAULT_FREQUENCY, figures=4)
             low, high = 1 - bound, 1 + bound
             if side == "app" and r.flow.app_cpu != r.flow.kernel_cpu:
-                # a reader on an idling CPU: the exact mode reads it low (test_timing_live)
-                low, high = 0.9 / 1.05, 1.1 / 0.6
+                # a reader on an idling CPU: the exact mode reads it low (test_timing_live), the
+                # profile less so. 12 runs (2026-11-27): the profile +25.6% over exact, sd 7.1%;
+                # these bounds are 4.1 and 5.2 spreads away at the spread's 95% upper bound
+                low, high = 0.80, 1.1 / 0.6
             print(f"{f.flow} {side}: exact {want:.3f} s, profile {got:.3f} s in {split.samples} "
                   f"samples ({got / want - 1:+.1%}, bounds {low - 1:+.1%} {high - 1:+.1%}); "
                   + ", ".join(f"{c} {v:.0%}" for c, v in split.shares().items() if v))
-            assert low < got / want < high
+            where = "apart" if r.flow.app_cpu != r.flow.kernel_cpu else "same core"
+            held(f"{where} {side} profile vs exact", got / want - 1, low - 1, high - 1)
             checked += 1
         # a veth flow's kernel side copies nothing (no NIC DMA, no bounce): a check that the
         # stacks reach their categories, whatever the exact tracer does to the time split

@@ -158,25 +158,31 @@ def _cpumap_kthread_runtime(cpu: int) -> dict[int, int]:
 
 # The exact mode brackets the kthread from its wake-up to its sleep (and between softirqs): the
 # scheduler also counts the switch into and out of it and the tracer's own programs around them,
-# which on this VM, where the kthread wakes ~20,000 times a second, is 25-48% of its time, and on
-# CI's machine was 75% once. Sampled takes each sample's weight from the scheduler. Measured
-# 2026-11-23 (kthread + NET_RX against schedstat): exact -31% to -32%, sampled -1% to -6%. Before
-# the weights took the steal time out of the task clock, sampled read +107% here and -56% on CI;
-# before the softirq the kthread runs counted as NET_RX, the ACK stream took 6-8% of the kthread
-# from the steered flow. Before the bracket closed at the kthread's sleep (kernels >= 6.14 trace
-# the batch before it goes up the stack), exact read +250%: the upper bounds catch that.
-KTHREAD_BOUND = {"exact": (-0.80, 0.05), "sampled": (-0.25, 0.10)}
+# which on this VM, where the kthread wakes ~20,000 times a second, is 29-59% of its time (12
+# runs, 2026-11-27: mean -43%, sd 9%), and on CI's machine was 75% once. A lower bound safe at
+# 1 in 10,000 would be below -99%: the exact mode holds none (making it add up is issue 49's),
+# only the upper one, which its brackets (inside the kthread's time on the CPU) cannot pass but
+# by the clocks' granularity. Before the bracket closed at the kthread's sleep (kernels >= 6.14
+# trace the batch before it goes up the stack), exact read +250%: that bound catches it.
+# Sampled takes each sample's weight from the scheduler. At 4,999 Hz, 12 runs (2026-11-27): mean
+# -2.8%, sd 1.3%, so -15% and +10% are 6 and 10 spreads away (the spread at its 95% upper bound
+# for 12 runs: a chance below 1e-9), and either catches a figure 1.4x off. At 1,000 Hz it
+# spread six times as far (-23% to -1%). Before the weights took the steal time out of the task
+# clock, sampled read +107% here and -56% on CI; before the softirq the kthread runs counted as
+# NET_RX, the ACK stream took 6-8% of the kthread from the steered flow.
+KTHREAD_BOUND = {"exact": (-1.0, 0.05), "sampled": (-0.15, 0.10)}
+KTHREAD_HZ = 4999
 
 
 @two_cpus
 @pytest.mark.parametrize("timing", ["exact", "sampled"])
-def test_steered_flow_kthread_time_against_schedstat(timing):
+def test_steered_flow_kthread_time_against_schedstat(timing, held):
     """A flow steered to CPU B runs up the stack in CPU B's cpumap kthread: each timing mode
     charges that time to the flow, against the kthread's own on-CPU time by the scheduler (within
     KTHREAD_BOUND), with little left unattributed. One mode at a time: a perf-event program does
     not run while another BPF program runs on its CPU, so the exact tracer's per-skb programs
     would hide part of the kthread from the sampler."""
-    tracer = Tracer(timing=timing, sample_hz=SAMPLE_HZ).start()
+    tracer = Tracer(timing=timing, sample_hz=KTHREAD_HZ).start()
     try:
         with Lab([LabFlow(CPU_A, CPU_A)], seconds=6) as lab:
             lab.start_servers()
@@ -205,7 +211,7 @@ def test_steered_flow_kthread_time_against_schedstat(timing):
           f"{unattributed:.3f} s, NET_RX {net_rx:.3f} s; schedstat {truth:.3f} s "
           f"({(total + net_rx) / truth - 1:+.1%}, bounds {low:+.0%} {high:+.0%})")
     assert truth > 0.1
-    assert low < (total + net_rx) / truth - 1 < high
+    held("kthread + NET_RX vs schedstat", (total + net_rx) / truth - 1, low, high)
     assert flow > 0.95 * total and unattributed < 0.05 * total
     # where its protocol stack ran: the kthread's CPU, though its arrival CPU (XDP, and generic
     # XDP's linearising) may take more time; by counted skbs (exact) or by the kthread's time

@@ -7,19 +7,27 @@ kept across runs, so that a failure can be set beside the earlier runs of the sa
   /var/tmp/steer-test-history.jsonl: outside the checkout, because CI runs each submission in a
   fresh clone on the same machine; empty STEER_TEST_HISTORY keeps none);
 - at the end of the terminal report: the seconds of each tier, and for a test that failed, how
-  it fared in the runs of the history (how often it failed, its usual time).
+  it fared in the runs of the history (how often it failed, its usual time);
+- the figures live tests hold to statistical bounds (the `held` fixture, tests/conftest.py):
+  each one's value and bounds, so that the history shows how far each bound is from what the
+  figure does run after run. `python tests/support/record.py` reads them back: per figure, its
+  spread over the runs and the chance that spread gives of crossing its bound (`odds_of`),
+  against the odds the bound was made for.
 
 A plugin of the suite's own (tests/conftest.py registers it); it reads nothing but pytest's
 reports."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections import defaultdict
+from statistics import NormalDist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_FILE = os.path.join(ROOT, "build", "test-results", "run.json")
@@ -77,14 +85,75 @@ def past_of(nodeid: str, runs: list[dict]) -> str:
     return f"failed in {failed} of the {len(seen)} earlier runs that ran it{usual}"
 
 
+HELD = "held"   # the user property a held figure is recorded under
+
+
+def held_figures(runs: list[dict]) -> dict[tuple[str, str], list[tuple[float, float, float]]]:
+    """(test, figure) -> its (value, low, high) in each run of RUNS that held it, oldest first."""
+    out: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    for run in runs:
+        for nodeid, figs in (run.get("figures") or {}).items():
+            for name, v in figs.items():
+                out[(nodeid, name)].append(tuple(v))
+    return dict(out)
+
+
+def _sd_upper(sd: float, n: int, confidence: float = 0.95) -> float:
+    """An upper confidence bound on a normal spread estimated from N values (chi-square by
+    Wilson and Hilferty's approximation): a few runs' spread is itself uncertain."""
+    k = n - 1
+    z = NormalDist().inv_cdf(1 - confidence)
+    chi2 = k * (1 - 2 / (9 * k) + z * (2 / (9 * k)) ** 0.5) ** 3
+    return sd * (k / chi2) ** 0.5
+
+
+def odds_of(values: list[float], low: float, high: float) -> dict:
+    """What VALUES (one figure over several runs) say about the chance it falls outside
+    (LOW, HIGH) in a run: a normal fit, with the spread at its 95% upper confidence bound. The
+    figures are bounded by a model (bench.odds) or a measured range; this is the check of
+    either by repetition."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if n > 1 else 0.0
+    outside = sum(1 for v in values if not low < v < high)
+    if n < 3 or sd == 0:
+        return {"n": n, "mean": mean, "sd": sd, "outside": outside, "chance": None}
+    up = _sd_upper(sd, n)
+    d = NormalDist(mean, up)
+    return {"n": n, "mean": mean, "sd": sd, "outside": outside,
+            "chance": d.cdf(low) + (1 - d.cdf(high)),
+            "margin": min(mean - low, high - mean) / up}
+
+
+def odds_report(runs: list[dict], match: str = "") -> list[str]:
+    """One line per held figure whose test id or name contains MATCH."""
+    lines = []
+    for (nodeid, name), seen in sorted(held_figures(runs).items()):
+        if match not in nodeid + " " + name:
+            continue
+        values = [v for v, _, _ in seen]
+        low, high = seen[-1][1], seen[-1][2]
+        o = odds_of(values, low, high)
+        chance = "too few runs" if o["chance"] is None else \
+            f"{o['margin']:.1f} sd to the nearer bound, chance {o['chance']:.1e}"
+        lines.append(f"{nodeid} {name}: {o['n']} runs, mean {o['mean']:+.4f} sd {o['sd']:.4f}, "
+                     f"range {min(values):+.4f}..{max(values):+.4f}, bounds {low:+.4f}..{high:+.4f} "
+                     f"(last run), {o['outside']} outside; {chance}")
+    return lines
+
+
 class Recorder:
     def __init__(self):
         self.started = time.time()
         self.seconds: dict[str, float] = defaultdict(float)
         self.outcome: dict[str, str] = {}
+        self.figures: dict[str, dict[str, list[float]]] = defaultdict(dict)
 
     def pytest_runtest_logreport(self, report):
         self.seconds[report.nodeid] += report.duration
+        for key, v in report.user_properties:
+            if key == HELD and report.when == "call":
+                self.figures[report.nodeid][v["name"]] = [v["value"], v["low"], v["high"]]
         # the worst phase decides: a teardown error after a pass is an error
         if report.failed:
             self.outcome[report.nodeid] = "failed" if report.when == "call" else "error"
@@ -121,7 +190,8 @@ class Recorder:
                "cpus": os.cpu_count(), "ci": os.environ.get("CI") == "true",
                "tiers": {t: round(s, 1) for t, s in self.by_tier().items()},
                "tests": {n: [self.outcome.get(n, "error"), round(s, 2)]
-                         for n, s in sorted(self.seconds.items())}}
+                         for n, s in sorted(self.seconds.items())},
+               "figures": dict(self.figures)}
         os.makedirs(os.path.dirname(RUN_FILE), exist_ok=True)
         with open(RUN_FILE, "w") as f:
             json.dump(run, f, indent=1)
@@ -136,3 +206,25 @@ class Recorder:
             except OSError as e:
                 where += f" (not added to {path}: {e.strerror})"
         tr.write_line(f"this run's record: {where}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description="The figures live tests hold to statistical bounds, over the runs of the "
+                    "suite's history: each one's spread and the chance it gives of failing.")
+    p.add_argument("match", nargs="?", default="", help="only test ids or figures containing this")
+    p.add_argument("--history", default=history_path() or DEFAULT_HISTORY,
+                   help="the history file (default: %(default)s)")
+    p.add_argument("--runs", type=int, default=1000, help="the last RUNS runs (default: %(default)s)")
+    a = p.parse_args(argv)
+    runs = read_history(a.history, a.runs)
+    lines = odds_report(runs, a.match)
+    if not lines:
+        print(f"no held figures in the last {len(runs)} runs of {a.history}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

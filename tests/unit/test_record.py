@@ -2,7 +2,7 @@
 with a torn line, and the line that sets a failure beside the earlier runs."""
 import json
 
-from record import past_of, read_history, tier_of
+from record import held_figures, odds_of, odds_report, past_of, read_history, tier_of
 
 
 def test_the_tier_is_the_folder_under_tests():
@@ -28,3 +28,23 @@ def test_a_failure_is_told_with_its_past():
     assert past_of("t::a", runs) == "failed in 1 of the 3 earlier runs that ran it, 3.0 s when it passed"
     assert past_of("t::b", runs) == "failed in 0 of the 1 earlier runs that ran it, 1.0 s when it passed"
     assert past_of("t::c", runs) == "not in the history"
+
+
+def test_held_figures_are_read_back_with_the_chance_their_spread_gives():
+    # a figure at -0.10 +- 0.01 over 20 runs, bounds -0.15..+0.05: 5 sd from the nearer bound
+    values = [-0.10 + 0.01 * x for x in (-1.5, -1, -0.5, 0, 0.5, 1, 1.5) * 3][:20]
+    runs = [{"tests": {}, "figures": {"t::a": {"f": [v, -0.15, 0.05]}}} for v in values]
+    runs.append({"tests": {}})   # a run from before figures were kept
+    assert list(held_figures(runs)) == [("t::a", "f")]
+    o = odds_of(values, -0.15, 0.05)
+    assert o["n"] == 20 and o["outside"] == 0
+    assert 0.009 < o["sd"] < 0.011
+    # the spread's upper confidence bound (~1.4x for 20 values) makes it 3.5 sd, not 5
+    assert 3.0 < o["margin"] < 4.0 and 1e-5 < o["chance"] < 1e-3
+    # a bound that figures cross in runs is counted, and the chance says so
+    bad = odds_of(values, -0.105, 0.05)
+    assert bad["outside"] > 0 and bad["chance"] > 0.3
+    assert odds_of(values[:2], -0.15, 0.05)["chance"] is None
+    (line,) = odds_report(runs)
+    assert line.startswith("t::a f: 20 runs, mean -0.10") and "0 outside" in line
+    assert odds_report(runs, match="nothing") == []
