@@ -51,12 +51,29 @@ def variables(extra=()):
         *extra]}
 
 
-def dashboard(uid, title, description, panels, templating, links=()):
+def dashboard(uid, title, description, panels, templating, links=(), annotations=()):
     return {"uid": uid, "title": title, "description": description, "tags": ["steer", "network"],
             "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
             "time": {"from": "now-30m", "to": "now"}, "refresh": "10s", "timezone": "",
-            "templating": templating, "annotations": {"list": []}, "links": list(links),
-            "panels": panels}
+            "templating": templating, "annotations": {"list": list(annotations)},
+            "links": list(links), "panels": panels}
+
+
+def annotation(name, expr, color, text):
+    """A Prometheus annotation: a mark on every time panel wherever EXPR has a value."""
+    return {"name": name, "datasource": DS, "enable": True, "iconColor": color, "expr": expr,
+            "step": "10s", "titleFormat": name, "textFormat": text, "useValueForTime": False}
+
+
+# steer auto's moves and their verdicts, marked on the overview's time panels
+MOVE_ANNOTATIONS = (
+    annotation("steer auto moves",
+               f"sum by (instance, policy) (increase(steer_auto_moves_total{{{INST}}}[1m])) > 0",
+               "blue", "{{instance}}: flows moved by {{policy}}"),
+    annotation("steer auto reverts",
+               f'sum by (instance, policy) (increase(steer_auto_move_verdicts_total{{{INST}, '
+               f'outcome="reverted"}}[1m])) > 0',
+               "red", "{{instance}}: moves put back by {{policy}} (they made things worse)"))
 
 
 # a figure the kernel's refusals cost, not one an option turned off (steer.model.samples.lost_to_kernel)
@@ -102,8 +119,13 @@ def overview():
                         "receive syscalls."),
         timeseries(4, "Steering actions", [
             target(f"sum by (instance, policy) (increase(steer_auto_moves_total{{{INST}}}[{RATE}]))",
-                   "moves {{instance}} {{policy}}", "A")], "short", 12, 8, w=6,
-            description="Flows moved by steer auto in each interval, by policy."),
+                   "moves {{instance}} {{policy}}", "A"),
+            target(f"sum by (instance, policy, outcome) (increase(steer_auto_move_verdicts_total"
+                   f"{{{INST}}}[{RATE}]))", "{{outcome}} {{instance}} {{policy}}", "B")],
+            "short", 12, 8, w=6,
+            description="Flows moved by steer auto in each interval, by policy, and the moves "
+                        "judged: kept, reverted (put back: they made things worse), "
+                        "inconclusive, ended before their verdict."),
         timeseries(8, "Packets steered by each rule", [
             target(f"sum by (instance, dev, rule, cpu) (rate(steer_rule_packets_total{{{INST}}}[{RATE}]))",
                    "{{dev}} {{rule}} -> cpu{{cpu}}", "A")], "pps", 18, 8, w=6,
@@ -158,7 +180,8 @@ def overview():
                      "Per-class receive throughput and cost, per-CPU time, steering actions.",
                      panels, variables(),
                      links=[{"type": "dashboards", "tags": ["steer"], "title": "steer",
-                             "asDropdown": False}])
+                             "asDropdown": False}],
+                     annotations=MOVE_ANNOTATIONS)
 
 
 # the series of a workload (--flow-labels workload) in the chosen namespaces; a unit's or a

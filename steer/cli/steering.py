@@ -8,6 +8,7 @@ from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_ROWS, MAX_SECONDS, PI
                               UsageError, UserError, bounded_int, cpus_online, device_name,
                               netns_name, number, positive, start_tracer, tracer_options)
 from steer.model.topology import MAX_CPU
+from steer.steering.verdict import TOLERANCE
 
 
 def add_parsers(sub, fmt) -> dict:
@@ -76,8 +77,14 @@ def add_parsers(sub, fmt) -> dict:
                           description="Every INTERVAL, trace the flows, ask the policy where each "
                           "should be processed, and move the ones it wants elsewhere (exact XDP "
                           "rules on IFACE). A move needs the same answer CONFIRM times in a row "
-                          "and HOLD seconds since the flow's last move. Every change is logged. "
-                          "The rules live as long as this process: Ctrl-C or kill removes them.")
+                          "and HOLD seconds since the flow's last move. Every move is an "
+                          "experiment: WINDOW intervals before it are set against WINDOW after it "
+                          "(the moved flow's goodput and that of the flows already on the CPUs it "
+                          "touched; where goodput holds, its receive CPU per GB), and a move that "
+                          "made things worse is put back and its CPU not tried again for that "
+                          "flow for REVERT_HOLD seconds. Every change and verdict is logged, and a "
+                          "summary of the moves printed at the end. The rules live as long as "
+                          "this process: Ctrl-C or kill removes them.")
     auto.add_argument("--policy", default="llc-peer", metavar="NAME|FILE",
                       help="llc-peer, same-core, spread, static:FILE.toml (or FILE.toml), or "
                            "FILE.py defining place(snapshot, topology)")
@@ -90,6 +97,17 @@ def add_parsers(sub, fmt) -> dict:
                       help="intervals in a row a move must be asked for")
     auto.add_argument("--hold", type=number(float, 0, MAX_SECONDS), default=10.0, metavar="SECONDS",
                       help="minimum time between two moves of one flow")
+    auto.add_argument("--window", type=bounded_int(2, 1000), default=5, metavar="N",
+                      help="intervals before and after a move that judge it (a flow moves once "
+                           "it has been seen for N intervals)")
+    auto.add_argument("--tolerance", type=number(float, 0.001, 1), default=TOLERANCE,
+                      metavar="SHARE", help="a change smaller than this share of the figure "
+                      "before the move is no change (0.05: 5%%)")
+    auto.add_argument("--on-inconclusive", choices=["keep", "revert"], default="keep",
+                      help="what to do with a move whose windows are too noisy to judge")
+    auto.add_argument("--revert-hold", type=number(float, 0, MAX_SECONDS), default=300.0,
+                      metavar="SECONDS", help="how long a CPU a move to which was reverted is "
+                      "not tried again for that flow")
     auto.add_argument("--min-rate", type=number(float, 0), default=1e6, metavar="BPS",
                       help="flows slower than this (bit/s) are left alone: the policy, "
                            "built-in or yours, is shown only the flows at this rate or more and "
@@ -97,8 +115,10 @@ def add_parsers(sub, fmt) -> dict:
     auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
     auto.add_argument("--log-format", choices=list(LOG_FORMATS), default="text",
                       help="the log on stderr: text (a UTC timestamp, then the line) or json (one "
-                           "object per line: time, level, msg, and for a move flow, old_cpu, "
-                           "new_cpu, reason, dry_run)")
+                           "object per line: time, level, msg, and for a move event=move or undo, "
+                           "flow, old_cpu, new_cpu, reason, dry_run; for a verdict event=verdict, "
+                           "flow, from_cpu, to_cpu, verdict, why, undone, and the goodput and CPU "
+                           "per GB before and after with their change and its interval)")
     auto.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
                       help="XDP attach mode, as for steer pin")
     tracer_options(auto)
@@ -256,7 +276,9 @@ def cmd_auto(args) -> int:
         tracer = start_tracer(args)
         # the readers' workloads: what static rules may select by, and what the log names
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
-                                log=log)
+                                window=args.window, tolerance=args.tolerance,
+                                on_inconclusive=args.on_inconclusive,
+                                revert_hold=args.revert_hold, log=log)
         if args.min_rate > 0:
             # the policy sees the flows at --min-rate or more (and those it placed): under
             # connection churn the others would cost an object each at every interval
@@ -271,7 +293,7 @@ def cmd_auto(args) -> int:
             server = serve(SteerCollector(tracer, topo, top_k=args.top_k,
                                           flow_labels=args.flow_labels, cpu_labels=args.cpu_labels,
                                           steering=lambda: [steering.state()] if steering else [],
-                                          actions=lambda: {name: engine.moves},
+                                          actions=lambda: {name: engine.actions()},
                                           release_memory=trim_heap), args, web)
         mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
         log(f"steer auto: policy {name}, every {args.interval:g} s, {mode}")
@@ -286,6 +308,9 @@ def cmd_auto(args) -> int:
             tracer.stop()
         if steering:
             steering.close()
+    if tracer:
+        for line in engine.summary():
+            log(f"steer auto: {line}")
     log(f"steer auto: stopped; {len(engine.placed) if tracer else 0} rule(s) removed with it")
     return 0
 

@@ -70,7 +70,7 @@ class SteerCollector(Collector):
 
     def __init__(self, tracer: TraceSource, topo: Topology, top_k: int = DEFAULT_TOP_K,
                  steering: Callable[[], list[DeviceState]] | None = None,
-                 actions: Callable[[], dict[str, int]] | None = None,
+                 actions: Callable[[], dict[str, dict]] | None = None,
                  flow_labels: str = DEFAULT_FLOW_LABELS, cpu_labels: str = DEFAULT_CPU_LABELS,
                  workloads: Callable | None = None,
                  release_memory: Callable[[], None] | None = None):
@@ -246,11 +246,28 @@ class SteerCollector(Collector):
             yield readable
             yield from self._steering_metrics(devices)
         if self.actions:
+            # per policy: {"moves": n, "verdicts": {outcome: n}, "last_change": goodput change
+            # of the last move judged or None} (steer.steering.auto.AutoSteer.actions)
+            acts = self.actions()
             moves = CounterMetricFamily("steer_auto_moves", "Flows moved by steer auto.",
                                         labels=["policy"])
-            for policy, n in self.actions().items():
-                moves.add_metric([policy], n)
+            verdicts = CounterMetricFamily(
+                "steer_auto_move_verdicts", "Moves of steer auto judged, by verdict: kept, "
+                "reverted (put back), inconclusive (too noisy to tell), ended (the flow ended "
+                "before its verdict).", labels=["policy", "outcome"])
+            change = GaugeMetricFamily(
+                "steer_auto_last_move_goodput_change", "The last judged move's change in the "
+                "goodput of its flow and neighbours, as a share of the goodput before it.",
+                labels=["policy"])
+            for policy, a in acts.items():
+                moves.add_metric([policy], a["moves"])
+                for outcome in ("kept", "reverted", "inconclusive", "ended"):
+                    verdicts.add_metric([policy, outcome], a["verdicts"].get(outcome, 0))
+                if a.get("last_change") is not None:
+                    change.add_metric([policy], a["last_change"])
             yield moves
+            yield verdicts
+            yield change
 
     def _class_metrics(self, llc: bool, events: bool):
         spec = [("rx_bytes", "steer_class_rx_bytes", "Transport payload received, by affinity class."),

@@ -7,16 +7,27 @@ between CPUs whose load the moves themselves change. A policy that raises keeps 
 is. Rules of flows gone for EXPIRE intervals are removed. A rule whose CPU goes offline is removed
 at once, with a warning: its flow falls back to the CPU it arrives on until the policy, which
 only places flows on online CPUs, moves it again.
+
+Every move is an experiment (steer.steering.verdict): the WINDOW intervals before it are set
+against the WINDOW after it (less the one that straddles it), for the moved flow and the flows
+already on the CPUs it touched. A move that made things worse in that window and in the next
+WINDOW again is reverted (the rule before it is put back) and that CPU is not tried again for that flow for REVERT_HOLD seconds; one too noisy to
+judge is kept or reverted as ON_INCONCLUSIVE says. A flow moves only once it has a before window
+(its first interval left out: it began somewhere in it), and not while a trial on any of the CPUs its move would touch is running, so that no two moves
+are judged on the same CPU's figures.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 from steer.model.flowspec import FlowSpec
-from steer.model.flows import Intervals, Snapshot
+from steer.model.flows import FlowReport, Intervals, Snapshot
 from steer.steering.policies import Decision, Policy, stack_cpu_of
+from steer.steering.verdict import (CONFIDENCE, INCONCLUSIVE, KEPT, REVERTED, TOLERANCE, Figures,
+                                    Trial, Verdict, figures_of, judge)
 from steer.model.topology import Topology, online_cpus, read_topology
 from steer.model.samples import FlowId
 
@@ -49,11 +60,29 @@ class AutoSteer:
     # log(message, **fields): one line per event; a move also gives its fields (flow, old_cpu,
     # new_cpu, reason, dry_run) for structured logs
     log: Callable[..., None] = print
+    window: int = 5                  # intervals before and after a move that judge it
+    tolerance: float = TOLERANCE
+    confidence: float = CONFIDENCE
+    on_inconclusive: str = "keep"    # or "revert"
+    revert_hold: float = 300.0       # seconds a reverted target is not tried again for its flow
     placed: dict[FlowId, int] = field(default_factory=dict)       # the rules we installed
     moves: int = 0
+    outcomes: Counter = field(default_factory=Counter)            # verdict -> moves judged so
+    judged: deque = field(default_factory=lambda: deque(maxlen=100))   # the last moves' records
+    trials: dict[FlowId, Trial] = field(default_factory=dict)
     _pending: dict[FlowId, tuple[int, int]] = field(default_factory=dict)
     _moved_at: dict[FlowId, float] = field(default_factory=dict)
     _absent: dict[FlowId, int] = field(default_factory=dict)
+    _history: deque = field(default_factory=deque)                # the last WINDOW + 1 intervals
+    _banned: dict[tuple[FlowId, int], float] = field(default_factory=dict)
+    _last_flows: list[FlowReport] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.window < 2:
+            raise ValueError(f"window of {self.window} interval(s): a move is judged on at least 2")
+        if self.on_inconclusive not in ("keep", "revert"):
+            raise ValueError(f"on_inconclusive {self.on_inconclusive!r}: keep or revert")
+        self._history = deque(maxlen=self.window + 1)
 
     def step(self, snap: Snapshot, now: float | None = None) -> list[Change]:
         """One interval; self.topo must say which CPUs are online now (the caller re-reads it
@@ -61,9 +90,14 @@ class AutoSteer:
         now = time.monotonic() if now is None else now
         online = set(self.topo.online)
         changes = []
+        figs = figures_of(snap)
+        changes += self._advance_trials(figs, now)
+        self._history.append(figs)
+        self._last_flows = snap.flows
         for flow, cpu in list(self.placed.items()):
             if cpu not in online:
                 self.log(f"warning: CPU {cpu} of the rule for {flow} went offline")
+                self.trials.pop(flow, None)
                 changes.append(self._apply(Change(flow, cpu, None, f"CPU {cpu} is offline"), now))
         try:
             decisions = list(self.policy(snap, self.topo))
@@ -86,26 +120,124 @@ class AutoSteer:
         # which also keeps these to the flows of the last interval however many come and go
         self._pending = {f: p for f, p in self._pending.items() if f in wanted}
         self._moved_at = {f: t for f, t in self._moved_at.items() if now - t < self.hold}
+        self._banned = {k: t for k, t in self._banned.items() if t > now}
+        by_flow = {f.flow: f for f in snap.flows}
         for flow, d in wanted.items():
             current = self.placed.get(flow, now_on.get(flow))
-            if d.cpu == current:
+            if d.cpu == current or (flow, d.cpu) in self._banned:
                 self._pending.pop(flow, None)
                 continue
             cpu, count = self._pending.get(flow, (d.cpu, 0))
             count = count + 1 if cpu == d.cpu else 1
             self._pending[flow] = (d.cpu, count)
-            if count < self.confirm:
+            if count < self.confirm or flow in self.trials:
                 continue
             if now - self._moved_at.get(flow, float("-inf")) < self.hold:
                 continue
-            changes.append(self._apply(Change(flow, current, d.cpu, d.reason), now))
+            trial = self._trial_for(by_flow[flow], current, d) if flow in by_flow else None
+            if self.steerer is not None and trial is None:
+                continue   # no before window yet, or a trial runs on one of its CPUs
+            change = self._apply(Change(flow, current, d.cpu, d.reason), now)
+            if change is not None and trial is not None and self.steerer is not None:
+                self.trials[flow] = trial
+            changes.append(change)
         for flow in list(self.placed):
             self._absent[flow] = 0 if flow in seen else self._absent.get(flow, 0) + 1
             if self._absent[flow] >= self.expire:
+                if self.trials.pop(flow, None):
+                    self.outcomes["ended"] += 1
                 changes.append(self._apply(Change(flow, self.placed[flow], None, "flow ended"), now))
         return [c for c in changes if c is not None]
 
-    def _apply(self, c: Change, now: float) -> Change | None:
+    def actions(self) -> dict:
+        """What the exporter shows of this engine: its moves, their verdicts so far, and the
+        goodput change of the last one judged (None before the first)."""
+        last = self.judged[-1]["goodput_bytes_per_second"] if self.judged else None
+        return {"moves": self.moves, "verdicts": dict(self.outcomes),
+                "last_change": last["change"] if last else None}
+
+    def summary(self) -> list[str]:
+        """The moves judged, one line each, and the count by verdict: what steer auto says of
+        its own work when it ends."""
+        if not self.moves:
+            return ["no flow was moved"]
+        lines = []
+        for r in self.judged:
+            g = r["goodput_bytes_per_second"]
+            gain = "" if g is None else \
+                f", goodput {g['before'] * 8 / 1e9:.2f} -> {g['after'] * 8 / 1e9:.2f} Gbit/s " \
+                f"({g['change']:+.1%}, {g['interval'][0]:+.1%} to {g['interval'][1]:+.1%})"
+            lines.append(f"{r['flow']}: CPU {r['from_cpu']} -> {r['to_cpu']}: {r['verdict']}"
+                         f"{' and put back' if r['undone'] else ''}{gain}")
+        running = len(self.trials)
+        counts = ", ".join(f"{n} {o}" for o, n in sorted(self.outcomes.items()))
+        lines.append(f"{self.moves} move(s): {counts or 'none judged'}"
+                     + (f", {running} still being measured" if running else ""))
+        return lines
+
+    def _trial_for(self, f: FlowReport, current: int | None, d: Decision) -> Trial | None:
+        """The experiment moving F to D.cpu would start: None while F lacks a before window (it
+        was not in each of the last WINDOW intervals) or a trial runs on a CPU the move touches
+        (where F's stack runs, the target, its reader's CPU)."""
+        # a flow's first interval is left out: it began somewhere in it, and its rate there is
+        # not its rate
+        if len(self._history) <= self.window or any(f.flow not in i for i in self._history):
+            return None
+        cpus = frozenset(c for c in (current, d.cpu, f.app_cpu) if c is not None)
+        if any(cpus & t.cpus for t in self.trials.values()):
+            return None
+        neighbours = {g.flow for g in self._last_flows if g.flow != f.flow
+                      and ({stack_cpu_of(g), g.app_cpu} & cpus)}
+        # a trial keeps the figures of its flows only: a host's busy flows are many, and as many
+        # trials may run as the moves' CPUs allow
+        keep = neighbours | {f.flow}
+        return Trial(f.flow, current, d.cpu, self.placed.get(f.flow), d.reason, cpus, neighbours,
+                     before=[_only(i, keep) for i in list(self._history)[1:]])
+
+    def _advance_trials(self, figs: dict[FlowId, Figures], now: float) -> list[Change]:
+        """Each running trial takes this interval's figures; one whose after window is full is
+        judged, and reverted if it lost."""
+        changes = []
+        for flow, t in list(self.trials.items()):
+            if t.settle > 0:
+                t.settle -= 1
+                continue
+            t.after.append(_only(figs, t.neighbours | {flow}))
+            if len(t.after) < self.window:
+                continue
+            v = judge(flow, t.before, t.after, t.neighbours, self.tolerance, self.confidence)
+            if v.outcome == REVERTED and t.first is None:
+                # a loss: measured again over a second window before anything is undone
+                t.first, t.after = v, []
+                self.log(f"{flow}: the move to CPU {t.to_cpu} looks like a loss ({v.why}); "
+                         "measuring a second window to confirm it", event="confirming",
+                         flow=str(flow))
+                continue
+            del self.trials[flow]
+            if t.first is not None:
+                v = replace(v, why=f"{v.why}, as in the window before" if v.outcome == REVERTED
+                            else f"{v.why}; the loss of the first window after the move "
+                                 f"({t.first.why}) did not last")
+            revert = v.outcome == REVERTED or (v.outcome == INCONCLUSIVE
+                                                and self.on_inconclusive == "revert")
+            self.outcomes[v.outcome] += 1
+            record = {"flow": str(flow), "from_cpu": t.from_cpu, "to_cpu": t.to_cpu,
+                      "reason": t.reason, **v.as_json(), "undone": revert}
+            self.judged.append(record)
+            undo = (f"; putting it back, CPU {t.to_cpu} not tried again for it for "
+                    f"{self.revert_hold:g} s") if revert else ""
+            self.log(f"{flow}: the move to CPU {t.to_cpu} is {v.outcome}: {v.why}{undo}",
+                     event="verdict", **record)
+            if revert:
+                self._banned[(flow, t.to_cpu)] = now + self.revert_hold
+                back = Change(flow, t.to_cpu, t.rule_before,
+                              f"undoing the move to CPU {t.to_cpu}: {v.why}")
+                done = self._apply(back, now, counted=False)
+                if done is not None:
+                    changes.append(done)
+        return changes
+
+    def _apply(self, c: Change, now: float, counted: bool = True) -> Change | None:
         spec = exact_spec(c.flow)
         try:
             if self.steerer is not None:
@@ -122,15 +254,19 @@ class AutoSteer:
         else:
             self.placed[c.flow] = c.new_cpu
             self._moved_at[c.flow] = now
-            self.moves += 1
+            self.moves += counted
         self._pending.pop(c.flow, None)
         old = "-" if c.old_cpu is None else c.old_cpu
         new = "unsteered" if c.new_cpu is None else f"CPU {c.new_cpu}"
         dry = " (dry run)" if self.steerer is None else ""
         self.log(f"{c.flow}: kernel CPU {old} -> {new}: {c.reason}{dry}", flow=str(c.flow),
                  old_cpu=c.old_cpu, new_cpu=c.new_cpu, reason=c.reason,
-                 dry_run=self.steerer is None)
+                 dry_run=self.steerer is None, event="move" if counted else "undo")
         return c
+
+
+def _only(figs: dict[FlowId, Figures], flows: set[FlowId]) -> dict[FlowId, Figures]:
+    return {f: figs[f] for f in flows if f in figs}
 
 
 class AutoStopped(Exception):

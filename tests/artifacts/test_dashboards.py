@@ -64,6 +64,20 @@ def test_every_panel_has_a_description_and_one_unit():
                             if any(pr["id"] == "unit" for pr in o.get("properties", []))]
 
 
+def test_moves_and_reverts_are_marked_on_the_overview():
+    """steer auto's moves and its reverts as annotations, on the dashboard's own datasource and
+    variables, and the verdicts beside the moves in the steering panel."""
+    d = dict(dashboards())["steer-overview.json"]
+    marks = {a["name"]: a for a in d["annotations"]["list"]}
+    assert set(marks) == {"steer auto moves", "steer auto reverts"}
+    for a in marks.values():
+        assert a["datasource"]["uid"] == "${datasource}" and a["enable"]
+        assert 'job=~"$job", instance=~"$instance"' in a["expr"]
+    assert 'outcome="reverted"' in marks["steer auto reverts"]["expr"]
+    (panel,) = [p for p in d["panels"] if p["title"] == "Steering actions"]
+    assert any("steer_auto_move_verdicts_total" in t["expr"] for t in panel["targets"])
+
+
 def test_overview_has_the_panels_the_issue_asks_for():
     titles = {p["title"] for p in dict(dashboards())["steer-overview.json"]["panels"]}
     for want in ("Receive throughput by affinity class", "CPU-seconds per GB by class",

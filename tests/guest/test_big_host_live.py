@@ -139,7 +139,8 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
         lab.start_servers()
         lab.start_clients()
         p = subprocess.Popen([*STEER, "auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval",
-                              "2", "--duration", "100", "--hold", "10", "--sample-hz", "199"],
+                              "2", "--duration", "100", "--hold", "10", "--window", "2",
+                              "--sample-hz", "199"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
         # under TCG steer auto takes from 5 to 20 s to start: the move is waited for from its

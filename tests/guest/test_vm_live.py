@@ -237,7 +237,8 @@ def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, private_tmp):
         lab.start_servers()
         lab.start_clients()
         auto = subprocess.Popen([*STEER, "auto", "--policy", str(policy), "--dev", "veth-rx",
-                                 "--netns", lab.rx, "--interval", "1", "--confirm", "1"],
+                                 "--netns", lab.rx, "--interval", "1", "--confirm", "1",
+                                 "--window", "2"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=dict(os.environ, PYTHONPATH=ROOT))
         try:

@@ -223,8 +223,13 @@ def test_exporter_runs_without_privileges(stack):
 
 
 def test_auto_moves_are_exported(stack):
+    """auto --dry-run's moves, and a verdict series for each outcome (a dry run judges none)."""
     moves = query(stack["prom"], "steer_auto_moves_total")
     assert moves and float(moves[0]["value"][1]) >= 1, moves
+    verdicts = query(stack["prom"], "steer_auto_move_verdicts_total")
+    assert {v["metric"]["outcome"] for v in verdicts} == {"kept", "reverted", "inconclusive",
+                                                          "ended"}, verdicts
+    assert all(float(v["value"][1]) == 0 for v in verdicts)
 
 
 def _rss_kb(pid: int) -> int:

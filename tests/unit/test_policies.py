@@ -200,8 +200,9 @@ def test_hysteresis_confirm_and_hold():
     want = {"cpu": 1}
     policy = lambda s, topo: [Decision(f.flow, want["cpu"], "test") for f in s.flows]  # noqa: E731
     rec, lines = Recorder(), []
-    eng = AutoSteer(policy, rec, t, confirm=2, hold=10, expire=3, log=lambda m, **_: lines.append(m))
+    eng = AutoSteer(policy, rec, t, confirm=2, hold=10, expire=3, window=2, log=lambda m, **_: lines.append(m))
     s = snap([flow(1, 0, 0)])
+    eng.step(s, now=-1)                                 # the flow's first interval: no window
     assert eng.step(s, now=0) == []                     # asked once: not yet
     (c,) = eng.step(s, now=1)                           # asked twice: move
     assert (c.old_cpu, c.new_cpu) == (0, 1) and rec.calls[-1][0] == "pin"
@@ -240,12 +241,16 @@ def test_offline_cpu_decisions_are_ignored_and_gone_flows_expire():
                     confirm=1, log=lambda m, **_: lines.append(m))
     eng.step(snap([flow(1, 0, 0)]), now=0)
     assert rec.calls == [] and "not online" in lines[0]
-    eng = AutoSteer(lambda s, topo: [Decision(f.flow, 1, "x") for f in s.flows], rec, t,
+    eng = AutoSteer(lambda s, topo: [Decision(f.flow, 1, "x") for f in s.flows], rec, t, window=2,
                     confirm=1, expire=2, log=lambda m, **_: lines.append(m))
-    eng.step(snap([flow(1, 0, 0)]), now=0)
-    eng.step(snap([]), now=1)
-    (c,) = eng.step(snap([]), now=2)
+    eng.step(snap([flow(1, 0, 0)]), now=-1)   # a move waits for its before window, which
+    eng.step(snap([flow(1, 0, 0)]), now=0)    # leaves out the flow's first interval
+    (c,) = eng.step(snap([flow(1, 0, 0)]), now=1)
+    assert c.new_cpu == 1 and eng.trials
+    eng.step(snap([]), now=2)
+    (c,) = eng.step(snap([]), now=3)
     assert c.new_cpu is None and rec.calls[-1][0] == "unpin" and not eng.placed
+    assert not eng.trials and eng.outcomes == {"ended": 1}
 
 
 def test_a_rule_whose_cpu_goes_offline_falls_back_with_a_warning(tmp_path):
@@ -255,8 +260,9 @@ def test_a_rule_whose_cpu_goes_offline_falls_back_with_a_warning(tmp_path):
     down = read_topology(xeon_2s_smt(str(tmp_path / "down"), offline=(2,)))
     rec, lines = Recorder(), []
     eng = AutoSteer(lambda s, topo: [Decision(f.flow, 2, "x") for f in s.flows], rec, up,
-                    confirm=1, log=lambda m, **_: lines.append(m))
-    eng.step(snap([flow(1, 0, 0)]), now=0)
+                    confirm=1, window=2, log=lambda m, **_: lines.append(m))
+    for now in range(3):
+        eng.step(snap([flow(1, 0, 0)]), now=now)
     assert eng.placed == {flow(1, 0, 0).flow: 2}
     eng.topo = down
     (c,) = eng.step(snap([flow(1, 2, 0)]), now=20)
@@ -334,7 +340,7 @@ def test_a_move_is_logged_with_its_fields():
     ((msg, fields),) = calls
     assert msg.endswith("kernel CPU 0 -> CPU 1: test (dry run)")
     assert fields == {"flow": str(f), "old_cpu": 0, "new_cpu": 1, "reason": "test",
-                      "dry_run": True}
+                      "dry_run": True, "event": "move"}
 
 
 def test_llc_peer_prefers_the_nics_numa_node_within_the_llc(tmp_path):
@@ -405,8 +411,9 @@ def test_auto_remembers_no_more_flows_than_the_last_interval_had():
         eng.step(snap([flow(step * 100 + i, 0, 0) for i in range(100)]), now=step)
     assert len(eng._pending) == 100 and len(eng._moved_at) == 0 and not eng.placed
     # a flow moved at t is held until t + hold, then forgotten
-    eng = AutoSteer(policy, Recorder(), t, confirm=1, hold=10, log=lambda m, **_: None)
-    eng.step(snap([flow(1, 0, 0)]), now=0)
+    eng = AutoSteer(policy, Recorder(), t, confirm=1, hold=10, window=2, log=lambda m, **_: None)
+    for now in range(3):
+        eng.step(snap([flow(1, 0, 0)]), now=now)
     assert len(eng._moved_at) == 1
-    eng.step(snap([]), now=11)
+    eng.step(snap([]), now=12)
     assert eng._moved_at == {}

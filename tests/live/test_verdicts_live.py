@@ -1,0 +1,162 @@
+"""steer auto judges each move on the lab's traffic, and iperf3's own per-second rate is the truth
+its verdicts are held to: a move that hurts is put back and the rate comes back; one that helps
+is kept.
+
+The lab flow's sender runs on CPU A, its reader on CPU B. The veth delivers its packets on the
+sender's CPU; with RPS to CPU B its stack runs on the reader's CPU, and a rule that moves the
+stack back to CPU A, beside the sender, costs it a quarter to a third of its rate here. A move
+that changes nothing is the null experiment: a rule on the veth for a flow on the loopback.
+
+A move that helps is not among them: on this VM every generic-XDP move of the lab flow costs
+CPU per GB (the arrival CPU linearises each 64 KB skb), and moving its stack off the sender's
+CPU raised its rate by -4% to +15% in four runs (2026-11-27), which the verdicts judged as the
+rules say: kept where the rate rose, reverted where it held and the CPU per GB rose 37%."""
+import json
+import os
+import statistics
+import subprocess
+import time
+from datetime import datetime
+
+import pytest
+
+from helpers import CPU_A, CPU_B, ROOT, STEER, steer, two_cpus
+from steer.experiment.lab import Lab, LabFlow
+
+pytestmark = [two_cpus]
+
+# Single seconds of the lab flow spread by ~8% and dip by a third now and then with nothing
+# moved. A harmful move (-19% to -36% here, -30% typically) is judged on 2 s intervals, four a
+# side: the difference of two windows' means then spreads by ~4%, its 95% interval reaches ~10%
+# either way, and a 30% loss reads as less than 5% (so not reverted) about once in 1,000
+# windows; it must do so in two windows in a row. On 1 s intervals, three a side, one window
+# missed in 1 of 5 runs (2026-11-27). The null move is judged on 1 s intervals, three a side:
+# what the test asks of it (not undone) is the rarer by far.
+HARM = {"interval": 2, "window": 4}
+NULL = {"interval": 1, "window": 3}
+# the policy asks from the flow's first interval on, and the move comes once the flow has a
+# before window past its first interval: after TCP's ramp (iperf3 here: 8-10 Gbit/s in its first
+# second, 12-17 in its second)
+# iperf3's rate after a revert is at least its rate before the move less this share (issue 46:
+# it recovers). Single seconds of the lab flow dip by a third now and then with nothing moved
+# (13 Gbit/s between 18s), so each side is the median of its seconds; and over tens of seconds
+# its rate drifts by 10-20% either way, so a rate that came back higher is no failure. Once in 12
+# runs (2026-11-27) the four seconds after a revert all ran at 13 Gbit/s against 19 before (the
+# rate had come back at once in the other eleven): the rate that came back is the median of
+# seven seconds
+RECOVERED = 0.10
+
+
+def _moves_and_verdicts(policy_text: str, private_tmp, rps: bool, interval: int, window: int,
+                        ipv6: bool = False):
+    """Run the lab flow under steer auto with POLICY_TEXT; its JSON log's events, iperf3's
+    per-second rates [(start, end, bit/s)] on the wall clock, and auto's exit status and log."""
+    policy = private_tmp / "rules.toml"
+    policy.write_text(policy_text)
+    # the move after WINDOW + 1 intervals, one to settle, WINDOW after and, for a loss, WINDOW
+    # more to confirm it, and eight seconds after a revert, whose median rate is what came back
+    seconds = (3 * window + 2) * interval + 8
+    with Lab([LabFlow(CPU_A, CPU_B, ipv6=ipv6)], seconds=seconds) as lab:
+        if rps:
+            r = steer("rps", "--dev", "veth-rx", "--netns", lab.rx, "--cpu", str(CPU_B))
+            assert r.returncode == 0, r.stderr
+        try:
+            lab.start_servers()
+            auto = subprocess.Popen(
+                [*STEER, "auto", "--policy", str(policy), "--dev", "veth-rx", "--netns", lab.rx,
+                 "--interval", str(interval), "--window", str(window), "--confirm", "1",
+                 "--hold", "0", "--duration", str(seconds + 1), "--log-format", "json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                env=dict(os.environ, PYTHONPATH=ROOT))
+            # the traffic starts once auto traces (its first line), not while it loads: that
+            # takes a CPU for a second or so
+            first = auto.stderr.readline()
+            started = time.time()
+            lab.start_clients()
+            (res,) = lab.wait(timeout=seconds + 30)
+            _, err = auto.communicate(timeout=60)
+            err = first + err
+        finally:
+            steer("reset")
+    assert res.error is None, res.error
+    assert auto.returncode == 0, err
+    events = [json.loads(line) for line in err.splitlines()]
+    for e in events:
+        e["at"] = datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp()
+    # iperf3's intervals count from its start, a few ms after `started`
+    rates = [(started + i["sum"]["start"], started + i["sum"]["end"], i["sum"]["bits_per_second"])
+             for i in res.raw["intervals"]]
+    print("iperf3 per second:", " ".join(f"{s - started:.1f}:{bps / 1e9:.1f}" for s, _, bps in rates))
+    print("events:", " ".join(f"{e['at'] - started:.1f}:{e.get('event')}" for e in events
+                              if e.get("event")))
+    for e in events:
+        if e.get("event") == "verdict":
+            for k in ("goodput_bytes_per_second", "cpu_seconds_per_gb"):
+                print(k, e[k] and e[k]["per_interval"])
+    return events, rates, err
+
+
+def _rate(rates, start: float, end: float) -> float:
+    """iperf3's median rate over its seconds wholly inside START..END."""
+    inside = [bps for s, e, bps in rates if s >= start - 0.05 and e <= end + 0.05]
+    assert len(inside) >= 2, (start, end, rates)
+    return statistics.median(inside)
+
+
+def test_a_move_that_hurts_is_reverted_and_the_rate_comes_back(private_tmp):
+    events, rates, log = _moves_and_verdicts(
+        f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {CPU_A}\n', private_tmp, rps=True, **HARM)
+    print(log)
+    (move,) = [e for e in events if e.get("event") == "move"]
+    (verdict,) = [e for e in events if e.get("event") == "verdict"]
+    (undo,) = [e for e in events if e.get("event") == "undo"]
+    # from its stack's CPU (or none known: an interval in which the 99 Hz sampler caught none
+    # of its kernel work, once in six runs here)
+    assert move["old_cpu"] in (CPU_B, None) and move["new_cpu"] == CPU_A
+    assert verdict["verdict"] == "reverted" and verdict["undone"] is True
+    assert "goodput fell" in verdict["why"]
+    g = verdict["goodput_bytes_per_second"]
+    assert g["interval"][1] < -0.05 and g["before"] > g["after"]
+    assert verdict["cpu_seconds_per_gb"] is not None
+    assert undo["new_cpu"] is None and undo["at"] >= verdict["at"]
+    # within two windows of the move (and the interval it straddles): the loss in the first
+    # window after it, confirmed in the second
+    interval, window = HARM["interval"], HARM["window"]
+    assert any(e.get("event") == "confirming" for e in events)
+    assert verdict["at"] - move["at"] <= (2 * window + 1) * interval + 0.5
+    # iperf3 says the same: slower after the move, and back after the revert
+    before = _rate(rates, move["at"] - window * interval, move["at"])
+    moved = _rate(rates, move["at"] + interval, verdict["at"])
+    back = _rate(rates, undo["at"] + 1, rates[-1][1])
+    print(f"iperf3: {before / 1e9:.2f} Gbit/s before the move, {moved / 1e9:.2f} moved, "
+          f"{back / 1e9:.2f} after the revert; steer: {g['before'] * 8e-9:.2f} -> "
+          f"{g['after'] * 8e-9:.2f} Gbit/s ({g['change']:+.1%}, {g['interval']})")
+    assert moved < 0.95 * before
+    assert back >= (1 - RECOVERED) * before
+    # the CPU is not tried again, and the summary at the end says what happened
+    assert sum(1 for e in events if e.get("event") == "move") == 1
+    assert any("1 move(s): 1 reverted" in e["msg"] for e in events)
+
+
+def test_a_move_that_changes_nothing_is_not_undone(private_tmp):
+    """The null experiment: the lab flow over IPv6 on the receiving namespace's loopback, and a
+    rule that moves it to CPU B on the veth, which none of its packets cross. Nothing changes
+    but chance, so a revert would be a false one: kept, or inconclusive and kept, as the
+    default --on-inconclusive says. With three 1 s intervals a side, a single second's dip
+    (a third of the rate, now and then here) makes about a third of them inconclusive;
+    bench.verdicts measures the false revert rate (bench/results/verdicts.md)."""
+    events, rates, log = _moves_and_verdicts(
+        f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {CPU_B}\n', private_tmp, rps=False,
+        ipv6=True, **NULL)
+    print(log)
+    (move,) = [e for e in events if e.get("event") == "move"]
+    (verdict,) = [e for e in events if e.get("event") == "verdict"]
+    assert (move["old_cpu"], move["new_cpu"]) == (CPU_A, CPU_B)
+    assert verdict["verdict"] in ("kept", "inconclusive") and verdict["undone"] is False
+    assert not [e for e in events if e.get("event") == "undo"]
+    g = verdict["goodput_bytes_per_second"]
+    before = _rate(rates, move["at"] - NULL["window"] * NULL["interval"], move["at"])
+    after = _rate(rates, move["at"] + NULL["interval"], verdict["at"])
+    print(f"iperf3: {before / 1e9:.2f} Gbit/s before the move, {after / 1e9:.2f} after; steer: "
+          f"{g['before'] * 8e-9:.2f} -> {g['after'] * 8e-9:.2f} Gbit/s ({g['change']:+.1%})")
+    assert any(f"1 move(s): 1 {verdict['verdict']}" in e["msg"] for e in events)
