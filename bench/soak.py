@@ -103,7 +103,7 @@ def main() -> int:
     for tool in ("redis-server", "redis-benchmark", "redis-cli", "bpftool"):
         if not subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).stdout:
             sys.exit(f"soak: {tool} not found (apt-get install redis-server redis-tools bpftool)")
-    seconds = 20.0 if args.smoke else args.seconds
+    seconds = 12.0 if args.smoke else args.seconds
     from steer.experiment.lab import Lab
     from .common import lab_flow
     port = _free_port()

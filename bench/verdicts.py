@@ -28,7 +28,7 @@ from .common import parser, require_root, run, write
 # as tests/live/test_verdicts_live.py judges them: null moves on 1 s intervals, three a side (the
 # shortest windows, where chance weighs most), harmful ones on 2 s intervals, four a side
 NULL = {"interval": 1, "window": 3}
-HARM = {"interval": 2, "window": 4}
+HARM = {"interval": 1.5, "window": 5}
 PERIOD = 6.0     # seconds between the null policy's flips: most trials (1 + 3 intervals) fit in one
 TARGET = 0.05    # false reverts
 # 0 of 59 gives a 95% upper bound under 5%: at one move per PERIOD, 420 s hold ~65
@@ -115,7 +115,7 @@ def main() -> int:
     with open(rules, "w") as f:
         f.write(f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {a}\n')
     harmful: list[dict] = []
-    harm_seconds = (3 * HARM["window"] + 2) * HARM["interval"] + 5
+    harm_seconds = round((3 * HARM["window"] + 2) * HARM["interval"] + 5)
     for _ in range(harmful_runs):
         with Lab([LabFlow(a, b)], seconds=harm_seconds) as lab:
             r = subprocess.run(_steer("rps", "--dev", "veth-rx", "--netns", lab.rx, "--cpu", str(b)),

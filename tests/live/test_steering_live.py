@@ -342,11 +342,11 @@ def test_auto_llc_peer_moves_the_flow(tracer):
     """Reader and softirq on CPU A: llc-peer moves the kernel side to another core of the same L3
     (any CPU of the host: the cpumap kthread is not bound by this process's affinity), the tracer
     sees it there, and the move is logged with its reason."""
-    with Lab([LabFlow(CPU_A, CPU_A)], seconds=16) as lab:
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=10) as lab:
         lab.start_servers()
         lab.start_clients()
         r = subprocess.Popen([*STEER, "auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval",
-                              "1", "--duration", "12", "--hold", "3", "--window", "2"], stdout=subprocess.PIPE,
+                              "1", "--duration", "8", "--hold", "3", "--window", "2"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                              cwd=ROOT)
         # the tracer's window starts after the move, however long auto takes to start (CI's
