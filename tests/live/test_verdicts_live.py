@@ -1,6 +1,6 @@
 """steer auto judges each move on the lab's traffic, and iperf3's own per-second rate is the truth
-its verdicts are held to: a move that hurts is put back and the rate comes back; one that helps
-is kept.
+its verdicts are held to, with tracefs's count of where the stack runs: a move that hurts is put
+back and the stack goes back where it was; a move that changes nothing stays.
 
 The lab flow's sender runs on CPU A, its reader on CPU B. The veth delivers its packets on the
 sender's CPU; with RPS to CPU B its stack runs on the reader's CPU, and a rule that moves the
@@ -21,6 +21,7 @@ from datetime import datetime
 import pytest
 
 from helpers import CPU_A, CPU_B, ROOT, STEER, steer, two_cpus
+from test_steering_live import TraceEvents
 from steer.experiment.lab import Lab, LabFlow
 
 pytestmark = [two_cpus]
@@ -37,20 +38,19 @@ NULL = {"interval": 1, "window": 3}
 # the policy asks from the flow's first interval on, and the move comes once the flow has a
 # before window past its first interval: after TCP's ramp (iperf3 here: 8-10 Gbit/s in its first
 # second, 12-17 in its second)
-# iperf3's rate after a revert is at least its rate before the move less this share (issue 46:
-# it recovers). Single seconds of the lab flow dip by a third now and then with nothing moved
-# (13 Gbit/s between 18s), so each side is the median of its seconds; and over tens of seconds
-# its rate drifts by 10-20% either way, so a rate that came back higher is no failure. Once in 12
-# runs (2026-11-27) the four seconds after a revert all ran at 13 Gbit/s against 19 before (the
-# rate had come back at once in the other eleven): the rate that came back is the median of
-# the six whole seconds after the one of the revert
-RECOVERED = 0.10
+# Where the flow's stack runs after a revert, by tracefs (net:netif_receive_skb of the veth, per
+# CPU: a witness that shares no code with steer). Its rate is no witness in one run: on this VM
+# the median of the seconds after a revert against those before the move spread by ~13% over 12
+# runs (0.67 to 1.17, drift and the host's slowdowns), so "within 10%" failed in 3 of them.
+# bench.verdicts gives that ratio over its runs instead (bench/results/verdicts.md).
+STACK_SHARE = 0.95
 
 
 def _moves_and_verdicts(policy_text: str, private_tmp, rps: bool, interval: float,
                         window: int, after_revert: float, ipv6: bool = False):
     """Run the lab flow under steer auto with POLICY_TEXT; its JSON log's events, iperf3's
-    per-second rates [(start, end, bit/s)] on the wall clock, and auto's exit status and log."""
+    per-second rates [(start, end, bit/s)] on the wall clock, auto's log, and the veth's
+    netif_receive_skb per CPU by tracefs over the 2 s after an undo (None without one)."""
     policy = private_tmp / "rules.toml"
     policy.write_text(policy_text)
     # the move after WINDOW + 1 intervals, one to settle, WINDOW after and, for a loss, WINDOW
@@ -73,9 +73,18 @@ def _moves_and_verdicts(policy_text: str, private_tmp, rps: bool, interval: floa
             first = auto.stderr.readline()
             started = time.time()
             lab.start_clients()
+            lines, after_undo = [first], None
+            for line in auto.stderr:   # as auto logs it, to count where the stack went
+                lines.append(line)
+                if after_undo is None and '"event": "undo"' in line:
+                    witness = TraceEvents("veth-rx")
+                    try:
+                        after_undo = witness.count(2)
+                    finally:
+                        witness.close()
+            auto.wait(timeout=60)
+            err = "".join(lines)
             (res,) = lab.wait(timeout=seconds + 30)
-            _, err = auto.communicate(timeout=60)
-            err = first + err
         finally:
             steer("reset")
     assert res.error is None, res.error
@@ -93,7 +102,7 @@ def _moves_and_verdicts(policy_text: str, private_tmp, rps: bool, interval: floa
         if e.get("event") == "verdict":
             for k in ("goodput_bytes_per_second", "cpu_seconds_per_gb"):
                 print(k, e[k] and e[k]["per_interval"])
-    return events, rates, err
+    return events, rates, err, after_undo
 
 
 def _rate(rates, start: float, end: float) -> float:
@@ -103,8 +112,8 @@ def _rate(rates, start: float, end: float) -> float:
     return statistics.median(inside)
 
 
-def test_a_move_that_hurts_is_reverted_and_the_rate_comes_back(private_tmp):
-    events, rates, log = _moves_and_verdicts(
+def test_a_move_that_hurts_is_reverted_and_the_stack_goes_back(private_tmp):
+    events, rates, log, after_undo = _moves_and_verdicts(
         f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {CPU_A}\n', private_tmp, rps=True,
         after_revert=7, **HARM)
     print(log)
@@ -125,15 +134,19 @@ def test_a_move_that_hurts_is_reverted_and_the_rate_comes_back(private_tmp):
     interval, window = HARM["interval"], HARM["window"]
     assert any(e.get("event") == "confirming" for e in events)
     assert verdict["at"] - move["at"] <= (2 * window + 1) * interval + 0.5
-    # iperf3 says the same: slower after the move, and back after the revert
+    # iperf3 says the same: slower after the move
     before = _rate(rates, move["at"] - window * interval, move["at"])
     moved = _rate(rates, move["at"] + interval, verdict["at"])
     back = _rate(rates, undo["at"] + 1, rates[-1][1])
     print(f"iperf3: {before / 1e9:.2f} Gbit/s before the move, {moved / 1e9:.2f} moved, "
           f"{back / 1e9:.2f} after the revert; steer: {g['before'] * 8e-9:.2f} -> "
-          f"{g['after'] * 8e-9:.2f} Gbit/s ({g['change']:+.1%}, {g['interval']})")
+          f"{g['after'] * 8e-9:.2f} Gbit/s ({g['change']:+.1%}, {g['interval']}); the veth's "
+          f"skbs up the stack after the revert, by CPU (tracefs): {after_undo}")
     assert moved < 0.95 * before
-    assert back >= (1 - RECOVERED) * before
+    # and the revert put the stack back where RPS had it: the reader's CPU, not the cpumap
+    # kthread beside the sender (which takes each skb up a second time while a rule holds)
+    assert after_undo is not None and sum(after_undo.values()) > 1000
+    assert after_undo.get(CPU_B, 0) >= STACK_SHARE * sum(after_undo.values()), after_undo
     # the CPU is not tried again, and the summary at the end says what happened
     assert sum(1 for e in events if e.get("event") == "move") == 1
     assert any("1 move(s): 1 reverted" in e["msg"] for e in events)
@@ -146,7 +159,7 @@ def test_a_move_that_changes_nothing_is_not_undone(private_tmp):
     default --on-inconclusive says. With three 1 s intervals a side, a single second's dip
     (a third of the rate, now and then here) makes about a third of them inconclusive;
     bench.verdicts measures the false revert rate (bench/results/verdicts.md)."""
-    events, rates, log = _moves_and_verdicts(
+    events, rates, log, _ = _moves_and_verdicts(
         f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {CPU_B}\n', private_tmp, rps=False,
         ipv6=True, after_revert=1, **NULL)
     print(log)
