@@ -8,13 +8,14 @@ is. Rules of flows gone for EXPIRE intervals are removed. A rule whose CPU goes 
 at once, with a warning: its flow falls back to the CPU it arrives on until the policy, which
 only places flows on online CPUs, moves it again.
 
-Every move is an experiment (steer.steering.verdict): the WINDOW intervals before it are set
-against the WINDOW after it (less the one that straddles it), for the moved flow and the flows
-already on the CPUs it touched. A move that made things worse in that window and in the next
-WINDOW again is reverted (the rule before it is put back) and that CPU is not tried again for that flow for REVERT_HOLD seconds; one too noisy to
-judge is kept or reverted as ON_INCONCLUSIVE says. A flow moves only once it has a before window
-(its first interval left out: it began somewhere in it), and not while a trial on any of the CPUs its move would touch is running, so that no two moves
-are judged on the same CPU's figures.
+Every move is an experiment (steer.steering.verdict): the WINDOW intervals before it are set against
+the WINDOW after it (less the one that straddles it), for the moved flow and the flows already on
+the CPUs it touched. A move that made things worse in that window and in the next WINDOW again is
+reverted (the rule before it is put back) and that CPU is not tried again for that flow for
+REVERT_HOLD seconds; one too noisy to judge is kept or reverted as ON_INCONCLUSIVE says. A flow
+moves only once it has a before window (its first interval left out: it began somewhere in it), and
+not while a trial on any of the CPUs its move would touch is running, so that no two moves are
+judged on the same CPU's figures.
 """
 from __future__ import annotations
 

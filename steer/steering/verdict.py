@@ -8,14 +8,15 @@ a loss. Where goodput does not change beyond the tolerance (a flow that is not C
 rate no placement can raise), the moved flow's receive CPU per GB decides: a move that surely
 costs more CPU for the same bytes is a loss too.
 
-Each figure's change carries an interval: the per-interval values of each window give a mean and
-its standard error, and the difference of the two means is held to a Student t quantile for its
-Welch-Satterthwaite degrees of freedom (CONFIDENCE two-sided). A loss must show in two after
-windows in a row (the caller's Trial keeps the first verdict): the host's own slowdowns, which
-a move only coincides with, last seconds, and one window of a few seconds can fall inside one. A move is reverted only when its
-loss is beyond TOLERANCE with that confidence; inconclusive, for the caller's policy to settle,
-when the estimate is such a loss that the interval cannot confirm, or the interval reaches a loss
-of UNTOLD tolerances (too noisy to tell a harmless move from a harmful one); kept otherwise."""
+Each figure's change carries an interval: the per-interval values of each window give a mean and its
+standard error, and the difference of the two means is held to a Student t quantile for its
+Welch-Satterthwaite degrees of freedom (CONFIDENCE two-sided). A loss must show in two after windows
+in a row (the caller's Trial keeps the first verdict): the host's own slowdowns, which a move only
+coincides with, last seconds, and one window of a few seconds can fall inside one. A move is
+reverted only when its loss is beyond TOLERANCE with that confidence; inconclusive, for the caller's
+policy to settle, when the estimate is such a loss that the interval cannot confirm, or the interval
+reaches a loss of UNTOLD tolerances (too noisy to tell a harmless move from a harmful one); kept
+otherwise."""
 from __future__ import annotations
 
 import math
@@ -51,7 +52,7 @@ def t_quantile(p: float, df: float) -> float:
 
 
 @dataclass(frozen=True)
-class Change:
+class Difference:
     """A figure before and after a move: its means, and the relative change with its interval
     (low, high), as shares of the before mean."""
     before: float
@@ -67,7 +68,8 @@ class Change:
                 "per_interval": [[float(f"{v:.4g}") for v in side] for side in self.values]}
 
 
-def compare(before: list[float], after: list[float], confidence: float = CONFIDENCE) -> Change | None:
+def compare(before: list[float], after: list[float],
+            confidence: float = CONFIDENCE) -> Difference | None:
     """The change from the values of BEFORE to those of AFTER (one per interval), or None when
     either has fewer than two values or the before mean is not positive."""
     if len(before) < 2 or len(after) < 2:
@@ -84,7 +86,8 @@ def compare(before: list[float], after: list[float], confidence: float = CONFIDE
                                + (va ** 2 / (len(after) - 1) if va else 0.0))
     half = t_quantile(1 - (1 - confidence) / 2, df) * se
     d = ma - mb
-    return Change(mb, ma, d / mb, (d - half) / mb, (d + half) / mb, (tuple(before), tuple(after)))
+    return Difference(mb, ma, d / mb, (d - half) / mb, (d + half) / mb,
+                      (tuple(before), tuple(after)))
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,8 @@ def figures_of(snap: Snapshot) -> dict[FlowId, Figures]:
 class Verdict:
     outcome: str                    # KEPT, REVERTED or INCONCLUSIVE
     why: str
-    goodput: Change | None          # the flow and its neighbours, bytes a second summed
-    cpu_per_gb: Change | None       # the moved flow's receive CPU seconds per GB
+    goodput: Difference | None          # the flow and its neighbours, bytes a second summed
+    cpu_per_gb: Difference | None       # the moved flow's receive CPU seconds per GB
     flows: int                      # how many flows the goodput sums (the moved one included)
 
     def as_json(self) -> dict:
@@ -163,7 +166,7 @@ def judge(flow: FlowId, before: list[dict[FlowId, Figures]], after: list[dict[Fl
                    goodput, cost, len(flows))
 
 
-def _loss(c: Change, worse: int, tolerance: float) -> str:
+def _loss(c: Difference, worse: int, tolerance: float) -> str:
     """Whether change C (WORSE: -1 where a fall is a loss, +1 where a rise is) is a loss beyond
     TOLERANCE with the interval's confidence (REVERTED), may be one that the interval is too
     wide to tell (INCONCLUSIVE: the estimate itself is such a loss, or the interval reaches a

@@ -26,13 +26,13 @@ from steer.experiment.lab import Lab, LabFlow
 
 pytestmark = [two_cpus]
 
-# Single seconds of the lab flow spread by ~8% and dip by a third now and then with nothing
-# moved. A harmful move (-19% to -36% here, -30% typically) is judged on 1.5 s intervals, five
-# a side: the difference of two windows' means then spreads by ~4%, its 95% interval reaches
-# ~10% either way, and a 30% loss reads as less than 5% (so not reverted) about once in 10,000
-# windows, a 25% one once in 200; it must show in two windows in a row. On 1 s intervals, three a side, one window
-# missed in 1 of 5 runs (2026-11-27). The null move is judged on 1 s intervals, three a side:
-# what the test asks of it (not undone) is the rarer by far.
+# Single seconds of the lab flow spread by ~8% and dip by a third now and then with nothing moved. A
+# harmful move (-19% to -36% here, -30% typically) is judged on 1.5 s intervals, five a side: the
+# difference of two windows' means then spreads by ~4%, its 95% interval reaches ~10% either way,
+# and a 30% loss reads as less than 5% (so not reverted) about once in 10,000 windows, a 25% one
+# once in 200; it must show in two windows in a row. On 1 s intervals, three a side, one window
+# missed in 1 of 5 runs (2026-11-27). The null move is judged on 1 s intervals, three a side: what
+# the test asks of it (not undone) is the rarer by far.
 HARM = {"interval": 1.5, "window": 5}
 NULL = {"interval": 1, "window": 3}
 # the policy asks from the flow's first interval on, and the move comes once the flow has a

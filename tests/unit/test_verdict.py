@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from steer.steering.auto import AutoSteer
+from steer.steering.auto import AutoSteer, exact_spec
 from steer.steering.policies import Decision
 from steer.steering.verdict import (INCONCLUSIVE, KEPT, REVERTED, Figures, compare, judge,
                                     t_quantile)
@@ -129,7 +129,7 @@ def test_auto_reverts_a_move_that_hurt_and_does_not_try_it_again():
                     read_topology(VM), confirm=1, hold=0, window=3, revert_hold=60, log=log)
     for now in range(-1, 3):   # the flow's first interval, the before window, then the move
         eng.step(world.snapshot(), now=now)
-    assert world.steerer.calls == [("pin", str(replace_spec(f)), 0)] and f in eng.trials
+    assert world.steerer.calls == [("pin", str(exact_spec(f)), 0)] and f in eng.trials
     for now in range(3, 7):   # one interval to settle, three after: a loss, to be confirmed
         eng.step(world.snapshot(), now=now)
     assert len(world.steerer.calls) == 1 and f in eng.trials
@@ -195,8 +195,3 @@ def test_two_moves_are_never_judged_on_the_same_cpu():
     for now in range(2, 5):
         eng.step(snap([a, b]), now=now)
     assert len(rec.calls) == 2 and eng.outcomes == {KEPT: 1}
-
-
-def replace_spec(f):
-    from steer.steering.auto import exact_spec
-    return exact_spec(f)
