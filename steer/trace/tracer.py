@@ -117,6 +117,23 @@ _FLOW_KEY_SIZE = abi.FlowCpuKey.cpu.offset   # the flow part of a (flow, CPU) ke
 _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuSample's order
 
 
+# Each CPU's sampling timer runs at its own rate, within +-SAMPLE_SPREAD of --sample-hz: at one
+# rate, the timers of two CPUs keep their phase, and work that one CPU's timer sets off on the
+# other (its interrupt's softirq sends an ACK, which wakes a sender there, whose transmit runs
+# NET_RX) lands at the same point of the other's period every time, so it is sampled too often
+# or too rarely for as long as the tracer runs: the sender CPU's NET_RX of a lab flow read half
+# its time in 4 runs of 28 at 4,999 Hz (2026-11-27). Rates a few percent apart drift through
+# every phase many times a second.
+SAMPLE_SPREAD = 0.02
+
+
+def sample_period(hz: int, cpu: int) -> int:
+    """CPU's sampling period in ns: 1/HZ, moved by up to SAMPLE_SPREAD by the CPU's place in the
+    golden-ratio sequence, which keeps any two CPUs' rates apart."""
+    offset = ((cpu * 0.6180339887498949) % 1.0 - 0.5) * 2 * SAMPLE_SPREAD
+    return max(1, int(1e9 / hz * (1 + offset)))
+
+
 @dataclass
 class Tracer:
     max_flows: int = DEFAULT_MAX_FLOWS
@@ -532,12 +549,11 @@ class Tracer:
     def _open_clocks(self) -> list[PerfCounter]:
         """One cpu-clock event per online CPU that overflows every 1/sample_hz seconds; a
         KernelError names ft_sample, whose events they are."""
-        period = int(1e9 / self.sample_hz)
         clocks: list[PerfCounter] = []
         try:
             for cpu in _online_cpus():
                 clocks.append(PerfCounter.open(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, cpu,
-                                               sample_period=period))
+                                               sample_period=sample_period(self.sample_hz, cpu)))
         except KernelError as e:
             for c in clocks:
                 c.close()
