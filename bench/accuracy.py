@@ -77,10 +77,19 @@ class Scenario:
     # compare the kthread's own time alone: the target CPU's NET_RX also runs on top of the
     # reader there (the ACKs it sends when it reads), which the scheduler counts as the reader's
     kthread_only: bool = False
+    # the sampled kernel time's own systematic bounds, where BOUNDS' do not hold for it
+    sampled_bias: tuple[float, float] | None = None
 
 
 SCENARIOS = [
-    Scenario("same core", lambda a, b: [LabFlow(a, a)], "softirqs NET_RX"),
+    # sender, reader and softirq taking turns on one CPU: the sampled NET_RX reads low, by an
+    # amount that moves from run to run and does not shrink with a longer window (12 runs at
+    # 9,973 Hz, 2026-11-27: -4% to -19% on 3 s windows, -7% to -19% on 10 s; mean -13%, spread
+    # 5%): a bias, held by its spread as docs/testing.md says. -30% lies 3.4 spreads below the
+    # mean, and with the samples' own allowance below it the chance of a false failure is ~1e-4;
+    # the upper bound still catches a 1.4x figure, the lower one not a 1/1.4x one
+    Scenario("same core", lambda a, b: [LabFlow(a, a)], "softirqs NET_RX",
+             sampled_bias=(-0.30, 0.10)),
     Scenario("softirq and reader apart", lambda a, b: [LabFlow(a, b)], "softirqs NET_RX"),
     Scenario("steered to the reader's CPU", lambda a, b: [LabFlow(a, b)], "cpumap kthread",
              steer_to=lambda a, b: b, kthread_only=True),
@@ -117,11 +126,13 @@ def _steer(*args: str) -> None:
 
 
 def bounds(truth: str, mode: str, samples: float | None, figures: int = 1,
-           extra_high: float = 0.0) -> tuple[float, float]:
-    """What steer / truth - 1 is held to: BOUNDS (and EXTRA_HIGH above, what the truth itself
-    knows it left out), and for a sampled time resting on SAMPLES samples what chance may add
-    either way when FIGURES such times are held at once at the suite's odds (bench.odds)."""
-    low, high = BOUNDS[(truth, mode)]
+           extra_high: float = 0.0, bias: tuple[float, float] | None = None) -> tuple[float, float]:
+    """What steer / truth - 1 is held to: BOUNDS, or BIAS for a sampled time that has its own
+    (and EXTRA_HIGH above, what the truth itself knows it left out), and for a sampled time
+    resting on SAMPLES samples what chance may add either way when FIGURES such times are held
+    at once at the suite's odds (bench.odds)."""
+    low, high = bias if bias and mode == "sampled" and samples is not None \
+        else BOUNDS[(truth, mode)]
     high += extra_high
     if mode == "sampled" and samples is not None:
         spread = sampled_spread(samples, figures)
@@ -224,6 +235,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
                  "ratio": value / truth if truth else None,
                  # the samples such a time rests on: its CPU-seconds at HZ
                  "samples": truth * span * hz if truth and mode == "sampled" else None,
+                 "sampled_bias": sc.sampled_bias,
                  # how much of the kernel time the lab's flows were charged (the rest: their
                  # ACKs, unattributed)
                  "flows_share": sum(f.kernel_seconds for f in mine) / kernel_total
@@ -326,7 +338,7 @@ def main(argv=None) -> int:
     figures = sampled_figures(rows)
     for r in rows:
         r["bounds"] = bounds(r["truth"], r["mode"], r.get("samples"), figures,
-                             r.get("extra_high", 0.0))
+                             r.get("extra_high", 0.0), r.pop("sampled_bias", None))
         r["ok"] = _check(r)
     lines = [f"### Accuracy: steer's figures against independent truths ({args.seconds:g} s "
              f"windows, sampled at {args.sample_hz} Hz, CPU A = {a}, CPU B = {b})", "",
