@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 
 from .common import parser, require_root, run, write
 
@@ -78,14 +78,20 @@ def _auto(lab, policy: str, seconds: float, interval: int, window: int) -> list[
                                 "--confirm", "1", "--hold", "0", "--revert-hold", "0",
                                 "--duration", str(seconds), "--log-format", "json"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    first = p.stderr.readline()
+    lines = [p.stderr.readline()]
+    # read the log as it comes: a pipe nobody reads fills (64 KiB, ~300 s of moves) and auto
+    # then waits on its next log line, moving nothing more
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
     lab.start_clients(seconds)
     results = lab.wait(timeout=seconds + 60)
-    _, err = p.communicate(timeout=60)
+    p.wait(timeout=60)
+    reader.join(timeout=10)
+    err = "".join(lines)
     if p.returncode != 0 or any(r.error for r in results):
-        sys.exit(f"verdicts: steer auto exited {p.returncode}: {(first + err)[-2000:]} "
+        sys.exit(f"verdicts: steer auto exited {p.returncode}: {err[-2000:]} "
                  f"{[r.error for r in results]}")
-    return [json.loads(line) for line in (first + err).splitlines()]
+    return [json.loads(line) for line in err.splitlines()]
 
 
 def _verdicts(events: list[dict]) -> list[dict]:
@@ -110,11 +116,13 @@ def main() -> int:
         with open(null_policy, "w") as f:
             f.write(NULL_POLICY.format(a=a, b=b, period=PERIOD, port=lab.flows[0].port))
         lab.start_servers()
-        null = _verdicts(_auto(lab, null_policy, seconds, **NULL))
+        null_events = _auto(lab, null_policy, seconds, **NULL)
+        null = _verdicts(null_events)
     rules = os.path.join(private, "harm.toml")
     with open(rules, "w") as f:
         f.write(f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {a}\n')
     harmful: list[dict] = []
+    harmful_events: list[dict] = []
     harm_seconds = round((3 * HARM["window"] + 2) * HARM["interval"] + 5)
     for _ in range(harmful_runs):
         with Lab([LabFlow(a, b)], seconds=harm_seconds) as lab:
@@ -124,7 +132,9 @@ def main() -> int:
                 if r.returncode != 0:
                     sys.exit(f"verdicts: steer rps: {r.stderr.strip()}")
                 lab.start_servers()
-                harmful += _verdicts(_auto(lab, rules, harm_seconds, **HARM))
+                events = _auto(lab, rules, harm_seconds, **HARM)
+                harmful += _verdicts(events)
+                harmful_events += events
             finally:
                 subprocess.run(_steer("reset"), capture_output=True)
     os.remove(null_policy)
@@ -138,12 +148,17 @@ def main() -> int:
     caught = count(harmful, "reverted")
     changes = [v["goodput_bytes_per_second"]["change"] for v in null
                if v["goodput_bytes_per_second"]]
+
+    def confirming(events):   # first windows that read a loss, to be confirmed or not
+        return sum(1 for e in events if e.get("event") == "confirming")
     data = {"null_judged_on": NULL, "harmful_judged_on": HARM, "null_seconds": seconds,
             "null": {"moves": len(null), "kept": count(null, "kept"),
                      "inconclusive": count(null, "inconclusive"), "reverted": false,
+                     "first_window_loss": confirming(null_events),
                      "false_revert_rate_upper_95": round(bound, 4),
                      "goodput_changes": changes},
             "harmful": {"moves": len(harmful), "reverted": caught,
+                        "first_window_loss": confirming(harmful_events),
                         "changes": [v["goodput_bytes_per_second"]["change"] for v in harmful
                                     if v["goodput_bytes_per_second"]]},
             "verdicts": null + harmful}
@@ -165,7 +180,10 @@ def main() -> int:
         f"| harmful | {len(harmful)} | {count(harmful, 'kept')} | "
         f"{count(harmful, 'inconclusive')} | {caught} | |",
         "",
-        f"The null moves' goodput changes spread {spread}.",
+        f"The null moves' goodput changes spread {spread}; the first window after a null move "
+        f"read a loss in {confirming(null_events)} of {len(null)}, after a harmful one in "
+        f"{confirming(harmful_events)} of {len(harmful)} (a loss is reverted only when the "
+        "second window confirms it).",
     ])
     write("verdicts", args.out, data, table)
     return 0

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from steer.model.flowspec import FlowSpec
 from steer.model.flows import FlowReport, Intervals, Snapshot
 from steer.steering.policies import Decision, Policy, stack_cpu_of
 from steer.steering.verdict import (CONFIDENCE, INCONCLUSIVE, KEPT, REVERTED, TOLERANCE, Figures,
-                                    Trial, Verdict, figures_of, judge)
+                                    Trial, Verdict, confirm, figures_of, judge)
 from steer.model.topology import Topology, online_cpus, read_topology
 from steer.model.samples import FlowId
 
@@ -216,9 +216,7 @@ class AutoSteer:
                 continue
             del self.trials[flow]
             if t.first is not None:
-                v = replace(v, why=f"{v.why}, as in the window before" if v.outcome == REVERTED
-                            else f"{v.why}; the loss of the first window after the move "
-                                 f"({t.first.why}) did not last")
+                v = confirm(t.first, v, self.tolerance)
             revert = v.outcome == REVERTED or (v.outcome == INCONCLUSIVE
                                                 and self.on_inconclusive == "revert")
             self.outcomes[v.outcome] += 1

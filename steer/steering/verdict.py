@@ -10,10 +10,15 @@ costs more CPU for the same bytes is a loss too.
 
 Each figure's change carries an interval: the per-interval values of each window give a mean and its
 standard error, and the difference of the two means is held to a Student t quantile for its
-Welch-Satterthwaite degrees of freedom (CONFIDENCE two-sided). A loss must show in two after windows
-in a row (the caller's Trial keeps the first verdict): the host's own slowdowns, which a move only
-coincides with, last seconds, and one window of a few seconds can fall inside one. A move is
-reverted only when its loss is beyond TOLERANCE with that confidence; inconclusive, for the caller's
+Welch-Satterthwaite degrees of freedom (CONFIDENCE two-sided). A move is reverted only when its loss
+is beyond TOLERANCE with that confidence in the first after window, and the next window confirms it
+(the caller's Trial keeps the first verdict): the host's own slowdowns, which a move only coincides
+with, last seconds, and one window of a few seconds can fall inside one. The second window
+confirms a loss of goodput when its estimate is again a loss beyond TOLERANCE and its interval
+excludes a gain beyond it, not only when the interval excludes no loss: asking the full confidence
+twice would miss a real loss as often as either window misses it (a 25% loss, one window in 20 on
+the lab, where single seconds dip by a third), while a slowdown that merely coincided with the
+first window has to last into the second to be taken for a loss. Inconclusive, for the caller's
 policy to settle, when the estimate is such a loss that the interval cannot confirm, or the interval
 reaches a loss of UNTOLD tolerances (too noisy to tell a harmless move from a harmful one); kept
 otherwise."""
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 from steer.model.flows import FlowReport, Snapshot
@@ -177,6 +182,23 @@ def _loss(c: Difference, worse: int, tolerance: float) -> str:
     if worse * c.change > tolerance or far < -UNTOLD * tolerance:
         return INCONCLUSIVE
     return KEPT
+
+
+def confirm(first: Verdict, second: Verdict, tolerance: float = TOLERANCE) -> Verdict:
+    """The verdict on a move whose FIRST after window found a loss (REVERTED), given the SECOND
+    one's: reverted when the second finds it too (a goodput loss: its estimate beyond TOLERANCE
+    and its interval short of a gain beyond it; a CPU per GB loss: by its interval, as the first
+    asked); else the second's verdict, saying that the first window's loss did not last."""
+    g = second.goodput
+    goodput_lost = first.goodput is not None and first.goodput.high < -tolerance
+    if second.outcome == REVERTED or (goodput_lost and g is not None and g.change < -tolerance
+                                      and g.high < tolerance):
+        whose = "the flow's goodput" if second.flows == 1 else \
+            f"the goodput of the flow and its {second.flows - 1} neighbour(s)"
+        why = second.why if second.outcome == REVERTED else f"{whose} fell {-g.change:.1%}"
+        return replace(second, outcome=REVERTED, why=f"{why}, as in the window before")
+    return replace(second, why=f"{second.why}; the loss of the first window after the move "
+                                f"({first.why}) did not last")
 
 
 @dataclass

@@ -7,8 +7,8 @@ import pytest
 
 from steer.steering.auto import AutoSteer, exact_spec
 from steer.steering.policies import Decision
-from steer.steering.verdict import (INCONCLUSIVE, KEPT, REVERTED, Figures, compare, judge,
-                                    t_quantile)
+from steer.steering.verdict import (INCONCLUSIVE, KEPT, REVERTED, Difference, Figures, Verdict,
+                                    compare, confirm, judge, t_quantile)
 from steer.model.topology import read_topology
 from test_policies import VM, Recorder, flow, snap
 
@@ -166,6 +166,38 @@ def test_a_loss_that_does_not_last_into_a_second_window_is_not_the_moves():
     assert [c[0] for c in rec.calls] == ["pin"] and eng.outcomes == {KEPT: 1}
     assert any("looks like a loss" in m for m in lines)
     assert any("is kept" in m and "did not last" in m for m in lines)
+
+
+def _verdict(outcome, goodput, cost=None):
+    return Verdict(outcome, "why", Difference(1, 1 + goodput[0], *goodput) if goodput else None,
+                   Difference(1, 1 + cost[0], *cost) if cost else None, 1)
+
+
+def test_a_second_window_confirms_a_goodput_loss_by_its_estimate():
+    """The failure this rule was made for (2026-11-27): the first window read -24.3%
+    (-31%..-17%), the second -15.1% with an interval of -32%..+1.8% from a dip in the before
+    window. Reverted; a second window whose estimate is within the tolerance is not, nor one
+    whose interval reaches a gain."""
+    first = _verdict(REVERTED, (-0.243, -0.31, -0.17))
+    v = confirm(first, _verdict(INCONCLUSIVE, (-0.151, -0.32, 0.018)))
+    assert v.outcome == REVERTED and "fell 15.1%, as in the window before" in v.why
+    v = confirm(first, _verdict(KEPT, (-0.03, -0.09, 0.03)))
+    assert v.outcome == KEPT and "did not last" in v.why
+    # a loss by the estimate of a window too noisy to exclude a gain: the null move that
+    # bench.verdicts reverted on it (2026-11-27: -21.5%, -113%..+70%, after a 27% dip)
+    v = confirm(first, _verdict(INCONCLUSIVE, (-0.215, -1.13, 0.70)))
+    assert v.outcome == INCONCLUSIVE and "did not last" in v.why
+    assert confirm(first, _verdict(REVERTED, (-0.3, -0.35, -0.25))).outcome == REVERTED
+
+
+def test_a_cpu_per_gb_loss_is_confirmed_only_by_its_interval():
+    """A loss found by the CPU per GB (goodput held) needs the second window's interval too:
+    its estimate alone does not revert."""
+    first = _verdict(REVERTED, (0.0, -0.04, 0.04), cost=(0.4, 0.2, 0.6))
+    v = confirm(first, _verdict(KEPT, (-0.06, -0.2, 0.08), cost=(0.3, -0.1, 0.7)))
+    assert v.outcome == KEPT
+    v = confirm(first, _verdict(REVERTED, (0.0, -0.04, 0.04), cost=(0.4, 0.2, 0.6)))
+    assert v.outcome == REVERTED
 
 
 def test_an_inconclusive_move_is_kept_or_undone_as_the_policy_says():
