@@ -32,9 +32,10 @@ pytestmark = [two_cpus]
 # others inconclusive: a dip in the before window widens its interval). So the test asks auto to
 # undo an inconclusive move too (--on-inconclusive revert) and holds it to what a harmful move must
 # never be: kept. By a model of these seconds (normal spread 4-6%, a dip of 15-40% in 8-12% of
-# them; tests/support/verdict_odds.py), a 25% loss is kept about once in 10,000 runs (1e-4), a 30%
-# one 2e-5. The null move is judged on 1 s intervals, three a side: what the test asks of it (not
-# undone, under the default --on-inconclusive keep) fails by that model about 3 times in 10,000.
+# them; tests/support/verdict_odds.py, 100,000 runs each), a 25% loss is kept 9 times in 100,000
+# runs, a 30% one in none. The null move is judged on 1 s intervals, three a side: what the test
+# asks of it (not undone, under the default --on-inconclusive keep) fails by that model 2 times in
+# 10,000 (four a side is no better: the first window is then more often a loss by chance).
 HARM = {"interval": 1.5, "window": 5}
 NULL = {"interval": 1, "window": 3}
 # the policy asks from the flow's first interval on, and the move comes once the flow has a
