@@ -16,8 +16,8 @@ is beyond TOLERANCE with that confidence in the first after window, and the next
 with, last seconds, and one window of a few seconds can fall inside one. The second window
 confirms a loss of goodput when its estimate is again a loss beyond TOLERANCE and its interval
 excludes a gain beyond it, not only when the interval excludes no loss: asking the full confidence
-twice would miss a real loss as often as either window misses it (a 25% loss, one window in 20 on
-the lab, where single seconds dip by a third), while a slowdown that merely coincided with the
+twice would miss a real loss as often as either window misses it (on the lab, where single seconds
+dip by a third, the first window found a 20-39% loss in about 4 runs of 5), while a slowdown that merely coincided with the
 first window has to last into the second to be taken for a loss. Inconclusive, for the caller's
 policy to settle, when the estimate is such a loss that the interval cannot confirm, or the interval
 reaches a loss of UNTOLD tolerances (too noisy to tell a harmless move from a harmful one); kept
@@ -126,6 +126,12 @@ class Verdict:
                 "cpu_seconds_per_gb": self.cpu_per_gb and self.cpu_per_gb.as_json()}
 
 
+def _whose(flows: int) -> str:
+    """Whose goodput a verdict judged: the moved flow's, with its neighbours' where it has any."""
+    return "the flow's goodput" if flows == 1 else \
+        f"the goodput of the flow and its {flows - 1} neighbour(s)"
+
+
 def _goodput(window: list[dict[FlowId, Figures]], flows: set[FlowId]) -> list[float]:
     return [sum(i[f].bytes for f in flows) / max(i[f].seconds for f in flows) for i in window]
 
@@ -150,8 +156,7 @@ def judge(flow: FlowId, before: list[dict[FlowId, Figures]], after: list[dict[Fl
     cost = compare(_cpu_per_gb(before, flow), _cpu_per_gb(after, flow), confidence)
     if goodput is None:
         return Verdict(INCONCLUSIVE, "too few intervals with traffic", None, cost, len(flows))
-    whose = "the flow's goodput" if len(flows) == 1 else \
-        f"the goodput of the flow and its {len(flows) - 1} neighbour(s)"
+    whose = _whose(len(flows))
     lost = _loss(goodput, -1, tolerance)
     if lost == REVERTED:
         return Verdict(REVERTED, f"{whose} fell {-goodput.change:.1%}", goodput, cost, len(flows))
@@ -193,9 +198,8 @@ def confirm(first: Verdict, second: Verdict, tolerance: float = TOLERANCE) -> Ve
     goodput_lost = first.goodput is not None and first.goodput.high < -tolerance
     if second.outcome == REVERTED or (goodput_lost and g is not None and g.change < -tolerance
                                       and g.high < tolerance):
-        whose = "the flow's goodput" if second.flows == 1 else \
-            f"the goodput of the flow and its {second.flows - 1} neighbour(s)"
-        why = second.why if second.outcome == REVERTED else f"{whose} fell {-g.change:.1%}"
+        why = second.why if second.outcome == REVERTED else \
+            f"{_whose(second.flows)} fell {-g.change:.1%}"
         return replace(second, outcome=REVERTED, why=f"{why}, as in the window before")
     return replace(second, why=f"{second.why}; the loss of the first window after the move "
                                 f"({first.why}) did not last")

@@ -547,8 +547,9 @@ class Tracer:
         self._clocks = clocks
 
     def _open_clocks(self) -> list[PerfCounter]:
-        """One cpu-clock event per online CPU that overflows every 1/sample_hz seconds; a
-        KernelError names ft_sample, whose events they are."""
+        """One cpu-clock event per online CPU that overflows about every 1/sample_hz seconds (each
+        CPU at its own rate: sample_period); a KernelError names ft_sample, whose events they
+        are."""
         clocks: list[PerfCounter] = []
         try:
             for cpu in _online_cpus():
