@@ -5,7 +5,8 @@ import json
 import sys
 import time
 
-from steer.cli.common import (EXIT_ERROR, MAX_INTERVAL, MAX_ROWS, UserError, bounded_int, need_matplotlib, positive,
+from steer.cli.common import (EXIT_ERROR, MAX_INTERVAL, MAX_ROWS, UserError, bounded_int, device_name,
+                              need_matplotlib, netns_name, positive,
                               start_profiler, start_tracer, tracer_options, view_options,
                               view_state)
 
@@ -85,6 +86,11 @@ def add_parsers(sub, fmt) -> dict:
                         "then every BPF program and whether the kernel runs it. Exit status 0 "
                         "when the default mode runs here, 1 when not even its core loads.")
     ck.add_argument("--json", action="store_true", help="the report as JSON, for fleets")
+    ck.add_argument("--dev", type=device_name, metavar="IFACE",
+                    help="the device whose ways to move receive work are listed (default: "
+                         "every device of this namespace backed by hardware)")
+    ck.add_argument("--netns", type=netns_name, metavar="NAME",
+                    help="network namespace of IFACE (a name under /run/netns, or a path)")
     return {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "profile": cmd_profile, "check": cmd_check}
 
 
@@ -174,8 +180,18 @@ def cmd_profile(args) -> int:
 
 def cmd_check(args) -> int:
     import shutil
-    from steer.trace.check import run_checks, text_lines
+    from steer.trace.check import device_methods, hardware_devices, run_checks, text_lines
+    if args.dev:   # a device asked for by name must be there, before the minute of checks
+        from steer.kernel.gateway import KernelError
+        from steer.steering.methods import describe
+        from steer.steering.xdp import SteerError
+        try:
+            describe(args.dev, args.netns)
+        except (SteerError, KernelError, OSError) as e:
+            raise UserError(f"--dev {args.dev}: {e}") from None
     report = run_checks()
+    report["methods"] = device_methods([args.dev] if args.dev else hardware_devices(),
+                                       args.netns, report["steering"])
     if args.json:
         print(json.dumps(report, indent=2))
     else:

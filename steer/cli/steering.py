@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 from steer.cli.export import serve, web_config, web_options
 from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_ROWS, MAX_SECONDS, PID_MAX_LIMIT,
                               UsageError, UserError, bounded_int, cpus_online, device_name,
                               netns_name, number, positive, start_tracer, tracer_options)
 from steer.model.topology import MAX_CPU
+from steer.steering.methods import QUEUE_METHODS
 from steer.steering.verdict import TOLERANCE
 
 
@@ -22,11 +24,20 @@ def add_parsers(sub, fmt) -> dict:
         sp.add_argument("--netns", type=netns_name, metavar="NAME",
                         help="network namespace of IFACE (a name under /run/netns, or a path)")
 
-    pin = sub.add_parser("pin", formatter_class=fmt, help="steer flows to a CPU (XDP + cpumap)",
-                         description="Redirect the flows matching FLOWSPEC, as they arrive on "
-                         "IFACE, to CPU N, where the kernel's receive processing then runs. The "
-                         "rule stays after the command exits, pinned under /sys/fs/bpf/steer, "
-                         "until steer unpin or steer reset. Pinning a FLOWSPEC again moves it.")
+    pin = sub.add_parser("pin", formatter_class=fmt, help="steer flows to a CPU",
+                         description="Move the receive processing of the flows matching "
+                         "FLOWSPEC, as they arrive on IFACE, to CPU N. By default (--method "
+                         "cpumap) an XDP rule redirects those flows alone: it stays after the "
+                         "command exits, pinned under /sys/fs/bpf/steer, until steer unpin or "
+                         "steer reset, and pinning a FLOWSPEC again moves it. The per-queue "
+                         "methods move the flows' RX queue instead, with every flow of it, and "
+                         "cost nothing per packet: irq (the queue's IRQ), napi (the queue's NAPI "
+                         "in a kthread of its own) and rps (the queue's rps_cpus); the queue is "
+                         "--queue, or the one the flows arrive on, traced for --find seconds "
+                         "(steer check --dev IFACE says which methods the device allows). "
+                         "steer reset puts a queue's settings back. --method auto takes the "
+                         "cheapest per-queue method that works when the flows are alone on their "
+                         "queue, else cpumap.")
     pin.add_argument("flowspec", metavar="FLOWSPEC",
                      help="comma-separated key=value from proto, src, sport, dst, dport, in the "
                           "receive direction (src = the sender); all five make an exact rule. "
@@ -37,6 +48,14 @@ def add_parsers(sub, fmt) -> dict:
                      help="XDP attach mode; auto picks native where the driver has it, generic on "
                           "veth (native veth XDP drops locally generated packets unless the peer "
                           "has tx checksum offload off)")
+    pin.add_argument("--method", choices=["cpumap", "auto", *QUEUE_METHODS], default="cpumap",
+                     help="how the work moves (see above)")
+    pin.add_argument("--queue", type=bounded_int(0, MAX_QUEUE), metavar="N",
+                     help="the RX queue a per-queue method moves (default: the one the flows "
+                          "arrive on, traced)")
+    pin.add_argument("--find", type=positive(maximum=MAX_INTERVAL), default=1.0, metavar="SECONDS",
+                     help="how long to trace the flows to find their RX queue, and what else "
+                          "arrives on it")
 
     unpin = sub.add_parser("unpin", formatter_class=fmt, help="remove a steering rule",
                            description="Remove the rule of FLOWSPEC; with the last rule of a "
@@ -155,6 +174,8 @@ def cmd_pin(args) -> int:
     from steer.steering.xdp import XdpSteering
     spec = _spec(args.flowspec)
     (cpu,) = cpus_online(str(args.cpu))
+    if args.method != "cpumap" and _pin_queue(args, spec, cpu):
+        return 0
     st = XdpSteering(args.dev, args.netns, mode=args.mode).open(reattach=True)
     try:
         where = f"{args.dev}" + (f" in {args.netns}" if args.netns else "")
@@ -165,6 +186,78 @@ def cmd_pin(args) -> int:
     finally:
         st.close()
     return 0
+
+
+def _pin_queue(args, spec, cpu: int) -> bool:
+    """steer pin by a per-queue method (or --method auto); False where auto takes cpumap."""
+    from steer.kernel.privileges import CAP_NET_ADMIN, CAP_SYS_ADMIN, require_caps
+    from steer.steering.methods import choose, describe, methods, move_queue
+    from steer.trace.check import steering_status
+    require_caps([CAP_SYS_ADMIN, CAP_NET_ADMIN], f"--method {args.method}")
+    where = args.dev + (f" in {args.netns}" if args.netns else "")
+    desc = describe(args.dev, args.netns)
+    avail = methods(desc, steering_status() if args.method == "auto" else "not asked")
+    if args.method != "auto" and not avail[args.method].works:
+        raise UserError(f"--method {args.method} on {where}: {avail[args.method].why}")
+    queue, napi_id, others = args.queue, None, None
+    single = len(desc["rx_queues"]) == 1
+    mapped = queue is not None and desc["rx_queues"].get(queue) is not None
+    if args.method == "auto" or (queue is None and not single) or \
+            (args.method == "napi" and not (mapped or single and desc["rx_queues"].get(0))):
+        queues, napi_id, others = _traced_queues(args, spec, desc)
+        if queue is None:
+            if len(queues) != 1:
+                raise UserError(f"the flows of {spec} arrive on RX queues "
+                                f"{', '.join(map(str, sorted(queues)))} of {where}: a per-queue "
+                                "method moves one (--queue N), or use --method cpumap")
+            (queue,) = queues
+    if queue is None:
+        queue = 0
+    method = args.method
+    if method == "auto":
+        method = choose(avail, alone=not others)
+        why = "the flows are alone on" if not others else f"{others} other flow(s) arrive on"
+        none = "" if others or method != "cpumap" else " (no per-queue method works there: " + \
+            "; ".join(f"{n}: {avail[n].why}" for n in QUEUE_METHODS) + ")"
+        print(f"auto: {why} RX queue {queue} of {where}: {method}{none}")
+        if method == "cpumap":
+            return False
+    moved = move_queue(method, desc, queue, cpu, napi_id)
+    also = "" if others is None else \
+        f"; {others} other flow(s) seen on that queue in {args.find:g} s move with it"
+    print(f"pinned RX queue {queue} of {where} to CPU {cpu} by {method}: {moved.said}; every "
+          f"flow of that queue moves{also}; steer reset puts it back")
+    return True
+
+
+def _traced_queues(args, spec, desc) -> tuple[set[int], int | None, int]:
+    """The RX queues of DESC's device on which flows of SPEC arrived over --find seconds, the
+    NAPI the most of their bytes came through, and how many other flows arrived on those
+    queues."""
+    import time
+    from steer.model.flows import build_snapshot
+    from steer.model.topology import read_topology
+    from steer.steering.xdp import netns_path
+    from steer.trace.tracer import Tracer
+    ns = os.stat(netns_path(args.netns) or "/proc/self/ns/net").st_ino
+    tracer = Tracer(sample_hz=99).start()
+    try:
+        a = tracer.sample()
+        time.sleep(args.find)
+        snap = build_snapshot(a, tracer.sample(), read_topology(), tracer.capabilities)
+    finally:
+        tracer.stop()
+    here = [f for f in snap.flows if f.rx_path and f.rx_path.ifindex == desc["ifindex"]
+            and f.rx_path.netns == ns and f.rx_bytes > 0]
+    mine = [f for f in here if spec.matches(*f.flow)]
+    if not mine:
+        raise UserError(f"no packet of {spec} arrived on {args.dev} in {args.find:g} s, to find "
+                        "its RX queue: give --queue N, or --find a longer time")
+    queues = {f.rx_path.queue if f.rx_path.queue is not None else 0 for f in mine}
+    top = max(mine, key=lambda f: f.rx_bytes)
+    others = sum(1 for f in here if not spec.matches(*f.flow) and
+                 (f.rx_path.queue if f.rx_path.queue is not None else 0) in queues)
+    return queues, top.rx_path.napi_id, others
 
 
 def _say_reattached(st, where: str) -> None:

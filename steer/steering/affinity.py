@@ -1,7 +1,8 @@
 """The knobs of the papers other than XDP steering: where the application runs (its threads'
-affinity), where a device's IRQs are handled, and where RPS spreads its receive processing. The
-IRQ and RPS settings steer changes are remembered in STATE_DIR and put back by restore() (`steer
-reset`), so a tuning experiment leaves the host as it found it."""
+affinity), where a device's IRQs are handled, where RPS spreads its receive processing, and where
+a threaded NAPI instance's kthread polls. The IRQ, RPS and threaded-NAPI settings steer changes are
+remembered in STATE_DIR and put back by restore() (`steer reset`), so a tuning experiment leaves the
+host as it found it."""
 from __future__ import annotations
 
 import json
@@ -44,9 +45,11 @@ def _state_dir(create: bool) -> bool:
 
 
 def _state() -> dict:
-    """The settings to put back: {"irq": {IRQ: cpulist}, "rps": {[netns, dev, queue]: mask}},
-    the RPS keys JSON lists (a namespace's name may hold any character but '/')."""
-    empty = {"irq": {}, "rps": {}}
+    """The settings to put back: {"irq": {IRQ: cpulist}, "rps": {[netns, dev, queue]: mask},
+    "napi": {[netns, dev, napi id or null for the device's]: {"threaded": was it, "pid": its
+    kthread, "cpus": that kthread's CPUs}}}, the keys of the last two JSON lists (a namespace's
+    name may hold any character but '/')."""
+    empty = {"irq": {}, "rps": {}, "napi": {}}
     if not _state_dir(create=False):
         return empty
     try:
@@ -54,7 +57,9 @@ def _state() -> dict:
             state = json.load(f)
     except (OSError, ValueError):
         return empty
-    return state if isinstance(state, dict) and state.keys() == empty.keys() else empty
+    if not isinstance(state, dict) or not state.keys() <= empty.keys():
+        return empty
+    return {k: state.get(k) if isinstance(state.get(k), dict) else {} for k in empty}
 
 
 def _save_state(state: dict) -> None:
@@ -130,7 +135,7 @@ def restore_irqs(before: dict[int, str]) -> list[str]:
             pass   # the IRQ went with its device
         if state["irq"].get(str(irq)) == cpus:
             del state["irq"][str(irq)]
-    if state["irq"] or state["rps"]:
+    if any(state.values()):
         _save_state(state)
     else:
         _forget_state()
@@ -158,13 +163,13 @@ def _cpu_mask(cpus: list[int]) -> str:
 
 
 def set_rps(dev: str, cpus: list[int], netns: str | None = None,
-            remember: bool = True) -> dict[str, str]:
-    """Spread DEV's receive processing over CPUS with RPS; the originals are kept for reset
-    (unless REMEMBER is false: a lab device that goes away with its namespace).
-    A device in another namespace is only visible to a sysfs mounted there (the gateway's
-    call_with_netns_sysfs)."""
+            remember: bool = True, queue: int | None = None) -> dict[str, str]:
+    """Spread DEV's receive processing (of RX QUEUE alone, if given) over CPUS with RPS; the
+    originals are kept for reset (unless REMEMBER is false: a lab device that goes away with its
+    namespace). A device in another namespace is only visible to a sysfs mounted there (the
+    gateway's call_with_netns_sysfs)."""
     mask = _cpu_mask(cpus)
-    results = _with_sysfs_of(netns, _write_rps, dev, mask)
+    results = _with_sysfs_of(netns, _write_rps, dev, mask, queue)
     if not remember:
         return results
     state = _state()
@@ -174,9 +179,14 @@ def set_rps(dev: str, cpus: list[int], netns: str | None = None,
     return results
 
 
-def _write_rps(sysfs: str, dev: str, mask: str) -> dict[str, str]:
+def _write_rps(sysfs: str, dev: str, mask: str, queue: int | None = None) -> dict[str, str]:
     out = {}
-    for path in _rps_files(sysfs, dev):
+    files = _rps_files(sysfs, dev)
+    if queue is not None:
+        files = [f for f in files if os.path.basename(os.path.dirname(f)) == f"rx-{queue}"]
+        if not files:
+            raise SteerError(f"{dev} has no RX queue {queue}")
+    for path in files:
         with open(path) as f:
             out[os.path.basename(os.path.dirname(path))] = f.read().strip()
         with open(path, "w") as f:
@@ -190,6 +200,129 @@ def _restore_rps(sysfs: str, dev: str, queue: str, mask: str) -> dict:
         with open(path, "w") as f:
             f.write(mask)
     return {}
+
+
+def thread_napi(dev: str, napi_id: int, cpu: int, netns: str | None = None,
+                remember: bool = True) -> dict:
+    """Poll NAPI instance NAPI_ID of DEV in a kthread of its own (threaded NAPI: that instance
+    alone where the kernel can, 6.17+; else every NAPI of DEV) and pin that kthread to CPU.
+    Returns {"scope": "napi" or "device", "was_threaded", "pid", "cpus_before"}; what it changed
+    is kept for reset (REMEMBER)."""
+    info = _with_sysfs_of(netns, _thread_napi, dev, napi_id)
+    pid = info["pid"]
+    try:
+        before = sorted(os.sched_getaffinity(pid))
+        if remember:
+            state = _state()
+            key = json.dumps([netns or "", dev, napi_id if info["scope"] == "napi" else None])
+            state["napi"].setdefault(key, {"threaded": info["was_threaded"], "pid": pid,
+                                           "cpus": before})
+            _save_state(state)
+        os.sched_setaffinity(pid, {cpu})
+    except ProcessLookupError:
+        raise SteerError(f"the kthread of NAPI {napi_id} of {dev} (pid {pid}) ended as it was "
+                         "moved: was its device's threading turned off meanwhile?") from None
+    except OSError as e:
+        raise SteerError(f"NAPI {napi_id} of {dev}: cannot pin its kthread (pid {pid}) to CPU "
+                         f"{cpu}: {e.strerror}") from None
+    return dict(info, cpus_before=before)
+
+
+def napi_kthread_name(dev: str, napi_id: int) -> str:
+    """The name the kernel gives a threaded NAPI's kthread, as /proc shows it (15 bytes)."""
+    return f"napi/{dev}-{napi_id}"[:15]
+
+
+def _napi_kthreads(name: str) -> list[int]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().rstrip("\n") == name:
+                    out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def _thread_napi(sysfs: str, dev: str, napi_id: int) -> dict:
+    """In DEV's namespace: thread NAPI_ID (alone where the kernel can), and find its kthread."""
+    import time
+    from steer.kernel import netdev
+    base = os.path.join(sysfs, "class/net", dev)
+    try:
+        with open(os.path.join(base, "ifindex")) as f:
+            ifindex = int(f.read())
+    except OSError:
+        raise SteerError(f"no interface {dev!r}") from None
+    try:
+        napis = netdev.rx_queues_and_napis(ifindex)[1]
+    except netdev.NoFamily:
+        napis = None
+    if napis is not None and napi_id not in napis:
+        raise SteerError(f"{dev} has no NAPI instance {napi_id} (it has "
+                         f"{', '.join(map(str, sorted(napis))) or 'none'})")
+    napi = napis[napi_id] if napis else None
+    if napi is not None and napi.threaded is not None:
+        scope, was = "napi", napi.threaded
+        if not was:
+            netdev.set_napi_threaded(napi_id, True)
+    else:
+        scope, path = "device", os.path.join(base, "threaded")
+        try:
+            with open(path) as f:
+                was = f.read().strip() not in ("0", "")
+            if not was:
+                with open(path, "w") as f:
+                    f.write("1")
+        except OSError as e:
+            raise SteerError(f"{dev}: cannot thread its NAPI ({path}: {e.strerror})") from None
+    # the kthread: named by the netdev family (6.9+), else by its name, which the kernel cuts
+    # to 15 bytes: two devices whose cut names agree cannot be told apart that way
+    for _ in range(50):
+        if napis is not None:
+            pid = netdev.rx_queues_and_napis(ifindex)[1].get(napi_id, napi).pid
+            if pid:
+                return {"scope": scope, "was_threaded": was, "pid": pid}
+        found = _napi_kthreads(napi_kthread_name(dev, napi_id))
+        if len(found) == 1 and (napis is None or napis[napi_id].pid is None):
+            return {"scope": scope, "was_threaded": was, "pid": found[0]}
+        if len(found) > 1:
+            raise SteerError(f"{len(found)} kthreads are named {napi_kthread_name(dev, napi_id)}: "
+                             "which polls this NAPI needs the netdev netlink family (Linux 6.9+)")
+        time.sleep(0.02)
+    raise SteerError(f"{dev}: NAPI {napi_id} is threaded but no kthread of it appeared")
+
+
+def _unthread_napi(sysfs: str, dev: str, napi_id: int | None) -> dict:
+    """In DEV's namespace: stop threading NAPI_ID (None: every NAPI of DEV)."""
+    if napi_id is None:
+        path = os.path.join(sysfs, "class/net", dev, "threaded")
+        if os.path.exists(path):
+            with open(path, "w") as f:
+                f.write("0")
+    else:
+        from steer.kernel import netdev
+        netdev.set_napi_threaded(napi_id, False)
+    return {}
+
+
+def _restore_napi(key: str, rec: dict) -> str | None:
+    try:
+        ns, dev, napi_id = json.loads(key)
+        if not isinstance(rec, dict) or not isinstance(dev, str):
+            return None
+        if not rec.get("threaded"):
+            _with_sysfs_of(ns or None, _unthread_napi, dev, napi_id)
+            return f"stopped threaded NAPI {napi_id if napi_id is not None else '(all)'} of {dev}"
+        pid, cpus = int(rec["pid"]), [int(c) for c in rec["cpus"]]
+        with open(f"/proc/{pid}/comm") as f:
+            if not f.read().startswith("napi/"):
+                return None   # the kthread is gone, and its pid taken by another task
+        os.sched_setaffinity(pid, cpus)
+        return f"restored the CPUs of NAPI kthread {pid} of {dev} to {format_cpulist(cpus)}"
+    except (ValueError, TypeError, KeyError, OSError, SteerError, KernelError):
+        return None   # the device, or the kthread, went meanwhile
 
 
 def _with_sysfs_of(netns: str | None, fn, dev: str, *args):
@@ -226,6 +359,9 @@ def restore() -> list[str]:
             done.append(f"restored RPS of {dev} {queue} to {mask}")
         except SteerError:
             pass
+    for key, rec in state["napi"].items():
+        if (line := _restore_napi(key, rec)) is not None:
+            done.append(line)
     _forget_state()
     return done
 

@@ -79,7 +79,7 @@ def _counters() -> dict:
         cs.close()
 
 
-def _steering() -> str:
+def steering_status() -> str:
     """Whether the XDP steering program loads and a cpumap entry (a kthread) can be made."""
     from steer.kernel.gateway import KernelError
     from steer.steering.xdp import CPUMAP_QSIZE, load_unattached
@@ -147,8 +147,49 @@ def run_checks() -> dict:
         report["counters"], report["steering"] = {}, "not tried"
     else:
         report["counters"] = _counters()
-        report["steering"] = _steering()
+        report["steering"] = steering_status()
     return report
+
+
+def hardware_devices(sysfs: str = "/sys") -> list[str]:
+    """The devices of this namespace backed by hardware (a device/ link in sysfs): NICs."""
+    base = os.path.join(sysfs, "class/net")
+    try:
+        return sorted(d for d in os.listdir(base) if os.path.exists(os.path.join(base, d, "device")))
+    except OSError:
+        return []
+
+
+def device_methods(devs: list[str], netns: str | None, steering: str) -> dict:
+    """{device: {"methods": [each method's state]} or {"error": why}}: what steer pin --method
+    can do on each of DEVS (steer.steering.methods)."""
+    from steer.steering.methods import describe, methods
+    out = {}
+    for dev in devs:
+        try:
+            desc = describe(dev, netns)
+        except Exception as e:   # noqa: BLE001 - a device's error is its row, not the report's
+            out[dev] = {"error": str(e)}
+            continue
+        out[dev] = {"methods": [m.as_dict() for m in methods(desc, steering).values()]}
+    return out
+
+
+def method_lines(report: dict, width: int) -> list[str]:
+    import textwrap
+    out = []
+    for dev, d in (report.get("methods") or {}).items():
+        out.append(f"ways to move the receive work of {dev} (steer pin --method):")
+        if "error" in d:
+            out.extend(textwrap.wrap(d["error"], width, initial_indent="    ",
+                                     subsequent_indent="    "))
+            continue
+        for m in d["methods"]:
+            head = f"  {m['method']:<7} {'works' if m['works'] else 'no':<6} "
+            text = (f"moves {m['moves']}: " if m["works"] else "") + m["why"]
+            out.extend(textwrap.wrap(text, width, initial_indent=head,
+                                     subsequent_indent=" " * len(head)))
+    return out
 
 
 def figure_rows(report: dict) -> list[tuple[str, str, str, str]]:
@@ -232,6 +273,8 @@ def text_lines(report: dict, width: int = 100) -> list[str]:
         if fix:
             out.extend(textwrap.wrap(fix, width, initial_indent="    -> ",
                                      subsequent_indent="       "))
+    if report.get("methods"):
+        out += [""] + method_lines(report, width)
     return out
 
 

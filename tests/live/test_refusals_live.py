@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from helpers import CPU_A, CPU_B, COOKIE, SAMPLE_HZ, live, steer, tcp_rx_bound, two_cpus
+from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, assert_one_line_error, live, steer, tcp_rx_bound,
+                     two_cpus)
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import Lab, LabFlow
@@ -171,9 +172,14 @@ def test_flows_on_a_refusing_kernel_shows_bytes_reader_and_class_and_names_the_r
 
 
 def test_check_names_each_refused_program_and_runs():
-    r = steer("check", "--json", env={REFUSE_ENV: "optional"}, timeout=180)
+    r = steer("check", "--json", "--dev", "lo", env={REFUSE_ENV: "optional"}, timeout=180)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
+    # the ways to move lo's receive work: an XDP rule or its queue's RPS, no IRQ or NAPI
+    ways = {m["method"]: m for m in report["methods"]["lo"]["methods"]}
+    assert {n: m["works"] for n, m in ways.items()} == \
+        {"cpumap": True, "irq": False, "napi": False, "rps": True}, ways
+    assert "no IRQs of its own" in ways["irq"]["why"]
     assert report["default"]["runs"] and report["default"]["mode"] == "sampled"
     for name in OPTIONAL:
         p = report["programs"][name]
@@ -190,8 +196,10 @@ def test_check_names_each_refused_program_and_runs():
     assert old["maps"] == {"readers": REFUSE_ENV, "sampled_runtime": REFUSE_ENV}
     assert old["default"]["mode"] == "exact"
     assert "it uses the map sampled_runtime" in old["programs"]["ft_sample"]["why"]
-    text = steer("check", env={REFUSE_ENV: "optional"}, timeout=180)
+    text = steer("check", "--dev", "lo", env={REFUSE_ENV: "optional"}, timeout=180)
     assert text.returncode == 0 and "degraded: " in text.stdout.splitlines()[0]
+    assert "ways to move the receive work of lo (steer pin --method):" in text.stdout
+    assert_one_line_error(steer("check", "--dev", "nosuch0"), "--dev nosuch0: no interface")
 
 
 def test_check_fails_in_one_line_where_no_mode_loads():

@@ -13,11 +13,12 @@ from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.model.flows import build_snapshot
 from steer.model.flowspec import FlowSpec
-from steer.kernel.gateway import BPFFS, ensure_tracefs, prog_test_run
+from steer.kernel.gateway import BPFFS, prog_test_run
 from steer.experiment.lab import Lab, LabFlow
 from steer.steering.xdp import load_unattached, pin_root
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
+from witness import TraceEvents
 
 pytestmark = live
 XDP_PASS, XDP_REDIRECT = 2, 4
@@ -37,44 +38,6 @@ def _skbs_by_cpu(before, after, sport, dport):
 def _share(counts, cpu):
     total = sum(counts.values())
     return counts.get(cpu, 0) / total if total else 0.0
-
-
-class TraceEvents:
-    """net:netif_receive_skb of one device, counted per CPU by tracefs (a tracing instance of
-    our own, so the global trace buffer is left alone): a witness that shares no code with steer."""
-
-    def __init__(self, dev):
-        base = os.path.join(ensure_tracefs(), "instances", f"steertest{os.getpid()}")
-        os.makedirs(base, exist_ok=True)
-        self.base = base
-        with open(f"{base}/buffer_size_kb", "w") as f:
-            f.write("64")
-        ev = f"{base}/events/net/netif_receive_skb"
-        with open(f"{ev}/filter", "w") as f:
-            f.write(f'name == "{dev}" && len > 1000')   # data segments, not ACKs or handshakes
-        self.ev = ev
-
-    def _stats(self):
-        out = {}
-        for cpu in sorted(os.listdir(f"{self.base}/per_cpu")):
-            with open(f"{self.base}/per_cpu/{cpu}/stats") as f:
-                text = f.read()
-            n = sum(int(m) for m in re.findall(r"^(?:entries|overrun): (\d+)", text, re.M))
-            out[int(cpu[3:])] = n
-        return out
-
-    def count(self, seconds):
-        with open(f"{self.base}/trace", "w"):
-            pass   # clear
-        with open(f"{self.ev}/enable", "w") as f:
-            f.write("1")
-        time.sleep(seconds)
-        with open(f"{self.ev}/enable", "w") as f:
-            f.write("0")
-        return self._stats()
-
-    def close(self):
-        os.rmdir(self.base)
 
 
 def _pin(lab, spec, cpu, *extra):

@@ -21,7 +21,7 @@ from datetime import datetime
 import pytest
 
 from helpers import CPU_A, CPU_B, ROOT, STEER, steer, two_cpus
-from test_steering_live import TraceEvents
+from witness import TraceEvents
 from steer.experiment.lab import Lab, LabFlow
 
 pytestmark = [two_cpus]
