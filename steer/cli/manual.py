@@ -122,11 +122,9 @@ def bash_completion(parser: argparse.ArgumentParser) -> str:
             elif set(a.option_strings) & FILE_OPTIONS:
                 values.append(f'{pattern}) COMPREPLY=($(compgen -f -- "$cur")); return;;')
             elif set(a.option_strings) & DEVICE_OPTIONS:
-                values.append(f'{pattern}) COMPREPLY=($(compgen -W "$(ls /sys/class/net '
-                              f'2>/dev/null)" -- "$cur")); return;;')
+                values.append(f'{pattern}) _steer_names /sys/class/net; return;;')
             elif set(a.option_strings) & NETNS_OPTIONS:
-                values.append(f'{pattern}) COMPREPLY=($(compgen -W "$(ls /run/netns '
-                              f'2>/dev/null)" -- "$cur")); return;;')
+                values.append(f'{pattern}) _steer_names /run/netns; return;;')
             else:
                 values.append(f"{pattern}) return;;   # a value of its own kind")
         body = "\n".join(f"                {v}" for v in values)
@@ -138,6 +136,18 @@ def bash_completion(parser: argparse.ArgumentParser) -> str:
     script = f"""\
 # bash completion for steer {__version__}, generated from its argument parser
 # (steer completion bash); install as /usr/share/bash-completion/completions/steer
+
+# the names in directory $1 that begin with $cur, each as it is: device and namespace names are
+# anyone's to choose, and compgen -W would expand a name such as $(cmd), running cmd
+_steer_names() {{
+    local n
+    COMPREPLY=()
+    for n in "$1"/*; do
+        n=${{n##*/}}
+        [[ -e $1/$n && $n == "$cur"* ]] && COMPREPLY+=("$n")
+    done
+}}
+
 _steer() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" cmd="" i
     for ((i = 1; i < COMP_CWORD; i++)); do

@@ -13,16 +13,19 @@ import re
 IFNAMSIZ = 16             # the kernel's limit, the terminating NUL included
 NETNS_NAME_MAX = 255      # a file name under /run/netns
 
-# C0, DEL, C1, and the format characters that reorder or hide text (bidi overrides, zero
-# width): a terminal acts on them, a reader cannot see them
-_UNSHOWABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+# C0, DEL, C1, the format characters that reorder or hide text (bidi overrides, zero width,
+# tags), the line and paragraph separators, and lone surrogates (a name's bytes that were not
+# UTF-8, as Python decodes file names): a terminal acts on them, a reader cannot see them, or a
+# UTF-8 encoder refuses them
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069"
+                         "\ud800-\udfff\ufeff\U000e0000-\U000e007f]")
 
 
 def printable(name: str) -> str:
     """NAME with every character a terminal would act on written as \\xNN or \\uNNNN."""
     def escape(m: re.Match) -> str:
         c = ord(m.group())
-        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" if c < 0x10000 else f"\\U{c:08x}"
     return _UNSHOWABLE.sub(escape, name)
 
 

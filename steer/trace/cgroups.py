@@ -31,6 +31,13 @@ def cgroup2_mount(mountinfo: str = MOUNTINFO) -> str | None:
     return None
 
 
+def as_text(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (any user with a delegated cgroup subtree
+    can make `\\xff.scope`) written as \\xNN, so that no lone surrogate reaches a label value
+    or a terminal, which would refuse to encode it. The path is for people: nothing opens it."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 class CgroupResolver:
     """cgroup v2 id -> its path under the hierarchy's root ("/" for the root itself), None for an
     id that is not (or no longer) there."""
@@ -51,7 +58,7 @@ class CgroupResolver:
             except OSError:
                 continue   # gone during the walk
             rel = os.path.relpath(top, self.root)
-            paths[ino] = "/" if rel == "." else "/" + rel
+            paths[ino] = "/" if rel == "." else "/" + as_text(rel)
             if len(paths) >= MAX_CGROUPS:
                 break
         self._paths, self._walked = paths, self._clock()

@@ -52,3 +52,20 @@ def test_bash_completion_completes_commands_options_and_values():
     assert _complete(script, "flows", "--duration", "") == []   # a number: nothing to offer
     for name, opts in OPTIONS.items():
         assert sorted(_complete(script, name, "-")) == sorted(opts + ["-h", "--help"]), name
+
+
+def test_a_device_name_is_offered_as_it_is_and_never_run(tmp_path):
+    """Device and namespace names are anyone's to choose (a device named $(cmd) is valid): bash
+    completion offers them as they are, and runs nothing of them."""
+    devices = tmp_path / "net"
+    devices.mkdir()
+    hostile = "$(touch ran)"   # 12 bytes, no '/' or space: a valid device name
+    for name in ("eth0", "`touch ran`", hostile):
+        (devices / name).mkdir()
+    script = bash_completion(PARSER).replace("/sys/class/net", str(devices))
+    r = subprocess.run(["bash", "-c", f"cd {tmp_path}\n{script}\nCOMP_WORDS=(steer pin --dev ''); "
+                        "COMP_CWORD=3; _steer; printf '%s\\n' \"${COMPREPLY[@]}\""],
+                       capture_output=True, text=True, check=True)
+    assert sorted(r.stdout.splitlines()) == sorted(["eth0", "`touch ran`", hostile])
+    assert not (tmp_path / "ran").exists()
+    assert _complete(script.replace(str(devices), "/nonexistent"), "pin", "--dev", "") == []

@@ -13,7 +13,7 @@ import pytest
 from cgroups import made_cgroup, move
 from helpers import CPU_A, ROOT, STEER, live
 from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
-from steer.trace.cgroups import cgroup2_mount
+from steer.trace.cgroups import as_text, cgroup2_mount
 
 MOUNT = cgroup2_mount()
 pytestmark = [live, pytest.mark.skipif(MOUNT is None, reason="no cgroup2 hierarchy mounted")]
@@ -72,6 +72,10 @@ LAYOUTS = {
     "systemd-unit": ("system.slice/steer-reader.service",
                      dict(app_unit="steer-reader.service", app_container_id=None,
                           app_workload="steer-reader.service")),
+    # what any user with a delegated subtree can name a cgroup: bytes that are not UTF-8, and a
+    # line separator; as text, the byte written \xff
+    "not-utf-8": ("user.slice/\udcff\u2028reader.scope",
+                  dict(app_unit="\\xff\u2028reader.scope", app_workload="\\xff\u2028reader.scope")),
 }
 
 
@@ -108,7 +112,7 @@ def test_a_readers_pod_container_or_unit_is_named_in_flows_json(layout, kubelet_
         (res,) = lab.wait(timeout=30)
     assert p.returncode == 0, err
     f = next(f for f in json.loads(out)["flows"] if f["sport"] == res.sender_port)
-    assert f["app_pid"] == pid and f["app_cgroup"] == cgroup, f
+    assert f["app_pid"] == pid and f["app_cgroup"] == as_text(cgroup), f
     for key, value in want.items():
         assert f[key] == value, (key, f)
 

@@ -1,6 +1,8 @@
 """Readers' cgroups: the cgroup2 mount found in mountinfo, ids (directory inodes) to paths."""
 import os
 
+import fakes
+
 from steer.model.flows import attach_workloads, build_snapshot
 from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.model.topology import read_topology
@@ -72,3 +74,43 @@ def test_a_flows_reader_carries_its_cgroup_into_the_json(tmp_path):
     assert (j["app_cgroup"], j["app_cgroup_id"]) == ("/system.slice/iperf3.service", unit.stat().st_ino)
     assert (j["app_unit"], j["app_workload"], j["app_pod"], j["app_container"]) == \
         ("iperf3.service", "iperf3.service", None, None)
+
+
+def test_a_cgroup_name_that_is_not_utf8_is_text_in_flows_and_scrapes(tmp_path):
+    """Any user with a delegated subtree can name a cgroup with bytes that are not UTF-8 (and
+    with U+2028): its path and unit come back as text (the byte as \\xff), which a scrape with
+    --flow-labels workload encodes and Prometheus' parser reads back, and the views escape the
+    rest."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from steer.model.names import printable
+    from steer.present.exporter import SteerCollector
+    hostile = os.path.join(os.fsencode(tmp_path), b"user.slice", b"\xff\xe2\x80\xa8x.scope")
+    os.makedirs(hostile)
+    r = CgroupResolver(str(tmp_path))
+    path = r(os.stat(hostile).st_ino)
+    assert path == "/user.slice/\\xff\u2028x.scope"
+    path.encode("utf-8")
+    resolver = WorkloadResolver(cgroups=r, pods=PodLogs(str(tmp_path / "no-logs")))
+    _, workload = resolver(os.stat(hostile).st_ino)
+    assert workload.label == "\\xff\u2028x.scope"
+    assert printable(workload.label) == "\\xff\\u2028x.scope"
+    flow = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 8080)
+    reader = dict(app_pid=7, app_comm="x", app_cgroup=os.stat(hostile).st_ino, app_calls=1,
+                  app_ns=1000)
+
+    def sample(t, n):
+        e = {(flow, 1): FlowCpuSample(flow, 1, rx_bytes=n, kernel_ns=n, app_bytes=n, **reader)}
+        return TraceSample(t * 10**9, e, (CpuSample(0), CpuSample(1)), 1, 1024)
+
+    caps = Capabilities("available", "available (sock_recv_length)", "available",
+                        "unavailable: no PMU", "available (sampled: 99 Hz)")
+    tracer = fakes.FakeTracer([sample(0, 0), sample(1, 100), sample(2, 200)], caps)
+    c = SteerCollector(tracer, read_topology(VM), flow_labels="workload", workloads=resolver)
+    list(c.collect())
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(c)
+    text = generate_latest(reg).decode()
+    labels = {s.labels.get("workload") for fam in text_string_to_metric_families(text)
+              for s in fam.samples if s.name == "steer_flow_receive_bytes_total"}
+    assert labels == {"\\xff\u2028x.scope"}

@@ -14,6 +14,9 @@ from steer.model.names import file_part, ifname_error, netns_error, printable
     ("rtl\u202eevil", "rtl\\u202eevil"),
     ("zero\u200bwidth", "zero\\u200bwidth"),
     ("ünïcode", "ünïcode"),
+    ("line\u2028sep\u2029", "line\\u2028sep\\u2029"),
+    ("not\udcffutf8", "not\\udcffutf8"),              # a file name's byte 0xff, as Python reads it
+    ("tag\U000e0041", "tag\\U000e0041"),
 ])
 def test_printable_escapes_what_a_terminal_acts_on_and_keeps_the_rest(name, shown):
     assert printable(name) == shown
@@ -23,6 +26,8 @@ def test_printable_escapes_what_a_terminal_acts_on_and_keeps_the_rest(name, show
 def test_printable_output_holds_no_control_character(name):
     out = printable(name)
     assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in out)
+    out.encode("utf-8")   # no lone surrogate left: a strict UTF-8 terminal takes it
+    assert "\u2028" not in out and "\u2029" not in out
 
 
 @pytest.mark.parametrize("name, ok", [
