@@ -95,8 +95,9 @@ def add_parsers(sub, fmt) -> dict:
     auto = sub.add_parser("auto", formatter_class=fmt, help="steer flows by a policy, continuously",
                           description="Every INTERVAL, trace the flows, ask the policy where each "
                           "should be processed, and move the ones it wants elsewhere (exact XDP "
-                          "rules on IFACE). A move needs the same answer CONFIRM times in a row "
-                          "and HOLD seconds since the flow's last move. Every move is an "
+                          "rules on IFACE, or with --method auto their RX queues). A move needs "
+                          "the same answer CONFIRM times in a row and HOLD seconds since the "
+                          "flow's last move. Every move is an "
                           "experiment: WINDOW intervals before it are set against WINDOW after it "
                           "(the moved flow's goodput and that of the flows already on the CPUs it "
                           "touched; where goodput holds, its receive CPU per GB), and a move that "
@@ -132,10 +133,19 @@ def add_parsers(sub, fmt) -> dict:
                            "built-in or yours, is shown only the flows at this rate or more and "
                            "those it placed (0: every flow with traffic)")
     auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
+    auto.add_argument("--method", choices=["cpumap", "auto"], default="cpumap",
+                      help="how a flow moves: an exact XDP rule (cpumap), or (auto) its RX "
+                           "queue where it is the only flow there at --min-rate or more and the "
+                           "device allows a per-queue method (the first of irq, napi, rps that "
+                           "works there, as steer check --dev IFACE lists them): nothing per "
+                           "packet, and the flows under --min-rate on that queue move with it. "
+                           "A queue is put back when its move is reverted, its flow ends and "
+                           "steer auto exits; after a kill, by steer reset")
     auto.add_argument("--log-format", choices=list(LOG_FORMATS), default="text",
                       help="the log on stderr: text (a UTC timestamp, then the line) or json (one "
                            "object per line: time, level, msg, and for a move event=move or undo, "
-                           "flow, old_cpu, new_cpu, reason, dry_run; for a verdict event=verdict, "
+                           "flow, old_cpu, new_cpu, reason, method (cpumap, or the per-queue "
+                           "method), queue (its RX queue, or null), dry_run; for a verdict event=verdict, "
                            "flow, from_cpu, to_cpu, verdict, why, undone, and the goodput and CPU "
                            "per GB before and after with their change and its interval)")
     auto.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
@@ -359,9 +369,15 @@ def cmd_auto(args) -> int:
     topo = read_topology()
     steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
                                                       pinned=False).open()
-    tracer = server = None
+    tracer = server = queues = None
     try:
         from steer.trace.netdevs import DeviceResolver
+        if args.method == "auto":
+            from steer.steering.methods import QueueSteering
+            queues = QueueSteering(args.dev, args.netns)
+            if queues.method is None:
+                log(f"steer auto: no per-queue method on {args.dev} ({queues.why}): every move "
+                    "is an XDP rule")
         from steer.trace.workloads import WorkloadResolver
         if args.listen:
             from steer.kernel.gateway import one_heap
@@ -371,7 +387,7 @@ def cmd_auto(args) -> int:
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
                                 window=args.window, tolerance=args.tolerance,
                                 on_inconclusive=args.on_inconclusive,
-                                revert_hold=args.revert_hold, log=log)
+                                revert_hold=args.revert_hold, log=log, queues=queues)
         if args.min_rate > 0:
             # the policy sees the flows at --min-rate or more (and those it placed): under
             # connection churn the others would cost an object each at every interval
@@ -401,10 +417,14 @@ def cmd_auto(args) -> int:
             tracer.stop()
         if steering:
             steering.close()
+        if queues is not None and not args.dry_run:
+            queues.close()
     if tracer:
         for line in engine.summary():
             log(f"steer auto: {line}")
-    log(f"steer auto: stopped; {len(engine.placed) if tracer else 0} rule(s) removed with it")
+    by_queue = len(engine.by_queue) if tracer else 0
+    log(f"steer auto: stopped; {len(engine.placed) - by_queue if tracer else 0} rule(s) removed "
+        f"with it" + (f", {by_queue} queue(s) put back" if by_queue else ""))
     return 0
 
 

@@ -179,6 +179,16 @@ def set_rps(dev: str, cpus: list[int], netns: str | None = None,
     return results
 
 
+def restore_rps(dev: str, queue: str, mask: str, netns: str | None = None) -> None:
+    """Put QUEUE ("rx-0") of DEV back to MASK, as set_rps found it, and forget it for reset."""
+    _with_sysfs_of(netns, _restore_rps, dev, queue, mask)
+    state = _state()
+    key = json.dumps([netns or "", dev, queue])
+    if state["rps"].get(key) == mask:
+        del state["rps"][key]
+        _save_state(state) if any(state.values()) else _forget_state()
+
+
 def _write_rps(sysfs: str, dev: str, mask: str, queue: int | None = None) -> dict[str, str]:
     out = {}
     files = _rps_files(sysfs, dev)
@@ -226,6 +236,18 @@ def thread_napi(dev: str, napi_id: int, cpu: int, netns: str | None = None,
         raise SteerError(f"NAPI {napi_id} of {dev}: cannot pin its kthread (pid {pid}) to CPU "
                          f"{cpu}: {e.strerror}") from None
     return dict(info, cpus_before=before)
+
+
+def unthread_napi(dev: str, napi_id: int, moved: dict, netns: str | None = None) -> None:
+    """Undo thread_napi's MOVED (its return): stop the threading it started, or put the kthread
+    back on its CPUs; and forget it for reset."""
+    key = json.dumps([netns or "", dev, napi_id if moved["scope"] == "napi" else None])
+    rec = {"threaded": moved["was_threaded"], "pid": moved["pid"], "cpus": moved["cpus_before"]}
+    _restore_napi(key, rec)
+    state = _state()
+    if state["napi"].get(key) == rec:   # an older original (an earlier steer pin) stays
+        del state["napi"][key]
+        _save_state(state) if any(state.values()) else _forget_state()
 
 
 def napi_kthread_name(dev: str, napi_id: int) -> str:

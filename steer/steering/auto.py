@@ -38,12 +38,23 @@ class Steerer(Protocol):
     def unpin(self, spec: FlowSpec) -> int: ...
 
 
+class QueueMover(Protocol):
+    """Moves by RX queue on the steered device (steer.steering.methods.QueueSteering)."""
+    method: str | None     # the per-queue method the device allows (None: none)
+
+    def queue_of(self, f: FlowReport) -> int | None: ...
+    def move(self, queue: int, cpu: int, napi_id: int | None = None) -> str: ...
+    def restore(self, queue: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class Change:
     flow: FlowId
     old_cpu: int | None
     new_cpu: int | None
     reason: str
+    queue: int | None = None       # moved by its RX queue (QueueMover), not by an XDP rule
+    napi_id: int | None = None     # that queue's NAPI, as the flow's packets showed it
 
 
 def exact_spec(f: FlowId) -> FlowSpec:
@@ -66,7 +77,11 @@ class AutoSteer:
     confidence: float = CONFIDENCE
     on_inconclusive: str = "keep"    # or "revert"
     revert_hold: float = 300.0       # seconds a reverted target is not tried again for its flow
+    # moves by RX queue, for a flow alone (among those the policy sees) on its queue: nothing
+    # per packet, where the device allows it (None: every move is an XDP rule)
+    queues: QueueMover | None = None
     placed: dict[FlowId, int] = field(default_factory=dict)       # the rules we installed
+    by_queue: dict[FlowId, int] = field(default_factory=dict)     # those moved by their queue
     moves: int = 0
     outcomes: Counter = field(default_factory=Counter)            # verdict -> moves judged so
     judged: deque = field(default_factory=lambda: deque(maxlen=100))   # the last moves' records
@@ -138,7 +153,10 @@ class AutoSteer:
             trial = self._trial_for(by_flow[flow], current, d) if flow in by_flow else None
             if self.steerer is not None and trial is None:
                 continue   # no before window yet, or a trial runs on one of its CPUs
-            change = self._apply(Change(flow, current, d.cpu, d.reason), now)
+            queue = self._queue_for(by_flow[flow], snap.flows) if flow in by_flow else None
+            napi = by_flow[flow].rx_path.napi_id if queue is not None and by_flow[flow].rx_path \
+                else None
+            change = self._apply(Change(flow, current, d.cpu, d.reason, queue, napi), now)
             if change is not None and trial is not None and self.steerer is not None:
                 self.trials[flow] = trial
             changes.append(change)
@@ -149,6 +167,20 @@ class AutoSteer:
                     self.outcomes["ended"] += 1
                 changes.append(self._apply(Change(flow, self.placed[flow], None, "flow ended"), now))
         return [c for c in changes if c is not None]
+
+    def _queue_for(self, f: FlowReport, flows: list[FlowReport]) -> int | None:
+        """The RX queue to move F by: its own where it already moved by it, else where F is the
+        only flow on its queue that the policy sees (a flow under --min-rate moves with it) and
+        has no XDP rule; None for an XDP rule."""
+        if f.flow in self.by_queue:
+            return self.by_queue[f.flow]
+        if self.queues is None or self.queues.method is None or f.flow in self.placed:
+            return None
+        q = self.queues.queue_of(f)
+        if q is None or any(g.flow != f.flow and self.queues.queue_of(g) == q for g in flows) \
+                or q in self.by_queue.values():
+            return None
+        return q
 
     def actions(self) -> dict:
         """What the exporter shows of this engine: its moves, their verdicts so far, and the
@@ -238,29 +270,40 @@ class AutoSteer:
 
     def _apply(self, c: Change, now: float, counted: bool = True) -> Change | None:
         spec = exact_spec(c.flow)
+        queue = c.queue if c.queue is not None else self.by_queue.get(c.flow)
+        method = "cpumap" if queue is None else self.queues.method
         try:
-            if self.steerer is not None:
+            if self.steerer is not None and queue is None:
                 if c.new_cpu is None:
                     self.steerer.unpin(spec)
                 else:
                     self.steerer.pin(spec, c.new_cpu)
+            elif self.steerer is not None:
+                if c.new_cpu is None:
+                    self.queues.restore(queue)
+                else:
+                    self.queues.move(queue, c.new_cpu, c.napi_id)
         except Exception as e:  # noqa: BLE001 - one failed move must not stop the others
             self.log(f"could not move {c.flow} to CPU {c.new_cpu}: {e}")
             return None
         if c.new_cpu is None:
             self.placed.pop(c.flow, None)
+            self.by_queue.pop(c.flow, None)
             self._absent.pop(c.flow, None)
         else:
             self.placed[c.flow] = c.new_cpu
+            if queue is not None:
+                self.by_queue[c.flow] = queue
             self._moved_at[c.flow] = now
             self.moves += counted
         self._pending.pop(c.flow, None)
         old = "-" if c.old_cpu is None else c.old_cpu
         new = "unsteered" if c.new_cpu is None else f"CPU {c.new_cpu}"
+        by = "" if queue is None else f" by {method} (RX queue {queue})"
         dry = " (dry run)" if self.steerer is None else ""
-        self.log(f"{c.flow}: kernel CPU {old} -> {new}: {c.reason}{dry}", flow=str(c.flow),
-                 old_cpu=c.old_cpu, new_cpu=c.new_cpu, reason=c.reason,
-                 dry_run=self.steerer is None, event="move" if counted else "undo")
+        self.log(f"{c.flow}: kernel CPU {old} -> {new}{by}: {c.reason}{dry}", flow=str(c.flow),
+                 old_cpu=c.old_cpu, new_cpu=c.new_cpu, reason=c.reason, method=method,
+                 queue=queue, dry_run=self.steerer is None, event="move" if counted else "undo")
         return c
 
 

@@ -21,7 +21,8 @@ this host does not have."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 METHODS = ("cpumap", "irq", "napi", "rps")
 # the per-queue methods in the order `--method auto` prefers them: the IRQ adds no context, the
@@ -146,6 +147,7 @@ class QueueMove:
     queue: int
     cpu: int
     said: str        # what was moved, and from where, one line
+    undo: Callable[[], None] = field(repr=False, default=lambda: None)   # back as it was found
 
     def as_dict(self) -> dict:
         return {"method": self.method, "dev": self.dev, "queue": self.queue, "cpu": self.cpu,
@@ -157,7 +159,8 @@ def move_queue(method: str, desc: dict, queue: int, cpu: int,
     """Move RX QUEUE of the device DESC to CPU by METHOD (irq, napi or rps); what it changed is
     kept for `steer reset`. NAPI_ID: the queue's NAPI as the flow's traffic showed it, where the
     kernel does not map queues to NAPIs."""
-    from steer.steering.affinity import receive_irqs, set_irq_affinity, set_rps, thread_napi
+    from steer.steering.affinity import (receive_irqs, restore_irqs, restore_rps,
+                                         set_irq_affinity, set_rps, thread_napi, unthread_napi)
     from steer.steering.xdp import SteerError
     dev, netns = desc["dev"], desc["netns"]
     if queue not in desc["rx_queues"]:
@@ -168,11 +171,13 @@ def move_queue(method: str, desc: dict, queue: int, cpu: int,
         irq = receive_irqs(dev, netns, queue if named else None)[0]
         before = set_irq_affinity([irq], [cpu])
         return QueueMove(method, dev, queue, cpu, f"IRQ {irq.irq} ({irq.name or 'no name'}) of "
-                         f"RX queue {queue} to CPU {cpu} (was CPU {before[irq.irq]})")
+                         f"RX queue {queue} to CPU {cpu} (was CPU {before[irq.irq]})",
+                         lambda: restore_irqs(before))
     if method == "rps":
         before = set_rps(dev, [cpu], netns, queue=queue)
+        was = before[f"rx-{queue}"]
         return QueueMove(method, dev, queue, cpu, f"RPS of RX queue {queue} to CPU {cpu} (was "
-                         f"mask {before.get(f'rx-{queue}', '?')})")
+                         f"mask {was})", lambda: restore_rps(dev, f"rx-{queue}", was, netns))
     if method == "napi":
         napi = desc["rx_queues"].get(queue) or napi_id
         if napi is None:
@@ -185,10 +190,58 @@ def move_queue(method: str, desc: dict, queue: int, cpu: int,
         was = "already threaded, on CPU " + _cpus(r["cpus_before"]) if r["was_threaded"] else \
             "was polled in softirq"
         return QueueMove(method, dev, queue, cpu, f"{scope}: its kthread {r['pid']} on CPU {cpu} "
-                         f"({was})")
+                         f"({was})", lambda: unthread_napi(dev, napi, r, netns))
     raise ValueError(method)
 
 
 def _cpus(cpus: list[int]) -> str:
     from steer.model.topology import format_cpulist
     return format_cpulist(cpus)
+
+
+
+class QueueSteering:
+    """steer auto's moves by queue on one device: the RX queue a flow arrives on there, the
+    cheapest per-queue method the device allows, a queue moved to a CPU and put back as it was
+    found (at a revert, when its flow ends, and at exit; what a killed process leaves is
+    `steer reset`'s, as for steer pin)."""
+
+    def __init__(self, dev: str, netns: str | None):
+        from steer.steering.xdp import netns_path
+        self.dev, self.netns = dev, netns
+        self.desc = describe(dev, netns)
+        avail = methods(self.desc, "not asked")
+        self.method = next((m for m in QUEUE_METHODS if avail[m].works), None)
+        self.why = "; ".join(f"{m}: {avail[m].why}" for m in QUEUE_METHODS)
+        self.netns_inode = os.stat(netns_path(netns) or "/proc/self/ns/net").st_ino
+        self._undo: dict[int, Callable[[], None]] = {}   # queue -> back as found
+
+    def queue_of(self, f) -> int | None:
+        """The RX queue of this device that FlowReport F arrives on (None: another device, a
+        queue not known, or no per-queue method here)."""
+        rx = f.rx_path
+        if self.method is None or rx is None or rx.ifindex != self.desc["ifindex"] \
+                or rx.netns != self.netns_inode:
+            return None
+        if rx.queue is not None:
+            return rx.queue
+        return 0 if len(self.desc["rx_queues"]) == 1 else None
+
+    def move(self, queue: int, cpu: int, napi_id: int | None = None) -> str:
+        """Move QUEUE to CPU; what was done, in words."""
+        moved = move_queue(self.method, self.desc, queue, cpu, napi_id)
+        self._undo.setdefault(queue, moved.undo)   # the first move's: as found before any
+        return moved.said
+
+    def restore(self, queue: int) -> None:
+        """Put QUEUE back as this engine found it."""
+        undo = self._undo.pop(queue, None)
+        if undo is not None:
+            undo()
+
+    def close(self) -> None:
+        for queue in list(self._undo):
+            try:
+                self.restore(queue)
+            except Exception:   # noqa: BLE001 - the device went; steer reset has the rest
+                pass

@@ -13,7 +13,7 @@ from helpers import ROOT, assert_one_line_error, live, steer
 from steer.model.topology import parse_cpulist
 
 
-@pytest.mark.parametrize("args,fragment", [
+BAD_ARGUMENTS = [
     (["flows", "--duration", "0"], "--duration: must be greater than 0"),
     (["flows", "--duration", "abc"], "not a number"),
     (["flows", "--max-flows", "-3"], "--max-flows"),
@@ -76,12 +76,27 @@ from steer.model.topology import parse_cpulist
     (["sweep", "--out", "/nonexistent", "--dev", "eth0:1"], "--dev: 'eth0:1' is not a device name"),
     (["profile", "--frequency", "0"], "--frequency"),
     (["profile", "--duration", "0"], "--duration"),
-])
+]
+
+
+@pytest.fixture(scope="module")
+def bad_argument_runs():
+    """Every command line of BAD_ARGUMENTS run once as-is and once without capabilities, four at
+    a time: each is a process of its own, and one after another they took a minute of the
+    suite's 25 (each test below reads its own)."""
+    from concurrent.futures import ThreadPoolExecutor
+    runs = [(tuple(args), privileged) for args, _ in BAD_ARGUMENTS for privileged in (True, False)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = pool.map(lambda r: steer(*r[0], prefix=() if r[1] else _without_caps()), runs)
+        return dict(zip(runs, done))
+
+
+@pytest.mark.parametrize("args,fragment", BAD_ARGUMENTS)
 @pytest.mark.parametrize("privileged", [True, False], ids=["as-is", "no-capabilities"])
-def test_bad_arguments(args, fragment, privileged):
+def test_bad_arguments(args, fragment, privileged, bad_argument_runs):
     """exit 2 and the argument named, also for a user who may not do the rest: the arguments
     are checked before the privileges"""
-    r = steer(*args, prefix=() if privileged else _without_caps())
+    r = bad_argument_runs[(tuple(args), privileged)]
     assert_one_line_error(r, fragment, code=2)
     assert "--help" in r.stderr
 

@@ -340,7 +340,7 @@ def test_a_move_is_logged_with_its_fields():
     ((msg, fields),) = calls
     assert msg.endswith("kernel CPU 0 -> CPU 1: test (dry run)")
     assert fields == {"flow": str(f), "old_cpu": 0, "new_cpu": 1, "reason": "test",
-                      "dry_run": True, "event": "move"}
+                      "method": "cpumap", "queue": None, "dry_run": True, "event": "move"}
 
 
 def test_llc_peer_prefers_the_nics_numa_node_within_the_llc(tmp_path):

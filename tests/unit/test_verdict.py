@@ -227,3 +227,63 @@ def test_two_moves_are_never_judged_on_the_same_cpu():
     for now in range(2, 5):
         eng.step(snap([a, b]), now=now)
     assert len(rec.calls) == 2 and eng.outcomes == {KEPT: 1}
+
+
+class Queues:
+    """Stands in for steer.steering.methods.QueueSteering: flow n arrives on queue QUEUE_OF[n]
+    (None: not on the steered device); records the engine's moves and restores."""
+
+    method = "rps"
+
+    def __init__(self, queue_of):
+        self.queue_of_port = queue_of
+        self.calls = []
+        self.cpu = {}
+
+    def queue_of(self, f):
+        return self.queue_of_port.get(f.flow.sport - 40000)
+
+    def move(self, queue, cpu, napi_id=None):
+        self.calls.append(("move", queue, cpu))
+        self.cpu[queue] = cpu
+        return "moved"
+
+    def restore(self, queue):
+        self.calls.append(("restore", queue))
+        self.cpu.pop(queue, None)
+
+
+def test_a_flow_alone_on_its_queue_moves_by_the_queue_others_by_a_rule():
+    """--method auto: flow 1 is alone on RX queue 0 and moves by it (no XDP rule); flows 2 and
+    3 share queue 1 and flow 4 arrives on another device, so each of those has a rule. A queue
+    is put back when its flow ends."""
+    flows = [flow(n, 1, 1) for n in (1, 2, 3, 4)]
+    queues, rec, fields = Queues({1: 0, 2: 1, 3: 1}), Recorder(), []
+    eng = AutoSteer(lambda s, topo: [Decision(f.flow, 0, "x") for f in s.flows], rec,
+                    read_topology(VM), confirm=1, hold=0, window=2, queues=queues, expire=2,
+                    log=lambda m, **kw: fields.append(dict(kw, msg=m)))
+    # one move at a time: the trials' CPUs overlap (every flow's stack and reader on CPU 1)
+    for now in range(-1, 30):
+        eng.step(snap(flows), now=now)
+    assert queues.calls == [("move", 0, 0)]
+    assert sorted(c[1] for c in rec.calls) == sorted(str(exact_spec(f.flow)) for f in flows[1:])
+    moves = [kw for kw in fields if kw.get("event") == "move"]
+    (by_queue,) = [kw for kw in moves if kw["method"] == "rps"]
+    assert by_queue["queue"] == 0 and "by rps (RX queue 0)" in by_queue["msg"]
+    assert all(kw["method"] == "cpumap" and kw["queue"] is None for kw in moves if kw is not by_queue)
+    assert eng.by_queue == {flows[0].flow: 0}
+    for now in range(30, 33):   # the flow on queue 0 ended: the queue is put back
+        eng.step(snap(flows[1:]), now=now)
+    assert queues.calls[-1] == ("restore", 0) and flows[0].flow not in eng.placed
+
+
+def test_a_harmful_move_by_queue_is_undone_by_restoring_the_queue():
+    f = flow(1, 1, 1)
+    queues, rng = Queues({1: 0}), random.Random(5)
+    eng = AutoSteer(lambda s, topo: [Decision(f.flow, 0, "x")], Recorder(), read_topology(VM),
+                    confirm=1, hold=0, window=3, queues=queues, log=lambda m, **kw: None)
+    for now in range(-1, 12):
+        rate = (1.2e9 if queues.cpu.get(0) == 0 else 1.8e9) * (1 + rng.gauss(0, 0.01))
+        eng.step(snap([replace(f, rx_bytes=int(rate), app_bytes=int(rate))]), now=now)
+    assert queues.calls == [("move", 0, 0), ("restore", 0)]
+    assert eng.outcomes == {REVERTED: 1} and not eng.by_queue
