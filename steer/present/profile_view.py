@@ -2,6 +2,9 @@
 and as Cai et al.'s stacked bars (SVG). The profile itself is built by steer.trace.profile."""
 from __future__ import annotations
 
+import io
+
+from steer.kernel.files import write_atomically
 from steer.trace.profile import CATEGORIES, Profile
 from steer.present.view import short_flow
 
@@ -70,5 +73,9 @@ def write_svg(profile: Profile, path: str, limit: int = 12) -> None:
     if not bars:
         ax.text(0.5, 0.5, "no receive work sampled", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, format="svg")
+    out = io.BytesIO()
+    fig.savefig(out, format="svg")
     plt.close(fig)
+    # a new file renamed over PATH, as every file steer writes: a link planted there is replaced,
+    # never written through
+    write_atomically(path, out.getvalue())

@@ -178,3 +178,10 @@ def test_table_and_svg(tmp_path):
     root = ET.parse(svg).getroot()
     assert root.tag.endswith("svg")
     assert "data copy" in svg.read_text()
+    # a link planted at the name is replaced by the file, its target left alone
+    target, planted = tmp_path / "target", tmp_path / "planted.svg"
+    target.write_text("kept")
+    planted.symlink_to(target)
+    write_svg(p, str(planted))
+    assert target.read_text() == "kept" and not planted.is_symlink()
+    assert "data copy" in planted.read_text()
