@@ -65,7 +65,9 @@ def add_parsers(sub, fmt) -> dict:
 
     rules = sub.add_parser("rules", formatter_class=fmt, help="list pinned steering rules",
                            description="Every device with pinned steering: mode, rules with their "
-                           "packet and byte counters, and the passed/unparsed/redirect counters.")
+                           "packet and byte counters, and the passed/unparsed/redirect counters; "
+                           "then the IRQ, RPS and threaded-NAPI settings steer changed (steer "
+                           "irq, rps, pin --method), with the values steer reset puts back.")
     rules.add_argument("--json", action="store_true", help="JSON instead of a table")
 
     app = sub.add_parser("app", formatter_class=fmt, help="pin an application to CPUs",
@@ -299,15 +301,17 @@ def cmd_unpin(args) -> int:
 
 
 def cmd_rules(args) -> int:
+    from steer.steering.affinity import changed
     from steer.steering.xdp import pinned_state, require_steering_caps
     from steer.model.topology import online_cpus
-    from steer.present.view import rules_lines
+    from steer.present.view import changed_lines, rules_lines
     require_steering_caps()
     out = pinned_state()
+    settings = changed()
     if args.json:
-        print(json.dumps({"devices": [d.as_json() for d in out]}, indent=2))
+        print(json.dumps({"devices": [d.as_json() for d in out], "changed": settings}, indent=2))
         return 0
-    print("\n".join(rules_lines(out, set(online_cpus()))))
+    print("\n".join(rules_lines(out, set(online_cpus())) + changed_lines(settings)))
     return 0
 
 

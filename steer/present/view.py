@@ -537,6 +537,24 @@ def topology_table(topo: Topology) -> Table:
     return t
 
 
+def changed_lines(changed: list[dict]) -> list[str]:
+    """`steer rules`, after the rules: the settings steer changed and reset puts back."""
+    if not changed:
+        return []
+    out = ["settings steer changed, which steer reset puts back (as found):"]
+    for c in changed:
+        where = "" if c.get("netns") is None else f" in {printable(c['netns'])}"
+        if c["kind"] == "irq":
+            out.append(f"  IRQ {c['irq']}: CPUs {printable(str(c['found']))}")
+        elif c["kind"] == "rps":
+            out.append(f"  RPS of {printable(c['dev'])}{where} {printable(str(c['queue']))}: "
+                       f"mask {printable(str(c['found']))}")
+        else:
+            which = "every NAPI" if c["napi_id"] is None else f"NAPI {c['napi_id']}"
+            out.append(f"  {which} of {printable(c['dev'])}{where}: {c['found']}")
+    return out
+
+
 def rules_lines(devices: list[DeviceState], online: set[int]) -> list[str]:
     """`steer rules`: each device with pinned steering, its counters and its rules."""
     if not devices:

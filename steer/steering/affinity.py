@@ -142,6 +142,30 @@ def restore_irqs(before: dict[int, str]) -> list[str]:
     return done
 
 
+def changed() -> list[dict]:
+    """What steer changed and `steer reset` puts back, each with the value it found: IRQs'
+    CPUs, queues' RPS masks, NAPIs' threading (steer irq, rps, pin --method, auto, sweep)."""
+    state, out = _state(), []
+    for irq, cpus in sorted(state["irq"].items(), key=lambda kv: kv[0]):
+        out.append({"kind": "irq", "irq": irq, "found": cpus})
+    for key, mask in state["rps"].items():
+        try:
+            ns, dev, queue = json.loads(key)
+        except (ValueError, TypeError):
+            continue
+        out.append({"kind": "rps", "netns": ns or None, "dev": dev, "queue": queue, "found": mask})
+    for key, rec in state["napi"].items():
+        try:
+            ns, dev, napi_id = json.loads(key)
+            found = f"threaded, on CPUs {format_cpulist(rec['cpus'])}" if rec["threaded"] \
+                else "polled in softirq"
+        except (ValueError, TypeError, KeyError):
+            continue
+        out.append({"kind": "napi", "netns": ns or None, "dev": dev, "napi_id": napi_id,
+                    "found": found})
+    return out
+
+
 def _rps_files(sysfs: str, dev: str) -> list[str]:
     qdir = os.path.join(sysfs, "class/net", dev, "queues")
     try:

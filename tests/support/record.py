@@ -1,8 +1,8 @@
 """The suite's record of itself: each test's outcome and time, the time of each tier, and a history
 kept across runs, so that a failure can be set beside the earlier runs of the same test.
 
-- build/test-results/run.json: this run (commit, kernel, CPUs, and per test its outcome and
-  seconds), written when the session ends, whatever its result;
+- build/test-results/run.json: this run (commit, kernel, CPUs, per test its outcome and
+  seconds, and each failure's message), written when the session ends, whatever its result;
 - a history of runs, one JSON line each (STEER_TEST_HISTORY, default
   /var/tmp/steer-test-history.jsonl: outside the checkout, because CI runs each submission in a
   fresh clone on the same machine; empty STEER_TEST_HISTORY keeps none);
@@ -34,6 +34,7 @@ RUN_FILE = os.path.join(ROOT, "build", "test-results", "run.json")
 DEFAULT_HISTORY = "/var/tmp/steer-test-history.jsonl"
 # the runs of the history a failure is compared with: a few days of sessions and CI runs
 HISTORY_RUNS = 50
+MESSAGE_CHARS = 1000   # of a failure's message kept in the record
 
 
 def history_path() -> str | None:
@@ -148,6 +149,7 @@ class Recorder:
         self.seconds: dict[str, float] = defaultdict(float)
         self.outcome: dict[str, str] = {}
         self.figures: dict[str, dict[str, list[float]]] = defaultdict(dict)
+        self.why: dict[str, str] = {}   # a failure's message, to compare with the next one
 
     def pytest_runtest_logreport(self, report):
         self.seconds[report.nodeid] += report.duration
@@ -157,6 +159,9 @@ class Recorder:
         # the worst phase decides: a teardown error after a pass is an error
         if report.failed:
             self.outcome[report.nodeid] = "failed" if report.when == "call" else "error"
+            crash = getattr(report.longrepr, "reprcrash", None)
+            self.why.setdefault(report.nodeid, (crash.message if crash else
+                                                str(report.longrepr))[:MESSAGE_CHARS])
         elif report.skipped:
             self.outcome.setdefault(report.nodeid, "skipped")
         elif report.when == "call":
@@ -191,7 +196,7 @@ class Recorder:
                "tiers": {t: round(s, 1) for t, s in self.by_tier().items()},
                "tests": {n: [self.outcome.get(n, "error"), round(s, 2)]
                          for n, s in sorted(self.seconds.items())},
-               "figures": dict(self.figures)}
+               "figures": dict(self.figures), "failures": self.why}
         os.makedirs(os.path.dirname(RUN_FILE), exist_ok=True)
         with open(RUN_FILE, "w") as f:
             json.dump(run, f, indent=1)

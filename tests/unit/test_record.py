@@ -48,3 +48,20 @@ def test_held_figures_are_read_back_with_the_chance_their_spread_gives():
     (line,) = odds_report(runs)
     assert line.startswith("t::a f: 20 runs, mean -0.10") and "0 outside" in line
     assert odds_report(runs, match="nothing") == []
+
+
+def test_a_failures_message_is_kept_in_the_record():
+    """The message a failure ended with goes into run.json, so that the next failure of that
+    test can be set beside it (the first one's is kept when setup and call both fail)."""
+    from types import SimpleNamespace
+    from record import Recorder
+    r = Recorder()
+    crash = SimpleNamespace(reprcrash=SimpleNamespace(message="AssertionError: 0.91 >= 0.95"))
+    r.pytest_runtest_logreport(SimpleNamespace(nodeid="tests/live/x.py::t", duration=1.0,
+                                               user_properties=[], failed=True, skipped=False,
+                                               when="call", longrepr=crash))
+    r.pytest_runtest_logreport(SimpleNamespace(nodeid="tests/live/x.py::t", duration=0.1,
+                                               user_properties=[], failed=True, skipped=False,
+                                               when="teardown", longrepr="teardown broke"))
+    assert r.why == {"tests/live/x.py::t": "AssertionError: 0.91 >= 0.95"}
+    assert r.outcome == {"tests/live/x.py::t": "error"}

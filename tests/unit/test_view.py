@@ -327,3 +327,16 @@ def test_a_workload_name_is_shown_as_text(name):
     console.print(render(snap, read_topology(VM), width=200))
     raw = console.export_text(styles=True, clear=False)
     assert "\x1b[2J" not in raw and "\x1b]" not in raw and "\u202e" not in raw
+
+
+def test_rules_list_the_settings_steer_changed_with_what_reset_puts_back():
+    from steer.present.view import changed_lines
+    assert changed_lines([]) == []
+    lines = changed_lines([
+        {"kind": "irq", "irq": "35", "found": "3"},
+        {"kind": "rps", "netns": "lab\x1b[2J", "dev": "veth-rx", "queue": "rx-0", "found": "0"},
+        {"kind": "napi", "netns": None, "dev": "eth0", "napi_id": None,
+         "found": "threaded, on CPUs 0-3"}])
+    assert lines == ["settings steer changed, which steer reset puts back (as found):",
+                     "  IRQ 35: CPUs 3", "  RPS of veth-rx in lab\\x1b[2J rx-0: mask 0",
+                     "  every NAPI of eth0: threaded, on CPUs 0-3"]
