@@ -215,12 +215,14 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
     undone = [e for e in events if e.get("event") == "undo" and e["seen"] <= counted]
     assert not undone, "the move was undone before the witness's window ended"
     # tracefs: the skbs go up the stack on the target (the cpumap kthread) and, with generic
-    # XDP, a first time on the arrival CPU before the redirect; nowhere else
+    # XDP, a first time where they arrive before the redirect: the sender's CPU, and the
+    # reader's, whose ACKs make the sender transmit from its softirq (1,680 of 8,163 there once
+    # under TCG, CI 2026-11-27); nowhere else
     total = sum(skbs.values())
     print(f"moved to CPU {target}; the veth's skbs up the stack by CPU (tracefs): {skbs}")
     assert total > 200, skbs
     assert skbs.get(target, 0) >= 0.1 * total, skbs
-    assert {c for c, n in skbs.items() if n > 0.05 * total} <= {SENDER, target}, skbs
+    assert {c for c, n in skbs.items() if n > 0.05 * total} <= {SENDER, target, READER}, skbs
     mine = [f for f in snap["flows"] if f["dport"] == port and f["src"] == "198.18.0.1"]
     assert mine, [(f["src"], f["sport"], f["dport"], f["rx_bytes"]) for f in snap["flows"]]
     f = max(mine, key=lambda f: f["rx_bytes"])
