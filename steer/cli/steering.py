@@ -265,10 +265,17 @@ def _traced_queues(args, spec, desc) -> tuple[set[int], int | None, int]:
     if not mine:
         raise UserError(f"no packet of {spec} arrived on {args.dev} in {args.find:g} s, to find "
                         "its RX queue: give --queue N, or --find a longer time")
-    queues = {f.rx_path.queue if f.rx_path.queue is not None else 0 for f in mine}
+    single = len(desc["rx_queues"]) == 1
+
+    def queue_of(f):   # a single-queue device's one queue; else what the driver recorded
+        return 0 if single else f.rx_path.queue
+    if any(queue_of(f) is None for f in mine):
+        raise UserError(f"{args.dev}'s driver does not record which of its "
+                        f"{len(desc['rx_queues'])} RX queues the flows of {spec} arrive on: give "
+                        "--queue N, or use --method cpumap")
+    queues = {queue_of(f) for f in mine}
     top = max(mine, key=lambda f: f.rx_bytes)
-    others = sum(1 for f in here if not spec.matches(*f.flow) and
-                 (f.rx_path.queue if f.rx_path.queue is not None else 0) in queues)
+    others = sum(1 for f in here if not spec.matches(*f.flow) and queue_of(f) in queues)
     return queues, top.rx_path.napi_id, others
 
 
