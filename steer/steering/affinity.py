@@ -70,7 +70,7 @@ def _save_state(state: dict) -> None:
 def receive_irqs(dev: str, netns: str | None = None, queue: int | None = None) -> list[DeviceIrq]:
     """DEV's IRQs that serve receive (QUEUE's alone, if given); the device is looked up in NETNS,
     the IRQs are the host's. Raises SteerError when there are none to move."""
-    irqs = _with_sysfs_of(netns, _irqs_json, dev)
+    irqs = with_sysfs_of(netns, _irqs_json, dev)
     if irqs is None:
         raise SteerError(f"no interface {dev!r}")
     irqs = [DeviceIrq(**i) for i in irqs]
@@ -193,7 +193,7 @@ def set_rps(dev: str, cpus: list[int], netns: str | None = None,
     namespace). A device in another namespace is only visible to a sysfs mounted there (the
     gateway's call_with_netns_sysfs)."""
     mask = _cpu_mask(cpus)
-    results = _with_sysfs_of(netns, _write_rps, dev, mask, queue)
+    results = with_sysfs_of(netns, _write_rps, dev, mask, queue)
     if not remember:
         return results
     state = _state()
@@ -205,7 +205,7 @@ def set_rps(dev: str, cpus: list[int], netns: str | None = None,
 
 def restore_rps(dev: str, queue: str, mask: str, netns: str | None = None) -> None:
     """Put QUEUE ("rx-0") of DEV back to MASK, as set_rps found it, and forget it for reset."""
-    _with_sysfs_of(netns, _restore_rps, dev, queue, mask)
+    with_sysfs_of(netns, _restore_rps, dev, queue, mask)
     state = _state()
     key = json.dumps([netns or "", dev, queue])
     if state["rps"].get(key) == mask:
@@ -242,7 +242,7 @@ def thread_napi(dev: str, napi_id: int, cpu: int, netns: str | None = None,
     alone where the kernel can, 6.17+; else every NAPI of DEV) and pin that kthread to CPU.
     Returns {"scope": "napi" or "device", "was_threaded", "pid", "cpus_before"}; what it changed
     is kept for reset (REMEMBER)."""
-    info = _with_sysfs_of(netns, _thread_napi, dev, napi_id)
+    info = with_sysfs_of(netns, _thread_napi, dev, napi_id)
     pid = info["pid"]
     try:
         before = sorted(os.sched_getaffinity(pid))
@@ -359,7 +359,7 @@ def _restore_napi(key: str, rec: dict) -> str | None:
         if not isinstance(rec, dict) or not isinstance(dev, str):
             return None
         if not rec.get("threaded"):
-            _with_sysfs_of(ns or None, _unthread_napi, dev, napi_id)
+            with_sysfs_of(ns or None, _unthread_napi, dev, napi_id)
             return f"stopped threaded NAPI {napi_id if napi_id is not None else '(all)'} of {dev}"
         pid, cpus = int(rec["pid"]), [int(c) for c in rec["cpus"]]
         with open(f"/proc/{pid}/comm") as f:
@@ -371,7 +371,9 @@ def _restore_napi(key: str, rec: dict) -> str | None:
         return None   # the device, or the kthread, went meanwhile
 
 
-def _with_sysfs_of(netns: str | None, fn, dev: str, *args):
+def with_sysfs_of(netns: str | None, fn, dev: str, *args):
+    """FN(sysfs root, DEV, *ARGS) where that sysfs shows the devices of namespace NETNS (None:
+    this one), DEV's name checked first; the gateway's errors as SteerError."""
     check_names(dev, netns)   # DEV becomes a path under sysfs
     try:
         return call_with_netns_sysfs(netns_path(netns), fn, dev, *args)
@@ -401,7 +403,7 @@ def restore() -> list[str]:
         if not re.fullmatch(r"rx-\d+", str(queue)):
             continue
         try:
-            _with_sysfs_of(ns or None, _restore_rps, dev, queue, mask)
+            with_sysfs_of(ns or None, _restore_rps, dev, queue, mask)
             done.append(f"restored RPS of {dev} {queue} to {mask}")
         except SteerError:
             pass

@@ -106,10 +106,10 @@ def choose(available: dict[str, Method], alone: bool) -> str:
 
 def describe(dev: str, netns: str | None) -> dict:
     """DEV's queues, RPS, receive IRQs, NAPIs and threading, read in its namespace NETNS."""
-    from steer.steering.affinity import _with_sysfs_of
+    from steer.steering.affinity import with_sysfs_of
     from steer.steering.xdp import device_info, netns_path
     _, kind = device_info(dev, netns_path(netns))
-    desc = _with_sysfs_of(netns, _describe, dev)
+    desc = with_sysfs_of(netns, _describe, dev)
     desc["rx_queues"] = {int(q): n for q, n in desc["rx_queues"].items()}
     if desc["napis"] is not None:
         desc["napis"] = {int(i): n for i, n in desc["napis"].items()}
