@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from steer.kernel.gateway import die_with_parent, enter_netns
+from steer.steering.affinity import napi_threads
 
 PREFIX = "steerlab"
 NETNS_DIR = "/run/netns"
@@ -130,19 +131,6 @@ def _in_lab_ns(ns: str, cmd: list[str], what: str) -> None:
     r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True)
     if r.returncode:
         raise LabError(f"{what}: {' '.join(cmd)}: {r.stderr.strip() or 'failed'}")
-
-
-def napi_threads() -> dict[int, str]:
-    """The threaded NAPI kthreads (napi/<dev>-<napi id>) of the host, by pid."""
-    out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            comm = open(f"/proc/{pid}/comm").read().strip()
-        except OSError:
-            continue
-        if comm.startswith("napi/"):
-            out[int(pid)] = comm
-    return out
 
 
 def _pid_alive(pid: int) -> bool:

@@ -62,6 +62,14 @@ def _state() -> dict:
     return {k: state.get(k) if isinstance(state.get(k), dict) else {} for k in empty}
 
 
+def _keep(state: dict) -> None:
+    """STATE written back, or the file removed when nothing is left to put back."""
+    if any(state.values()):
+        _save_state(state)
+    else:
+        _forget_state()
+
+
 def _save_state(state: dict) -> None:
     _state_dir(create=True)
     write_json(os.path.join(STATE_DIR, "restore.json"), state)
@@ -135,10 +143,7 @@ def restore_irqs(before: dict[int, str]) -> list[str]:
             pass   # the IRQ went with its device
         if state["irq"].get(str(irq)) == cpus:
             del state["irq"][str(irq)]
-    if any(state.values()):
-        _save_state(state)
-    else:
-        _forget_state()
+    _keep(state)
     return done
 
 
@@ -210,7 +215,7 @@ def restore_rps(dev: str, queue: str, mask: str, netns: str | None = None) -> No
     key = json.dumps([netns or "", dev, queue])
     if state["rps"].get(key) == mask:
         del state["rps"][key]
-        _save_state(state) if any(state.values()) else _forget_state()
+        _keep(state)
 
 
 def _write_rps(sysfs: str, dev: str, mask: str, queue: int | None = None) -> dict[str, str]:
@@ -271,7 +276,7 @@ def unthread_napi(dev: str, napi_id: int, moved: dict, netns: str | None = None)
     state = _state()
     if state["napi"].get(key) == rec:   # an older original (an earlier steer pin) stays
         del state["napi"][key]
-        _save_state(state) if any(state.values()) else _forget_state()
+        _keep(state)
 
 
 def napi_kthread_name(dev: str, napi_id: int) -> str:
@@ -279,15 +284,17 @@ def napi_kthread_name(dev: str, napi_id: int) -> str:
     return f"napi/{dev}-{napi_id}"[:15]
 
 
-def _napi_kthreads(name: str) -> list[int]:
-    out = []
+def napi_threads() -> dict[int, str]:
+    """The threaded NAPI kthreads (napi/<dev>-<napi id>) of the host, by pid."""
+    out = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/comm") as f:
-                if f.read().rstrip("\n") == name:
-                    out.append(int(pid))
+                comm = f.read().rstrip("\n")
         except OSError:
             continue
+        if comm.startswith("napi/"):
+            out[int(pid)] = comm
     return out
 
 
@@ -330,7 +337,8 @@ def _thread_napi(sysfs: str, dev: str, napi_id: int) -> dict:
             pid = netdev.rx_queues_and_napis(ifindex)[1].get(napi_id, napi).pid
             if pid:
                 return {"scope": scope, "was_threaded": was, "pid": pid}
-        found = _napi_kthreads(napi_kthread_name(dev, napi_id))
+        found = [p for p, comm in napi_threads().items()
+                 if comm == napi_kthread_name(dev, napi_id)]
         if len(found) == 1 and (napis is None or napis[napi_id].pid is None):
             return {"scope": scope, "was_threaded": was, "pid": found[0]}
         if len(found) > 1:
