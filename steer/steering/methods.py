@@ -159,16 +159,19 @@ def move_queue(method: str, desc: dict, queue: int, cpu: int,
     """Move RX QUEUE of the device DESC to CPU by METHOD (irq, napi or rps); what it changed is
     kept for `steer reset`. NAPI_ID: the queue's NAPI as the flow's traffic showed it, where the
     kernel does not map queues to NAPIs."""
-    from steer.steering.affinity import (receive_irqs, restore_irqs, restore_rps,
-                                         set_irq_affinity, set_rps, thread_napi, unthread_napi)
+    from steer.model.irqs import DeviceIrq, queue_irq
+    from steer.steering.affinity import (restore_irqs, restore_rps, set_irq_affinity, set_rps,
+                                         thread_napi, unthread_napi)
     from steer.steering.xdp import SteerError
     dev, netns = desc["dev"], desc["netns"]
     if queue not in desc["rx_queues"]:
         raise SteerError(f"{dev} has no RX queue {queue} (it has "
                          f"{', '.join(map(str, sorted(desc['rx_queues'])))})")
     if method == "irq":
-        named = any(i["queue"] is not None for i in desc["irqs"] if i["rx"])
-        irq = receive_irqs(dev, netns, queue if named else None)[0]
+        # the IRQs describe() read: the queue's own, or a device's single unnamed one
+        irq = queue_irq([DeviceIrq(**i) for i in desc["irqs"]], queue)
+        if irq is None:
+            raise SteerError(f"{dev} has no IRQ for RX queue {queue}")
         before = set_irq_affinity([irq], [cpu])
         return QueueMove(method, dev, queue, cpu, f"IRQ {irq.irq} ({irq.name or 'no name'}) of "
                          f"RX queue {queue} to CPU {cpu} (was CPU {before[irq.irq]})",
