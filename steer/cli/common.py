@@ -111,7 +111,7 @@ def offload_settings(text):
 
 
 def rate(text):
-    from steer.present.view import parse_rate
+    from steer.model.units import parse_rate
     try:
         return parse_rate(text)
     except ValueError as e:
@@ -120,10 +120,9 @@ def rate(text):
 
 def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
     """TIMING: this command's default timing mode, where it is not the always-on one."""
-    from steer.trace.counters import MODES as COUNTER_MODES
+    from steer.defaults import (COUNTER_MODES, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS,
+                                DEFAULT_SAMPLE_HZ, DEFAULT_TIMING, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ)
     from steer.trace.programs import HOOK_CHOICES, TIMING_CHOICES
-    from steer.trace.tracer import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ,
-                                    DEFAULT_TIMING, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ)
     g = p.add_argument_group("tracer")
     g.add_argument("--timing", choices=TIMING_CHOICES, default=timing or DEFAULT_TIMING,
                    help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
@@ -308,7 +307,8 @@ class GracefulStop:
 
 def view_options(sp):
     """--sort, --min-rate, --all: how the views show flows."""
-    from steer.present.view import DEFAULT_MIN_RATE, SORTS, rate_text
+    from steer.defaults import DEFAULT_MIN_RATE, SORTS
+    from steer.model.units import rate_text
     sp.add_argument("--sort", choices=list(SORTS), default="rate",
                     help="order of the flows (in the live view, keys r k a c change it)")
     sp.add_argument("--min-rate", type=rate, default=DEFAULT_MIN_RATE, metavar="RATE",

@@ -10,8 +10,8 @@ from steer.cli.common import (MAX_INTERVAL, MAX_ROWS, UsageError, UserError, bou
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.present.exporter import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS,
-                                        DEFAULT_LISTEN, DEFAULT_TOP_K, FLOW_LABEL_SETS)
+    from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS, DEFAULT_LISTEN,
+                                DEFAULT_TOP_K, FLOW_LABEL_SETS)
     ex = sub.add_parser("export", formatter_class=fmt, help="Prometheus exporter",
                         description="Serve Prometheus metrics, read from the BPF maps at every "
                         "scrape: per-class and per-CPU totals, the top-K flows, steering rule "
@@ -53,7 +53,7 @@ def add_parsers(sub, fmt) -> dict:
 
 
 def web_options(p) -> None:
-    from steer.present.webserver import DEFAULT_TIMEOUT, DEFAULT_WORKERS
+    from steer.defaults import DEFAULT_TIMEOUT, DEFAULT_WORKERS
     p.add_argument("--web-config", metavar="FILE",
                    help="TLS, client certificates and basic auth, from a file in the format of "
                         "the Prometheus exporter toolkit (node_exporter --web.config.file): "

@@ -84,19 +84,29 @@ def _stop_inside(e: BaseException | None) -> bool:
     return False
 
 
+# what the host refused or lacks, said in one line: (module, class). Looked up among the modules a
+# command loaded (a class whose module was never imported cannot have been raised), so that
+# naming them costs no import of the tracer (numpy) for a command that never traces.
+ONE_LINE_ERRORS = (("steer.cli.common", "UserError"), ("steer.kernel.privileges", "PrivilegeError"),
+                   ("steer.trace.tracer", "TracerError"), ("steer.kernel.gateway", "KernelError"),
+                   ("steer.experiment.lab", "LabError"), ("steer.steering.xdp", "SteerError"))
+
+
+def _one_line(e: Exception) -> bool:
+    return any(isinstance(e, getattr(sys.modules[m], name)) for m, name in ONE_LINE_ERRORS
+               if m in sys.modules)
+
+
 def _run(args) -> int:
-    from steer.kernel.gateway import KernelError
-    from steer.experiment.lab import LabError
-    from steer.steering.xdp import SteerError
-    from steer.kernel.privileges import PrivilegeError
-    from steer.trace.tracer import TracerError
     try:
         check_tracer_options(args)
         return COMMANDS[args.command](args)
     except UsageError as e:
         print(f"steer {args.command}: error: {e} (see steer {args.command} --help)", file=sys.stderr)
         return EXIT_USAGE
-    except (UserError, PrivilegeError, TracerError, KernelError, LabError, SteerError) as e:
+    except Exception as e:
+        if not _one_line(e):
+            raise
         print(f"steer {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
 

@@ -13,9 +13,8 @@ from steer.cli.common import (EXIT_ERROR, MAX_INTERVAL, MAX_ROWS, UserError, bou
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.trace.profile import DEFAULT_FREQUENCY as DEFAULT_PROFILE_HZ
-    from steer.trace.tracer import DEFAULT_MAX_FLOWS, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ
-    from steer.present.view import DEFAULT_LIMIT
+    from steer.defaults import (DEFAULT_LIMIT, DEFAULT_MAX_FLOWS, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ,
+                                PROFILE_HZ)
     t = sub.add_parser("topology", formatter_class=fmt, help="CPUs, cores, LLC domains, sockets",
                        description="Print the CPU topology steer classifies flows with.")
     t.add_argument("--json", action="store_true", help="JSON instead of a table")
@@ -62,7 +61,7 @@ def add_parsers(sub, fmt) -> dict:
     pr.add_argument("--duration", type=positive(), default=5.0, metavar="SECONDS",
                     help="length of the window")
     pr.add_argument("--frequency", type=bounded_int(1, MAX_SAMPLE_HZ),
-                    default=DEFAULT_PROFILE_HZ, metavar="HZ",
+                    default=PROFILE_HZ, metavar="HZ",
                     help="samples per second per busy CPU: a side's split is from its samples "
                          "(a share p out of n samples is good to about sqrt(p(1-p)/n)), and more "
                          "cost more (docs/performance.md)")

@@ -8,15 +8,15 @@ from steer.cli.export import serve, web_config, web_options
 from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_ROWS, MAX_SECONDS, PID_MAX_LIMIT,
                               UsageError, UserError, bounded_int, cpus_online, device_name,
                               netns_name, number, positive, start_tracer, tracer_options)
+from steer.defaults import TOLERANCE
 from steer.model.topology import MAX_CPU
 from steer.steering.methods import QUEUE_METHODS
-from steer.steering.verdict import TOLERANCE
 
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.present.exporter import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS,
-                                        DEFAULT_TOP_K, FLOW_LABEL_SETS)
+    from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS, DEFAULT_TOP_K,
+                                FLOW_LABEL_SETS)
     from steer.cli.logs import LOG_FORMATS
     def steer_target(sp):
         sp.add_argument("--dev", required=True, type=device_name, metavar="IFACE",

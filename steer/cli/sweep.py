@@ -162,8 +162,8 @@ def cmd_sweep(args) -> int:
     interrupted = False
     try:
         if args.profile:
-            from steer.trace.profile import DEFAULT_FREQUENCY
-            profiler = start_profiler(args, DEFAULT_FREQUENCY)
+            from steer.defaults import PROFILE_HZ
+            profiler = start_profiler(args, PROFILE_HZ)
         console.print(f"steer sweep: {describe(cfg)}")
         with stop, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),

@@ -50,3 +50,24 @@ def parse_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"out of range: {text!r}")
     return value
+
+
+def rate_text(bps: float) -> str:
+    for unit, div in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= div:
+            return f"{bps / div:.2f} {unit}"
+    return f"{bps:.0f} bit/s"
+
+
+def parse_rate(text: str) -> float:
+    """'10k', '1.5M', '2G', '500' (bit/s) -> bit/s."""
+    t = text.strip().lower().removesuffix("bit/s").removesuffix("bps").strip()
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9}.get(t[-1:], 1.0)
+    try:
+        value = parse_float(t[:-1] if scale != 1.0 else t) * scale
+    except ValueError:
+        raise ValueError(f"{text!r}: expected a rate in bit/s such as 500, 10k, 1.5M or 2G") \
+            from None
+    if value < 0:
+        raise ValueError(f"{text!r}: a rate cannot be negative")
+    return value

@@ -23,6 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from steer import __version__
+from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS, DEFAULT_LISTEN, DEFAULT_TOP_K,
+                            DEFAULT_TIMEOUT, DEFAULT_WORKERS, FLOW_LABEL_SETS)
 from steer.model.classify import CLASSES
 from steer.model.flowarrays import FlowArrays, flow_fields, flow_hashes, flow_id
 from steer.model.flows import (EPHEMERAL, SIDE_EVENTS, SIDES, FlowTotal, ServiceTotals, WorkloadTotals,
@@ -32,26 +34,11 @@ from steer.trace.programs import SECTIONS
 from steer.model.numeric import np
 from steer.model.topology import Topology, read_int
 from steer.model.samples import TraceSample, TraceSource, address_text, proto_name
-from steer.present.webserver import DEFAULT_TIMEOUT, DEFAULT_WORKERS, ExporterServer, WebConfig
+from steer.present.webserver import ExporterServer, WebConfig
 
 if TYPE_CHECKING:
     from steer.steering.xdp import DeviceState
 
-# 9723: marked FREE in the Prometheus wiki's "Default port allocations" (a stored copy of the page
-# read 2026-11-23); 9435, steer's default before, is Cloudflare's ebpf_exporter's, the exporter
-# most likely to run beside steer on an eBPF host
-DEFAULT_LISTEN = "127.0.0.1:9723"
-DEFAULT_TOP_K = 20
-# the labels of per-flow series: the whole 5-tuple, or the receiving service alone (no peer
-# address or port), whose series do not come and go with every connection
-FLOW_LABEL_SETS = {"five-tuple": ["proto", "src", "sport", "dst", "dport"],
-                   "service": ["proto", "dst", "dport"],
-                   "workload": ["workload", "namespace", "pod", "container"]}
-DEFAULT_FLOW_LABELS = "five-tuple"
-# what the cpu label of the per-CPU series names: each CPU, or the CPUs of a last-level cache or
-# of a socket summed (a 2 x 64-core host with SMT has 256 CPUs: see docs/guide/exporter.md)
-CPU_LABELS = ("cpu", "llc", "socket")
-DEFAULT_CPU_LABELS = "cpu"
 ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffic in this window
 MAX_ACTIVE = 65536     # and at most this many (13,900 new connections a second fill 10 s twice)
 

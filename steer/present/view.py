@@ -14,26 +14,23 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from steer.defaults import DEFAULT_LIMIT, DEFAULT_MIN_RATE, SORTS
 from steer.model.classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET
 from steer.model.flows import FEW_SAMPLES, FlowReport, Snapshot
 from steer.model.names import printable
 from steer.trace.programs import FIGURE_NAMES
 from steer.model.samples import FlowId
 from steer.model.topology import Topology, format_cpulist
-from steer.model.units import figure, parse_float
+from steer.model.units import figure, rate_text
 
 if TYPE_CHECKING:
     from steer.steering.xdp import DeviceState
 
-DEFAULT_LIMIT = 20            # flows printed by `steer flows`
-DEFAULT_MIN_RATE = 10_000     # bit/s: slower flows are idle, hidden unless asked for
 MEANINGFUL_BYTES = 10**6      # a cost per GB of fewer bytes in one interval says nothing
 HISTORY = 12                  # intervals of rate history a flow's sparkline shows
 FLOW_MIN_WIDTH = 12
 
 CLASS_STYLE = {SAME_CORE: "bold red", SAME_SOCKET: "green", CROSS_SOCKET: "yellow"}
-SORTS = {"rate": "rate", "kernel": "kernel CPU time", "app": "app CPU time", "class": "class",
-         "workload": "workload"}
 CLASS_ORDER = {SAME_CORE: 0, CROSS_SOCKET: 1, SAME_SOCKET: 2}
 
 
@@ -77,27 +74,6 @@ def sparkline(values: Sequence[float], width: int = HISTORY) -> str:
         return " " * (width - len(values)) + SPARKS[0] * len(values)
     return " " * (width - len(values)) + "".join(
         SPARKS[min(len(SPARKS) - 1, int(v / top * (len(SPARKS) - 1) + 0.5))] for v in values)
-
-
-def rate_text(bps: float) -> str:
-    for unit, div in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bps >= div:
-            return f"{bps / div:.2f} {unit}"
-    return f"{bps:.0f} bit/s"
-
-
-def parse_rate(text: str) -> float:
-    """'10k', '1.5M', '2G', '500' (bit/s) -> bit/s."""
-    t = text.strip().lower().removesuffix("bit/s").removesuffix("bps").strip()
-    scale = {"k": 1e3, "m": 1e6, "g": 1e9}.get(t[-1:], 1.0)
-    try:
-        value = parse_float(t[:-1] if scale != 1.0 else t) * scale
-    except ValueError:
-        raise ValueError(f"{text!r}: expected a rate in bit/s such as 500, 10k, 1.5M or 2G") \
-            from None
-    if value < 0:
-        raise ValueError(f"{text!r}: a rate cannot be negative")
-    return value
 
 
 def share_text(fraction: float) -> str:

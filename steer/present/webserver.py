@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Callable
 
-DEFAULT_WORKERS = 4
-DEFAULT_TIMEOUT = 10.0          # seconds to read a request (TLS handshake included) or write a reply
+from steer.defaults import DEFAULT_TIMEOUT, DEFAULT_WORKERS
+
 QUEUED_PER_WORKER = 4           # connections that wait for a worker; beyond that they are closed
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

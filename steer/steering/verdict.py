@@ -29,11 +29,11 @@ import statistics
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
+from steer.defaults import TOLERANCE
 from steer.model.flows import FlowReport, Snapshot
 from steer.model.samples import FlowId
 
 CONFIDENCE = 0.95          # of each change's interval, two-sided
-TOLERANCE = 0.05           # a change smaller than this share of the before figure is no change
 # an interval that reaches a loss of this many tolerances cannot tell a harmless move
 UNTOLD = 4
 KEPT, REVERTED, INCONCLUSIVE = "kept", "reverted", "inconclusive"

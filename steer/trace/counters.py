@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 
+from steer.defaults import COUNTER_MODES
 from steer.kernel.gateway import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_HW_CACHE_REFERENCES,
                                   PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_HW_INSTRUCTIONS, PERF_COUNT_SW_CPU_CLOCK,
                                   PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, KernelError, PerfCounter)
@@ -24,8 +25,6 @@ EVENTS = {"llc_misses": (PERF_COUNT_HW_CACHE_MISSES, "llc_counters"),
           "cycles": (PERF_COUNT_HW_CPU_CYCLES, "cycle_counters")}
 PERF_NAMES = {"llc_misses": "cache-misses", "llc_references": "cache-references",
               "instructions": "instructions", "cycles": "cycles"}
-MODES = ("auto", "hardware", "software", "off")
-
 
 class CounterError(Exception):
     """`hardware` asked for and the host cannot count it: one line, for the user."""
@@ -42,8 +41,8 @@ class CounterSet:
     def open(cls, mode: str, cpus: list[int]) -> "CounterSet":
         """MODE: auto (the hardware events the PMU has; none without one), hardware (all of
         them, or CounterError), software (cpu-clock stand-ins), off."""
-        if mode not in MODES:
-            raise CounterError(f"unknown --counters {mode!r}: choose from {', '.join(MODES)}")
+        if mode not in COUNTER_MODES:
+            raise CounterError(f"unknown --counters {mode!r}: choose from {', '.join(COUNTER_MODES)}")
         out = cls(mode)
         if mode == "off":
             out.missing = {e: "turned off (--counters off)" for e in EVENTS}

@@ -302,9 +302,6 @@ def build_profile(before: dict, after: dict, flow_bytes: dict[FlowId, int], dura
     return Profile(duration, frequency, ordered, cpus, unattributed, samples)
 
 
-DEFAULT_FREQUENCY = 999   # per busy CPU: ~1,000 samples a second, out of step with the tick
-
-
 def run_profile(tracer, window) -> Profile:
     """The profile of what happens while WINDOW() runs (a sleep, a lab run), from TRACER (started
     with profile=True): each flow's categories, and its bytes, between two reads."""

@@ -22,6 +22,8 @@ from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HO
                                   MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
                                   UDP_READS_FALLBACK, Figure, Plan, PlanError,
                                   forced_refusals, plan)
+from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
+                            MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, require_caps
 from steer.model.flowarrays import FlowArrays
 from steer.model.topology import read_int
@@ -29,11 +31,6 @@ from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId,
                                  address_text, proto_name)
 
 PROFILE_ENTRIES = 32768   # (flow, CPU, side, category) counts while profiling: ~3 MB
-DEFAULT_MAX_FLOWS = 16384   # (flow, CPU) entries: ~300 bytes each in the kernel, ~5 MB in all
-MAX_FLOWS_LIMIT = 1 << 22   # ~1.2 GB of kernel memory: beyond it is a typo, not a plan
-DEFAULT_IDLE_TIMEOUT = 60.0  # seconds without a packet or a read before an entry is dropped: every
-                             # short connection (a scrape, a health check) would otherwise sit in
-                             # the map until the LRU pushes it out, and cost every later read
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
 # the events besides LLC misses that the sampler charges to flows: their ft_config.events bits
@@ -42,13 +39,6 @@ _EVENT_BITS = {"llc_references": abi.FT_EVENT_REFERENCES, "instructions": abi.FT
 
 
 REFUSE_ENV = "STEER_TEST_REFUSE"   # programs to treat as refused by the kernel (tests)
-DEFAULT_TIMING = "auto"    # sampled where the kernel runs its core, else exact, else counts
-DEFAULT_SAMPLE_HZ = 99     # per CPU, as always-on profilers sample (99, not 100: out of step with
-                           # work on a 100 Hz beat). Each sample costs a timer interrupt and
-                           # ~2.5 us of program on this VM (bench.event_cost; a stack walk, where
-                           # the kernel leaves no cheaper sign, ~18 us). A flow at 10% of a CPU
-                           # over a 15 s scrape interval gets ~150 samples: ~8% error
-MAX_SAMPLE_HZ = 20000      # the kernel throttles perf sampling well before 100 kHz per CPU
 # kernel functions whose frames tell the sampler where a CPU is (ft_text in flowtrace.h); each
 # group in order of preference: the first that the running kernel has
 TEXT_SYMBOLS = {abi.FT_TEXT_NET_RX: ["net_rx_action"],
@@ -137,7 +127,7 @@ def sample_period(hz: int, cpu: int) -> int:
 @dataclass
 class Tracer:
     max_flows: int = DEFAULT_MAX_FLOWS
-    counters: str = "auto"      # PMU events: one of counters.MODES
+    counters: str = "auto"      # PMU events: one of defaults.COUNTER_MODES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     btf: str | None = None
     app_hook: str = "auto"      # one of programs.HOOK_CHOICES

@@ -8,7 +8,8 @@ import pytest
 from helpers import CPUS, live, sampling_bound, steer
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import Lab, LabFlow
-from steer.trace.profile import CATEGORIES, DEFAULT_FREQUENCY, run_profile
+from steer.defaults import PROFILE_HZ
+from steer.trace.profile import CATEGORIES, run_profile
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
 
@@ -29,7 +30,7 @@ def test_profile_agrees_with_exact_and_finds_the_copy(held):
     flows = [LabFlow(SENDER_CPU, READER_CPU), LabFlow(SENDER_CPU, SENDER_CPU)]
     topo = read_topology()
     exact = Tracer(timing="exact").start()
-    prof = Tracer(timing="sampled", sample_hz=DEFAULT_FREQUENCY, profile=True,
+    prof = Tracer(timing="sampled", sample_hz=PROFILE_HZ, profile=True,
                   counters="off").start()
     try:
         with Lab(flows, seconds=SECONDS) as lab:
@@ -60,7 +61,7 @@ def test_profile_agrees_with_exact_and_finds_the_copy(held):
                 continue
             got = split.total
             # two flows, kernel and app side: four sampled times held at once
-            bound = sampling_bound(want, DEFAULT_FREQUENCY, figures=4)
+            bound = sampling_bound(want, PROFILE_HZ, figures=4)
             low, high = 1 - bound, 1 + bound
             if side == "app" and r.flow.app_cpu != r.flow.kernel_cpu:
                 # a reader on an idling CPU: the exact mode reads it low (test_timing_live), the
@@ -94,7 +95,7 @@ def test_profile_command_json_and_svg(tmp_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert set(j) >= {"duration", "frequency", "categories", "flows", "cpus", "unattributed"}
-    assert j["frequency"] == DEFAULT_FREQUENCY and j["categories"] == list(CATEGORIES)
+    assert j["frequency"] == PROFILE_HZ and j["categories"] == list(CATEGORIES)
     lab_flows = [f for f in j["flows"] if f["dport"] == lab.flows[0].port]
     assert lab_flows, j["flows"]
     f = lab_flows[0]

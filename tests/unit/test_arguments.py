@@ -12,7 +12,7 @@ from steer.model.flowspec import FlowSpec
 from steer.model.topology import MAX_CPU, parse_cpulist
 from steer.model.units import parse_float, parse_int
 from steer.present.exporter import parse_listen
-from steer.present.view import parse_rate
+from steer.model.units import parse_rate
 
 # text as it comes from a shell: any characters, numbers in every script, the words float() takes
 NUMBERISH = st.one_of(

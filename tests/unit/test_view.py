@@ -11,8 +11,9 @@ from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, 
 from steer.steering.xdp import DeviceState, RuleView
 from steer.model.topology import read_topology
 from steer.present.live import handle_key
-from steer.present.view import (HISTORY, History, ViewState, parse_rate, rate_text, render, rules_lines,
-                                screen, short_flow, sparkline)
+from steer.model.units import parse_rate, rate_text
+from steer.present.view import (HISTORY, History, ViewState, render, rules_lines, screen, short_flow,
+                                sparkline)
 
 VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
 CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
