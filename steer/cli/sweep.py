@@ -79,6 +79,10 @@ def add_parsers(sub, fmt) -> dict:
                          "999 Hz, beside the tracer): cells carry profile.kernel and profile.app "
                          "shares and the report a table. Profiling costs throughput (about 8%% "
                          "of a bulk flow here), so compare profiled sweeps with each other")
+    sw.add_argument("--no-figures", action="store_true",
+                    help="write results.json, results.csv and report.md, which hold every "
+                         "figure's numbers, but draw no PNG or SVG: matplotlib is then not "
+                         "needed, and a sweep of few cells is not spent mostly drawing")
     # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU
     tracer_options(sw, timing="exact")
     return {"sweep": cmd_sweep}
@@ -138,8 +142,8 @@ def cmd_sweep(args) -> int:
                          "none: give --dev IFACE --server-cmd CMD")
     if args.port + max(args.flows) - 1 > 65535:
         raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
-    if not args.plan:
-        need_matplotlib("steer sweep")
+    if not args.plan and not args.no_figures:
+        need_matplotlib("steer sweep (--no-figures draws none)")
     cfg = SweepConfig(cpus=cpus, seconds=seconds, repeat=repeat,
                       method=args.method or ("xdp" if args.dev else "rps"),
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
@@ -186,7 +190,7 @@ def cmd_sweep(args) -> int:
             return interrupted_status()
         with open(os.path.join(args.out, "results.json")) as f:
             results = json.load(f)
-    files = write_outputs(results, args.out, topo)
+    files = write_outputs(results, args.out, topo, figures=not args.no_figures)
     done = len(results["cells"])
     if interrupted:
         console.print(f"interrupted after {done} of {len(cells_of(cfg))} cells; the lab is torn down. "

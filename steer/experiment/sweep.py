@@ -729,13 +729,15 @@ def run_sweep(cfg: SweepConfig, out_dir: str, tracer: Tracer, topo: Topology, *,
     return results
 
 
-def write_outputs(results: dict, out_dir: str, topo: Topology) -> list[str]:
-    from steer.experiment.figures import write_figures
+def write_outputs(results: dict, out_dir: str, topo: Topology, figures: bool = True) -> list[str]:
+    """results.csv, report.md and (FIGURES) the PNG and SVG figures beside results.json."""
     from steer.experiment.report import report_md, to_csv
     files = [os.path.join(out_dir, "results.json")]
     write_atomically(os.path.join(out_dir, "results.csv"), to_csv(results))
     files.append(os.path.join(out_dir, "results.csv"))
-    files += write_figures(results, out_dir, topo)
+    if figures:   # matplotlib: most of a short sweep's time (its import alone 0.8 s here)
+        from steer.experiment.figures import write_figures
+        files += write_figures(results, out_dir, topo)
     write_atomically(os.path.join(out_dir, "report.md"), report_md(results, topo))
     files.append(os.path.join(out_dir, "report.md"))
     return files

@@ -329,7 +329,7 @@ def test_irq_sweep_moves_the_queue_irq_and_the_receive_work_follows(tmp_path):
     assert set(found.values()) == {"0"}
     r = steer("sweep", "--out", str(tmp_path), "--cpus", f"{far},{near}", "--seconds", "2",
               "--method", "irq", "--dev", NIC, "--port", FEEDER_PORT,
-              "--server-cmd", f"iperf3 -s -p {FEEDER_PORT}", timeout=600)
+              "--server-cmd", f"iperf3 -s -p {FEEDER_PORT}", "--no-figures", timeout=600)
     assert r.returncode == 0, r.stderr
     res = json.loads((tmp_path / "results.json").read_text())
     dev = res["host"]["config"]["device"]
@@ -369,7 +369,9 @@ def test_offloads_sweep_switches_the_nic_and_puts_it_back_and_pause_is_refused(t
     line before anything starts; --offloads runs every cell under each GRO setting, in the order
     given, under the feeder's flow (each run reads the NIC back), with the papers' IRQ method,
     and leaves GRO as it found it (ethtool's word, after the sweep)."""
-    server = ["--dev", NIC, "--port", FEEDER_PORT, "--server-cmd", f"iperf3 -s -p {FEEDER_PORT}"]
+    # no figures: drawing them was half of a sweep's minute under TCG
+    server = ["--dev", NIC, "--port", FEEDER_PORT, "--server-cmd", f"iperf3 -s -p {FEEDER_PORT}",
+              "--no-figures"]
     r = steer("sweep", "--out", str(tmp_path / "pause"), "--cpus", "1", "--seconds", "1",
               "--pause", "on,off", *server)
     assert_one_line_error(r, f"--pause: {NIC} has no Ethernet flow control to switch")

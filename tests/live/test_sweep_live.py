@@ -139,14 +139,15 @@ def test_the_irq_method_refuses_a_device_without_irqs(tmp_path):
     assert not (tmp_path / "s" / "results.json").exists()
 
 
-def _host_sweep(lab, out, *options, stop=None):
+def _host_sweep(lab, out, *options, stop=None, figures=False):
     """`steer sweep --dev veth-rx` as on a real host, the 'other machine' being LAB's sending
     namespace, whose client keeps sending from when the server listens: (exit code, stderr).
-    STOP: a signal sent once results.json holds a cell."""
+    STOP: a signal sent once results.json holds a cell. FIGURES: draw them too."""
     from steer.experiment.lab import _in_netns
     sweep = subprocess.Popen(
         [*STEER, "sweep", "--out", out, "--dev", "veth-rx", "--netns", lab.rx, "--port", "5301",
-         "--server-cmd", "iperf3 -s -p 5301 -B 198.18.0.2", *options],
+         "--server-cmd", "iperf3 -s -p 5301 -B 198.18.0.2",
+         *([] if figures else ["--no-figures"]), *options],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
     client = None
@@ -182,7 +183,7 @@ def test_real_host_mode_with_an_outside_client(tmp_path):
     from steer.experiment.lab import Lab, LabFlow
     out = str(tmp_path / "host")
     with Lab([LabFlow(CPU_A, CPU_A)]) as lab:
-        code, stderr = _host_sweep(lab, out, "--cpus", PAIR, "--seconds", "1.5")
+        code, stderr = _host_sweep(lab, out, "--cpus", PAIR, "--seconds", "1.5", figures=True)
     assert code == 0, stderr
     r = json.load(open(f"{out}/results.json"))
     assert r["config"]["method"] == "xdp" and r["complete"] and len(r["cells"]) == 4
@@ -213,7 +214,7 @@ def test_offloads_axis_in_the_lab(tmp_path):
     up alone, through the backlog."""
     out = str(tmp_path / "sweep")
     r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", str(A), "--seconds", "2",
-                        "--offloads", "gro=off,gro=on"], capture_output=True, text=True,
+                        "--offloads", "gro=off,gro=on", "--no-figures"], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.load(open(f"{out}/results.json"))
@@ -237,6 +238,9 @@ def test_offloads_axis_in_the_lab(tmp_path):
     assert "| gro off | same-core | 1 |" in md and "| gro on | same-core | 1 |" in md
     rows = list(csv.DictReader(open(f"{out}/results.csv")))
     assert [x["setting"] for x in rows] == ["gro off", "gro on"]
+    # --no-figures: the numbers, and no figure drawn
+    assert sorted(os.listdir(out)) == ["report.md", "results.csv", "results.json"]
+    assert "no-figures" not in r.stdout and "wrote 3 files" in r.stdout
     assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
 
 
@@ -342,7 +346,7 @@ def test_profiled_sweep(tmp_path):
     up to 1, the kernel side of a veth flow copying nothing, and the report has the table."""
     out = str(tmp_path / "sweep")
     r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2",
-                        "--profile"], capture_output=True, text=True,
+                        "--profile", "--no-figures"], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.load(open(f"{out}/results.json"))

@@ -217,7 +217,13 @@ def test_sweep_without_matplotlib_says_how_to_get_it(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=ROOT))
     assert_one_line_error(r, "matplotlib, which is not installed", "steer[sweep]",
-                          "python3-matplotlib")
+                          "python3-matplotlib", "--no-figures draws none")
+    # --no-figures goes past it, to the next check: an --out that holds a sweep already
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.json").write_text("{}")
+    r = subprocess.run([sys.executable, "-c", code.replace("'sweep',", "'sweep', '--no-figures',")],
+                       capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert_one_line_error(r, "already holds a sweep")
 
 
 @live
