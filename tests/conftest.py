@@ -11,6 +11,9 @@ import sys
 import pytest
 
 TIERS = ("unit", "artifacts", "live", "guest")
+# the order the tiers run in: the guests boot with the session and run beside the first two
+# (guests_from_the_start); the live tier, which times real traffic, has the host to itself
+TIER_ORDER = ("artifacts", "unit", "guest", "live")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))   # helpers, sysfs
 # a test module may use another's helpers (the dashboards' expressions, a free port, a fixture
@@ -69,6 +72,9 @@ def pytest_collection_modifyitems(config, items):
         rel = os.path.relpath(str(item.path), here).split(os.sep)
         if rel[0] not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")
+    # stable: each module's tests stay together and in their order
+    items.sort(key=lambda item: TIER_ORDER.index(
+        os.path.relpath(str(item.path), here).split(os.sep)[0]))
 
 
 @pytest.fixture
@@ -95,3 +101,24 @@ def private_tmp():
     d = tempfile.mkdtemp(prefix=".steer-test-", dir=os.path.expanduser("~"))
     yield Path(d)
     shutil.rmtree(d)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def guests_from_the_start(request, tmp_path_factory):
+    """The guest tier's qemu guests boot with the session, when it holds their tests, and run
+    beside the tiers ordered before theirs (TIER_ORDER): artifacts and unit, which keep one of
+    this host's two CPUs busy at most and time nothing, while each guest's TCG thread takes
+    what is left. The live tier, whose bounds time real traffic, starts after both guests
+    ended."""
+    names = {item.originalname for item in request.session.items
+             if item.path.parent.name == "guest"}
+    if not names:
+        yield
+        return
+    # the module pytest imported (by its base name, as every test module here): one registry
+    from test_guest_live import start_guests, stop_guests
+    start_guests(tmp_path_factory, names)
+    try:
+        yield
+    finally:
+        stop_guests()

@@ -64,23 +64,41 @@ def _can_boot() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def guests(tmp_path_factory):
-    """Both tiers' guests, booted together: each runs its vCPUs on one TCG thread, so on this
-    host's two CPUs they take about as long together as the longer alone (2026-11-27: 300 s and
-    245 s one after the other, 332 s together, both passing), and their tests' timeouts allow
-    for TCG's pace already."""
-    if _can_boot():
-        yield {}
+# each tier's guest: the test that waits for it, its files' name, run.py's arguments
+GUESTS = {"6.1": ("test_guest_tier_passes_in_a_two_socket_61_guest", "6.1", ()),
+          "big host": ("test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores", "big",
+                       ("--cores", "8", "tests/guest/test_big_host_live.py"))}
+RUNS: dict[str, GuestRun] = {}
+
+
+def start_guests(tmp_path_factory, tests: set[str]) -> None:
+    """Boots the guest of each of TESTS (test names) not booted yet. Both tiers' guests run
+    together: each runs its vCPUs on one TCG thread, so on this host's two CPUs they take about
+    as long together as the longer alone (2026-11-27: 300 s and 245 s one after the other, 332 s
+    together, both passing), and their tests' timeouts allow for TCG's pace already. The suite
+    starts them with the session (tests/conftest.py), beside the unit and artifacts tiers."""
+    wanted = {k: v for k, v in GUESTS.items() if v[0] in tests and k not in RUNS}
+    if _can_boot() or not wanted:
         return
     tmp = tmp_path_factory.mktemp("guests")
-    runs = {"6.1": GuestRun(tmp, "6.1"),
-            "big host": GuestRun(tmp, "big", "--cores", "8", "tests/guest/test_big_host_live.py")}
+    for key, (_, name, args) in wanted.items():
+        RUNS[key] = GuestRun(tmp, name, *args)
+
+
+def stop_guests() -> None:
+    for r in RUNS.values():
+        r.stop()
+    RUNS.clear()
+
+
+@pytest.fixture(scope="module")
+def guests(tmp_path_factory):
+    """The tiers' guests, booted now if the session did not boot them already."""
+    start_guests(tmp_path_factory, {test for test, _, _ in GUESTS.values()})
     try:
-        yield runs
+        yield RUNS
     finally:
-        for r in runs.values():
-            r.stop()
+        stop_guests()
 
 
 def _passed_whole(r) -> str:
