@@ -72,6 +72,12 @@ LAYOUTS = {
     "systemd-unit": ("system.slice/steer-reader.service",
                      dict(app_unit="steer-reader.service", app_container_id=None,
                           app_workload="steer-reader.service")),
+    # a pod and container named inside a user's manager, which any user may do (container ids
+    # are in every /proc/PID/cgroup): the user's, not the pod, which kubepods is only where no
+    # unit or container lies above it
+    "forged-pod": (f"user.slice/user-1000.slice/user@1000.service/x/kubepods/pod{UID}/{ID}",
+                   dict(app_pod=None, app_pod_uid=None, app_container_id=None,
+                        app_unit="user@1000.service", app_workload="user@1000.service")),
     # what any user with a delegated subtree can name a cgroup: bytes that are not UTF-8, and a
     # line separator; as text, the byte written \xff
     "not-utf-8": ("user.slice/\udcff\u2028reader.scope",

@@ -14,18 +14,22 @@ UID_ = UID.replace("-", "_")
 
 @pytest.mark.parametrize("path, want", [
     ("/system.slice/nginx.service", Workload(unit="nginx.service")),
+    # a user's own units, named with the manager they are delegated from
     ("/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service",
-     Workload(unit="foo.service")),
+     Workload(unit="user@1000.service/foo.service")),
+    ("/user.slice/user-1000.slice/session-3.scope", Workload(unit="session-3.scope")),
     ("/init.scope", Workload(unit="init.scope")),
     # docker: systemd and cgroupfs drivers
     (f"/system.slice/docker-{ID}.scope", Workload(f"docker-{ID}.scope", "docker", ID)),
     (f"/docker/{ID}", Workload(runtime="docker", container_id=ID)),
-    # docker in docker: the innermost container
-    (f"/docker/{ID2}/docker/{ID}", Workload(runtime="docker", container_id=ID)),
+    # docker in docker: the outer container, which named the inner one as it liked
+    (f"/docker/{ID2}/docker/{ID}", Workload(runtime="docker", container_id=ID2)),
+    (f"/system.slice/docker-{ID2}.scope/system.slice/nginx.service",
+     Workload(f"docker-{ID2}.scope", "docker", ID2)),
     # podman, rootful and rootless, and cgroupfs; its monitor names no container
     (f"/machine.slice/libpod-{ID}.scope", Workload(f"libpod-{ID}.scope", "podman", ID)),
     (f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope",
-     Workload(f"libpod-{ID}.scope", "podman", ID)),
+     Workload(f"user@1000.service/libpod-{ID}.scope", "podman", ID)),
     (f"/libpod_parent/libpod-{ID}", Workload(runtime="podman", container_id=ID)),
     (f"/machine.slice/libpod-conmon-{ID}.scope", Workload(unit=f"libpod-conmon-{ID}.scope")),
     # the kubelet, systemd driver: Burstable and BestEffort pods one slice down, Guaranteed not
@@ -42,6 +46,20 @@ UID_ = UID.replace("-", "_")
     (f"/kubepods/besteffort/pod{UID}/crio-{ID}", Workload(runtime="cri-o", container_id=ID, pod_uid=UID)),
     # a pod's own cgroup (a process the runtime put there, not in a container)
     (f"/kubepods/burstable/pod{UID}", Workload(pod_uid=UID)),
+    # what a delegate names below its own cgroup is its own, whatever the names say: a pod and
+    # its container (ids anyone can read in /proc/PID/cgroup), a system unit, a container
+    (f"/user.slice/user-1000.slice/user@1000.service/x/kubepods/pod{UID}/{ID}",
+     Workload(unit="user@1000.service")),
+    (f"/user.slice/user-1000.slice/user@1000.service/app.slice/nginx.service",
+     Workload(unit="user@1000.service/nginx.service")),
+    (f"/user.slice/user-1000.slice/user@1000.service/docker-{ID}.scope",
+     Workload(f"user@1000.service/docker-{ID}.scope", "docker", ID)),
+    (f"/system.slice/ci-runner.service/kubepods.slice/kubepods-pod{UID_}.slice/crio-{ID}.scope",
+     Workload(unit="ci-runner.service")),
+    (f"/system.slice/ci-runner.service/nginx.service", Workload(unit="ci-runner.service")),
+    (f"/system.slice/docker-{ID2}.scope/kubepods/pod{UID}/{ID}",
+     Workload(f"docker-{ID2}.scope", "docker", ID2)),
+    (f"/docker/{ID2}/kubepods/pod{UID}/{ID}", Workload(runtime="docker", container_id=ID2)),
     # names nothing
     ("/", None), ("", None), (None, None), ("/foo/bar", None), (f"/scratch/{ID}", None),
     (f"/pod{UID}/{ID}", None), ("/system.slice/nginx.service.d", None),
@@ -54,6 +72,10 @@ def test_labels_name_what_a_person_knows():
     assert Workload(unit="nginx.service").label == "nginx.service"
     assert Workload(f"docker-{ID}.scope", "docker", ID).label == "docker:4f3c9a1e0b7d"
     assert Workload(container_id=ID).label == "container:4f3c9a1e0b7d"
+    # a user's rootless container, told apart from the system's with the same id
+    assert Workload(f"user@1000.service/libpod-{ID}.scope", "podman", ID).label == \
+        "user@1000.service/podman:4f3c9a1e0b7d"
+    assert Workload(unit="user@1000.service/foo.service").label == "user@1000.service/foo.service"
     assert Workload(container_id=ID, pod_uid=UID).label == "pod 7d1c2a3b:4f3c9a1e0b7d"
     w = Workload(container_id=ID, pod_uid=UID).with_pod("web", "nginx-7d9f", "nginx")
     assert w.label == "web/nginx-7d9f:nginx"
