@@ -17,6 +17,7 @@ import hmac
 import importlib.util
 import os
 import queue
+import re
 import socket
 import ssl
 import threading
@@ -26,7 +27,17 @@ from http.server import BaseHTTPRequestHandler
 from typing import Callable
 
 from steer.defaults import DEFAULT_TIMEOUT, DEFAULT_WORKERS
+from steer.model.names import printable
 
+# the response headers a web config may add, and the values of those with a fixed set: the
+# exporter toolkit's (node_exporter's) own list, kept private there "to ensure consistency in
+# the Prometheus ecosystem"
+EXTRA_HEADERS = {"Strict-Transport-Security": None, "X-Content-Type-Options": ("nosniff",),
+                 "X-Frame-Options": ("deny", "sameorigin"), "X-XSS-Protection": None,
+                 "Content-Security-Policy": None}
+# a bcrypt hash as htpasswd -B and the toolkit's bcrypt.Cost() read it: version, cost 4-31, salt
+# and digest in bcrypt's base64 (a malformed one would fail at the first login, in a worker)
+BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 QUEUED_PER_WORKER = 4           # connections that wait for a worker; beyond that they are closed
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -88,6 +99,13 @@ class WebConfig:
                 isinstance(k, str) and isinstance(v, str) and "\n" not in k + v and "\r" not in k + v
                 for k, v in headers.items()):
             raise WebConfigError(f"{path}: http_server_config.headers: one-line strings")
+        for name, value in headers.items():
+            if name not in EXTRA_HEADERS:
+                raise WebConfigError(f"{path}: http_server_config.headers: {name!r} cannot be "
+                                     f"set (as the exporter toolkit: {', '.join(EXTRA_HEADERS)})")
+            if EXTRA_HEADERS[name] and value not in EXTRA_HEADERS[name]:
+                raise WebConfigError(f"{path}: http_server_config.headers.{name}: one of "
+                                     f"{', '.join(EXTRA_HEADERS[name])}, not {value!r}")
         cfg.headers = headers
         return cfg
 
@@ -115,7 +133,7 @@ def _tls_context(path: str, base: str, tls) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     for key, attr in (("min_version", "minimum_version"), ("max_version", "maximum_version")):
         if key in tls:
-            if tls[key] not in TLS_VERSIONS:
+            if not isinstance(tls[key], str) or tls[key] not in TLS_VERSIONS:
                 raise WebConfigError(f"{path}: tls_server_config.{key}: one of "
                                      f"{', '.join(TLS_VERSIONS)}, not {tls[key]!r}")
             setattr(ctx, attr, TLS_VERSIONS[tls[key]])
@@ -127,7 +145,7 @@ def _tls_context(path: str, base: str, tls) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as e:
         raise WebConfigError(f"{path}: cert_file/key_file: {getattr(e, 'strerror', None) or e}") from None
     auth = tls.get("client_auth_type", "NoClientCert")
-    if auth not in CLIENT_AUTH:
+    if not isinstance(auth, str) or auth not in CLIENT_AUTH:
         raise WebConfigError(f"{path}: tls_server_config.client_auth_type: one of "
                              f"{', '.join(CLIENT_AUTH)}, not {auth!r} (Python's TLS cannot ask "
                              "for a certificate without verifying it)")
@@ -151,9 +169,10 @@ def _users(path: str, users) -> dict[str, bytes]:
     out = {}
     for user, hashed in users.items():
         if not isinstance(user, str) or ":" in user or not isinstance(hashed, str) or \
-                not hashed.startswith(("$2a$", "$2b$", "$2y$")):
-            raise WebConfigError(f"{path}: basic_auth_users.{user}: expected a bcrypt hash "
-                                 "($2y$..., as htpasswd -nBC 10 makes)")
+                not BCRYPT_HASH.fullmatch(hashed):
+            raise WebConfigError(f"{path}: basic_auth_users.{printable(str(user))}: expected a "
+                                 "bcrypt hash of cost 4 to 31 ($2y$10$ and 53 characters, as "
+                                 "htpasswd -nBC 10 makes)")
         out[user] = hashed.encode()
     return out
 

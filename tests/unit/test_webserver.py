@@ -128,6 +128,16 @@ def test_paths_in_the_config_are_relative_to_it(tmp_path, pki):
      "cipher_suites is not supported"),
     ("tls_server_config: {cert_file: x, key_file: y, min_version: TLS99}\n", "min_version: one of"),
     ("basic_auth_users: {alice: plaintext}\n", "expected a bcrypt hash"),
+    # what the toolkit refuses too, and steer would have taken: a hash that fails at the first
+    # login, in a worker; a version that is not a name; a header outside the toolkit's five
+    ("basic_auth_users: {alice: $2y$10$short}\n", "expected a bcrypt hash of cost 4 to 31"),
+    ("basic_auth_users: {alice: $2y$99$" + "a" * 53 + "}\n", "expected a bcrypt hash"),
+    ("basic_auth_users: {alice: $2y$10$" + "a" * 52 + "!}\n", "expected a bcrypt hash"),
+    ("tls_server_config: {cert_file: x, key_file: y, min_version: [TLS12]}\n", "min_version: one of"),
+    ("tls_server_config: {cert_file: x, key_file: y, max_version: {a: 1}}\n", "max_version: one of"),
+    ("http_server_config: {headers: {Set-Cookie: a=b}}\n", "'Set-Cookie' cannot be set"),
+    ("http_server_config: {headers: {X-Frame-Options: allow-from x}}\n",
+     "X-Frame-Options: one of deny, sameorigin"),
     ("web: {}\n", "unknown key 'web'"),
     ("tls_server_config: [\n", "not valid YAML"),
     ("http_server_config: {headers: {X-A: \"a\\nb\"}}\n", "one-line strings"),
@@ -136,6 +146,12 @@ def test_a_web_config_steer_cannot_serve_is_one_line(tmp_path, text, fragment):
     with pytest.raises(WebConfigError, match=fragment) as e:
         _config(tmp_path, text)
     assert "\n" not in str(e.value)
+
+
+def test_client_auth_type_that_is_not_a_name_is_one_line(tmp_path, pki):
+    with pytest.raises(WebConfigError, match="client_auth_type: one of"):
+        _config(tmp_path, f"tls_server_config: {{cert_file: {pki['server_crt']}, key_file: "
+                          f"{pki['server_key']}, client_auth_type: [a]}}\n")
 
 
 def test_client_auth_without_verification_is_refused_with_why(tmp_path, pki):
