@@ -16,6 +16,12 @@ from steer.model.topology import nic_place, read_text
 
 NETNS_DIR = "/run/netns"
 CACHE_SECONDS = 30.0   # a device renamed or recreated shows within this
+# Bounds, as on the other per-flow state: a host whose containers come and go leaves a device
+# behind in each namespace, and each new one is looked up in a child that enters its namespace.
+MAX_DEVICES = 4096          # described devices kept; past it, those past CACHE_SECONDS go, then
+                            # the older half
+NEW_PER_SECOND = 32         # new devices looked up a second at most (a burst of as many); the
+                            # others are said not looked up yet, and are at the next call
 
 
 def _inode(path: str) -> int | None:
@@ -92,20 +98,42 @@ class DeviceResolver:
     for where its receive IRQs may run ("irq_cpus": {irq: CPUs}), read anew each time: `steer
     irq` or irqbalance moves them at any moment."""
 
-    def __init__(self, cache_seconds: float = CACHE_SECONDS):
+    def __init__(self, cache_seconds: float = CACHE_SECONDS, clock=time.monotonic):
         self.cache_seconds = cache_seconds
+        self._clock = clock
         self._cache: dict[tuple[int, int], tuple[float, dict]] = {}
+        self._budget, self._budget_at = float(NEW_PER_SECOND), clock()
 
     def __call__(self, netns: int, ifindex: int) -> dict:
-        now = time.monotonic()
+        now = self._clock()
         hit = self._cache.get((netns, ifindex))
         if not hit or now - hit[0] >= self.cache_seconds:
+            if not self._may_look_up(now):
+                return {"dev": None, "error": f"not looked up yet: more than {NEW_PER_SECOND} "
+                                              "devices a second to look up"}
+            if (netns, ifindex) not in self._cache and len(self._cache) >= MAX_DEVICES:
+                self._make_room(now)
             hit = self._cache[(netns, ifindex)] = (now, self._resolve(netns, ifindex))
         info = hit[1]
         if info.get("rx_irqs"):
             info = {**info, "irq_cpus": {str(i["irq"]): irq_cpus(i["irq"])
                                          for i in info["rx_irqs"]}}
         return info
+
+    def _may_look_up(self, now: float) -> bool:
+        self._budget = min(float(NEW_PER_SECOND),
+                           self._budget + (now - self._budget_at) * NEW_PER_SECOND)
+        self._budget_at = now
+        if self._budget < 1:
+            return False
+        self._budget -= 1
+        return True
+
+    def _make_room(self, now: float) -> None:
+        self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self.cache_seconds}
+        if len(self._cache) >= MAX_DEVICES:
+            newest = sorted(self._cache.items(), key=lambda kv: kv[1][0])[len(self._cache) // 2:]
+            self._cache = dict(newest)
 
     @staticmethod
     def _resolve(netns: int, ifindex: int) -> dict:
