@@ -376,8 +376,11 @@ class ExporterServer:
 
 
 def _shutdown(sock) -> None:
+    """Shut SOCK down, from any thread. socket.socket's own shutdown, also for a TLS socket:
+    SSLSocket.shutdown() drops the TLS state first, and a worker's write that came in between
+    (the reaper runs beside it) would go out as plaintext."""
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError:
         pass
 

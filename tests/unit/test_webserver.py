@@ -237,3 +237,47 @@ def test_a_failed_collection_is_a_500_and_the_server_lives_on():
         assert _get(s.port) == (200, BODY)
     finally:
         s.close()
+
+
+def test_the_reapers_shutdown_never_lets_a_worker_write_plaintext(pki, monkeypatch):
+    """The reaper shuts a late connection down from its own thread while the worker may be
+    writing the reply. SSLSocket.shutdown() drops the TLS state before it shuts the socket down,
+    and a write that comes in between goes out as plaintext. The write is put right there (in
+    the socket's own shutdown, which runs after): the peer's raw bytes never hold it."""
+    from steer.present import webserver
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(pki["server_crt"]), str(pki["server_key"]))
+    a, b = socket.socketpair()
+    client = _client_context(pki)
+    client.check_hostname = False
+    peer = []   # the client's end: its bytes are read raw, as they cross the wire
+    done = threading.Thread(target=lambda: peer.append(client.wrap_socket(
+        b, server_hostname="localhost")))
+    done.start()
+    server = ctx.wrap_socket(a, server_side=True)
+    done.join(timeout=10)
+    real = socket.socket.shutdown
+    secret = b"steer_secret_metric 1\n" * 4
+
+    def shutdown_with_a_write_first(sock, how):
+        try:
+            server.sendall(secret)   # the worker's reply, between the two steps
+        except (OSError, ValueError):
+            pass
+        real(sock, how)
+    monkeypatch.setattr(socket.socket, "shutdown", shutdown_with_a_write_first)
+    webserver._shutdown(server)
+    monkeypatch.setattr(socket.socket, "shutdown", real)
+    import os
+    import select
+    raw = b""
+    fd = peer[0].fileno()
+    while select.select([fd], [], [], 1)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        raw += chunk
+    server.close()
+    peer[0].close()
+    assert raw, "the write went nowhere: the test shows nothing"
+    assert b"steer_secret_metric" not in raw, raw[:200]
