@@ -156,7 +156,9 @@ def add_parsers(sub, fmt) -> dict:
 
     auto.add_argument("--listen", metavar="HOST:PORT",
                       help="also serve Prometheus metrics here, with steer_auto_moves_total "
-                           "(:PORT: every address)")
+                           "(:PORT: every address). Served by this process, which keeps every "
+                           "capability while it steers: loopback, or --web-config's TLS and "
+                           "auth, where others can reach it")
     auto.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K,
                       help="per-flow series with --listen")
     auto.add_argument("--cpu-labels", choices=list(CPU_LABELS), default=DEFAULT_CPU_LABELS,
