@@ -59,7 +59,10 @@ def web_options(p) -> None:
                         "the Prometheus exporter toolkit (node_exporter --web.config.file): "
                         "tls_server_config (cert_file, key_file, client_ca_file, "
                         "client_auth_type, min_version, max_version) and basic_auth_users (bcrypt "
-                        "hashes); read once at start-up, before privileges are dropped")
+                        "hashes); read at start-up, before privileges are dropped, and again "
+                        "on SIGHUP (a rotated certificate, changed users), then as the "
+                        "exporter's user: the files must be readable by it. A file that does "
+                        "not load then leaves the one before in place, and says why")
     p.add_argument("--web-workers", type=bounded_int(1, 64), default=DEFAULT_WORKERS, metavar="N",
                    help="requests served at once; a few more connections wait, the rest are "
                         "closed at once")
@@ -117,6 +120,33 @@ def serve(collector, args, web=None):
     return bind_server(collector, args, web).start()
 
 
+def _count_hangups() -> list[int]:
+    """SIGHUP asks for the web config again (systemctl reload); counted here, acted on in the
+    main loop, outside the signal handler."""
+    import signal
+    count = [0]
+
+    def hangup(signum, frame):
+        count[0] += 1
+    signal.signal(signal.SIGHUP, hangup)
+    return count
+
+
+def _reload(server, path: str | None) -> None:
+    from steer.present.webserver import WebConfig, WebConfigError
+    if not path:
+        print("steer export: SIGHUP: no --web-config to read again", file=sys.stderr, flush=True)
+        return
+    try:
+        web = WebConfig.load(path)
+    except WebConfigError as e:
+        print(f"steer export: --web-config not read again, the one before stays: {e}",
+              file=sys.stderr, flush=True)
+        return
+    server.reload(web)
+    print(f"steer export: --web-config read again: {web.describe()}", flush=True)
+
+
 def cmd_export(args) -> int:
     from steer.kernel.gateway import one_heap, trim_heap
     from steer.present.exporter import SteerCollector, parse_listen
@@ -161,9 +191,14 @@ def cmd_export(args) -> int:
         print(f"steer export: serving {scheme}://{args.listen}/metrics"
               + (f" ({web.describe()})" if web else ""), flush=True)
         end = None if args.duration is None else time.monotonic() + args.duration
+        hangups = _count_hangups()
+        seen = 0
         try:
             while end is None or time.monotonic() < end:
                 time.sleep(0.2)
+                if hangups[0] != seen:
+                    seen = hangups[0]
+                    _reload(server, args.web_config)
         except KeyboardInterrupt:
             pass
     finally:

@@ -259,6 +259,8 @@ class _Connection:
     def __init__(self, sock: socket.socket, addr):
         self.sock, self.addr = sock, addr
         self.busy_since: float | None = time.monotonic()
+        self.web: WebConfig | None = None
+        self.auth: BasicAuth | None = None
 
 
 class ExporterServer:
@@ -268,8 +270,10 @@ class ExporterServer:
                  web: WebConfig | None = None, workers: int = DEFAULT_WORKERS,
                  timeout: float = DEFAULT_TIMEOUT):
         self.scrape = SharedScrape(render)
-        self.addresses, self.web, self.workers, self.timeout = addresses, web, workers, timeout
-        self.auth = BasicAuth(web.users) if web and web.users else None
+        self.addresses, self.workers, self.timeout = addresses, workers, timeout
+        # what a new connection is served by: the config and its users' checker, one tuple
+        # that reload() swaps whole
+        self.served = (web, BasicAuth(web.users) if web and web.users else None)
         self._socks: list[socket.socket] = []
         self._queue: queue.Queue = queue.Queue(maxsize=workers * QUEUED_PER_WORKER)
         self._active: set[_Connection] = set()
@@ -297,6 +301,11 @@ class ExporterServer:
     @property
     def port(self) -> int:
         return self._socks[0].getsockname()[1]
+
+    def reload(self, web: WebConfig) -> None:
+        """Serve the connections from now on by WEB (a rotated certificate, changed users); the
+        connections already open keep what they began with."""
+        self.served = (web, BasicAuth(web.users) if web.users else None)
 
     def start(self) -> "ExporterServer":
         for s in self._socks:
@@ -358,8 +367,9 @@ class ExporterServer:
         conn.busy_since = time.monotonic()
         sock = conn.sock
         sock.settimeout(self.timeout)
-        if self.web and self.web.tls:
-            sock = self.web.tls.wrap_socket(sock, server_side=True)   # the handshake, timed
+        conn.web, conn.auth = self.served
+        if conn.web and conn.web.tls:
+            sock = conn.web.tls.wrap_socket(sock, server_side=True)   # the handshake, timed
             conn.sock = sock
         _Handler(sock, conn.addr, self, conn)
 
@@ -409,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET(head=True)
 
     def do_GET(self, head: bool = False):
-        if self.exporter.auth and not self.exporter.auth.allows(self.headers.get("Authorization")):
+        if self.conn.auth and not self.conn.auth.allows(self.headers.get("Authorization")):
             self._reply(401, b"Unauthorized\n", head, {"WWW-Authenticate": 'Basic realm="steer"'})
             return
         path = self.path.split("?", 1)[0]
@@ -435,8 +445,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, code: int, body: bytes, head: bool, extra: dict | None = None):
         self.send_response(code)
         headers = {"Content-Type": "text/plain; charset=utf-8", **(extra or {})}
-        if self.exporter.web:
-            headers.update(self.exporter.web.headers)
+        if self.conn.web:
+            headers.update(self.conn.web.headers)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))

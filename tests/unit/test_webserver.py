@@ -281,3 +281,28 @@ def test_the_reapers_shutdown_never_lets_a_worker_write_plaintext(pki, monkeypat
     peer[0].close()
     assert raw, "the write went nowhere: the test shows nothing"
     assert b"steer_secret_metric" not in raw, raw[:200]
+
+
+def test_reload_serves_new_connections_by_the_new_config(tmp_path):
+    """A new web config (changed users here; a rotated certificate alike) serves every
+    connection made after the reload, and a kept-alive one made before keeps its own."""
+    def users(name):
+        hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+        return _config(tmp_path, f"basic_auth_users: {{{name}: {hashed}}}\n")
+
+    def auth(user):
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:pw".encode()).decode()}
+    s = _server(users("alice"))
+    try:
+        before = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
+        before.request("GET", "/metrics", headers=auth("alice"))
+        assert before.getresponse().read() == BODY
+        s.reload(users("bob"))
+        assert _get(s.port, None, auth("alice"))[0] == 401
+        assert _get(s.port, None, auth("bob")) == (200, BODY)
+        before.request("GET", "/metrics", headers=auth("alice"))
+        r = before.getresponse()
+        assert (r.status, r.read()) == (200, BODY)
+        before.close()
+    finally:
+        s.close()
