@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -362,6 +363,52 @@ def test_exporter_with_a_web_config_serves_only_a_client_with_certificate_and_pa
         with pytest.raises((ssl.SSLError, ConnectionError)):
             get(cert=False, password="scrape-me")
         assert_unprivileged(p.pid, uid=65534)
+        # SIGHUP reads the file again as nobody, who cannot: the config before stays, and why
+        web.write_text(web.read_text().replace(hashed, bcrypt.hashpw(
+            b"rotated", bcrypt.gensalt(rounds=4)).decode()))
+        p.send_signal(signal.SIGHUP)
+        line = p.stderr.readline()
+        assert "--web-config not read again, the one before stays" in line and \
+            "Permission denied" in line, line
+        assert get(cert=True, password="scrape-me")[0] == 200 and p.poll() is None
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def test_sighup_reads_the_web_config_again(private_tmp):
+    """steer export reads --web-config again on SIGHUP (systemctl reload): a new user's
+    password opens /metrics from then on, the old one's no longer."""
+    import base64
+    import http.client
+    import bcrypt
+    web = private_tmp / "web.yml"
+
+    def users(name):
+        hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+        web.write_text(f"basic_auth_users:\n  {name}: '{hashed}'\n")
+    users("alice")
+    port = free_port()
+    p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}", "--web-config",
+                          str(web)], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+
+    def status(user):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", "/metrics", headers={"Authorization": "Basic " + base64.b64encode(
+                f"{user}:pw".encode()).decode()})
+            return conn.getresponse().status
+        finally:
+            conn.close()
+    try:
+        assert "serving http://" in p.stdout.readline()
+        assert (status("alice"), status("bob")) == (200, 401)
+        users("bob")
+        p.send_signal(signal.SIGHUP)
+        line = p.stdout.readline()
+        assert "--web-config read again: basic auth (1 user)" in line, line
+        assert (status("alice"), status("bob")) == (401, 200) and p.poll() is None
     finally:
         p.terminate()
         p.wait(timeout=10)
