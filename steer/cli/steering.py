@@ -135,6 +135,10 @@ def add_parsers(sub, fmt) -> dict:
                            "built-in or yours, is shown only the flows at this rate or more and "
                            "those it placed (0: every flow with traffic)")
     auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
+    auto.add_argument("--expect-from", metavar="DIR",
+                      help="a sweep of this host (steer sweep --out DIR): each move's log line "
+                           "adds what the sweep measured for the placement it leaves and the one "
+                           "it makes (its cells, else its class medians), with --dry-run too")
     auto.add_argument("--method", choices=["cpumap", "auto"], default="cpumap",
                       help="how a flow moves: an exact XDP rule (cpumap), or (auto) its RX "
                            "queue where it is the only flow there at --min-rate or more and the "
@@ -380,6 +384,16 @@ def cmd_auto(args) -> int:
         raise UserError(str(e)) from None
     log = make_logger(args.log_format)
     topo = read_topology()
+    expect = None
+    if args.expect_from:
+        from steer.steering.expectations import ExpectationError, SweepExpectations
+        try:
+            expect = SweepExpectations.load(args.expect_from, topo)
+        except ExpectationError as e:
+            raise UserError(f"--expect-from {e}") from None
+        if expect.other_host:
+            log(f"steer auto: warning: --expect-from {expect.where} was measured on "
+                f"{expect.other_host}, not on this host")
     steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
                                                       pinned=False).open()
     tracer = server = queues = None
@@ -400,7 +414,8 @@ def cmd_auto(args) -> int:
         engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
                                 window=args.window, tolerance=args.tolerance,
                                 on_inconclusive=args.on_inconclusive,
-                                revert_hold=args.revert_hold, log=log, queues=queues)
+                                revert_hold=args.revert_hold, log=log, queues=queues,
+                                expect=expect)
         if args.min_rate > 0:
             # the policy sees the flows at --min-rate or more (and those it placed): under
             # connection churn the others would cost an object each at every interval

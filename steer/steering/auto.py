@@ -27,6 +27,7 @@ from typing import Callable, Protocol
 from steer.model.flowspec import FlowSpec
 from steer.model.flows import FlowReport, Intervals, Snapshot
 from steer.steering.policies import Decision, Policy, stack_cpu_of
+from steer.steering.expectations import Expectation, SweepExpectations
 from steer.steering.verdict import (CONFIDENCE, INCONCLUSIVE, KEPT, REVERTED, TOLERANCE, Figures,
                                     Trial, Verdict, confirm, figures_of, judge)
 from steer.model.topology import Topology, online_cpus, read_topology
@@ -80,6 +81,8 @@ class AutoSteer:
     # moves by RX queue, for a flow alone (among those the policy sees) on its queue: nothing
     # per packet, where the device allows it (None: every move is an XDP rule)
     queues: QueueMover | None = None
+    # what a sweep of this host measured for each move's placements (steer auto --expect-from)
+    expect: SweepExpectations | None = None
     placed: dict[FlowId, int] = field(default_factory=dict)       # the rules we installed
     by_queue: dict[FlowId, int] = field(default_factory=dict)     # those moved by their queue
     moves: int = 0
@@ -301,10 +304,23 @@ class AutoSteer:
         new = "unsteered" if c.new_cpu is None else f"CPU {c.new_cpu}"
         by = "" if queue is None else f" by {method} (RX queue {queue})"
         dry = " (dry run)" if self.steerer is None else ""
-        self.log(f"{c.flow}: kernel CPU {old} -> {new}{by}: {c.reason}{dry}", flow=str(c.flow),
+        expected = self._expectation(c) if counted else None
+        self.log(f"{c.flow}: kernel CPU {old} -> {new}{by}: {c.reason}{dry}"
+                 + (f"; {expected.text()}" if expected else ""), flow=str(c.flow),
                  old_cpu=c.old_cpu, new_cpu=c.new_cpu, reason=c.reason, method=method,
-                 queue=queue, dry_run=self.steerer is None, event="move" if counted else "undo")
+                 queue=queue, dry_run=self.steerer is None, event="move" if counted else "undo",
+                 **(expected.fields() if expected else {}))
         return c
+
+    def _expectation(self, c: Change) -> Expectation | None:
+        """What the sweep measured for the placement C leaves (the flow's stack CPU and reader
+        now) and the one it makes."""
+        if self.expect is None or c.new_cpu is None:
+            return None
+        f = next((f for f in self._last_flows if f.flow == c.flow), None)
+        if f is None:
+            return None
+        return self.expect.of(stack_cpu_of(f), c.new_cpu, f.app_cpu)
 
 
 def _only(figs: dict[FlowId, Figures], flows: set[FlowId]) -> dict[FlowId, Figures]:
