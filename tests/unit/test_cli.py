@@ -308,3 +308,13 @@ def test_auto_refuses_a_bad_policy_before_touching_anything(private_tmp, text, m
         out = subprocess.run(["bpftool", "net", "show", "dev", "lo"], capture_output=True,
                              text=True).stdout
         assert "steer_xdp" not in out
+
+
+def test_auto_expect_from_what_is_not_a_sweep_is_one_line(tmp_path):
+    """--expect-from is read before anything is attached: a directory without a sweep, or a
+    file that is not one, is one line and exit 1, as a policy file's trouble is."""
+    r = steer("auto", "--dev", "lo", "--expect-from", str(tmp_path), "--duration", "1")
+    assert_one_line_error(r, f"--expect-from {tmp_path}/results.json: No such file")
+    (tmp_path / "results.json").write_text('{"cells": []}')
+    r = steer("auto", "--dev", "lo", "--expect-from", str(tmp_path), "--duration", "1")
+    assert_one_line_error(r, "no one-flow cell with a throughput")
