@@ -9,11 +9,11 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 
 import pytest
 
+from autolog import AutoLog
 from helpers import ROOT, STEER, live, screen_until, steer, tmux
 from kernel_scale import in_a_guest, measure_and_check
 from steer.experiment.lab import Lab, LabFlow
@@ -134,32 +134,6 @@ def test_sweep_default_selection_is_bounded_covers_every_class_and_runs():
     assert all(c["measured_kernel_cpu"] == c["kernel_cpu"] for c in done), done
 
 
-def _events_of(p: subprocess.Popen, events: list[dict]) -> threading.Thread:
-    """A thread that appends each line of P's JSON log to EVENTS as it comes, with the time it
-    came ("seen", monotonic): a pipe nobody reads would fill and stop P."""
-    def read():
-        for line in p.stderr:
-            try:
-                e = json.loads(line)
-            except ValueError:   # not auto's log: a traceback, said as it is
-                e = {"msg": line}
-            e["seen"] = time.monotonic()
-            events.append(e)
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    return t
-
-
-def _wait_for(events: list[dict], pred, timeout: float) -> dict | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [e for e in list(events) if pred(e)]
-        if found:
-            return found[0]
-        time.sleep(0.2)
-    return None
-
-
 @big_host
 def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
     """steer auto (llc-peer) on a flow received on the other socket from its reader: the move goes
@@ -181,13 +155,13 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
                               "--window", "2", "--sample-hz", "199", "--log-format", "json"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
-        events: list[dict] = []
-        reader = _events_of(p, events)
+        log = AutoLog(p)
+        events = log.events
         try:
             # under TCG auto takes 5 to 20 s to start, and the move needs three intervals of
             # the flow (the window before it, and one to see it): 90 s from its first line
-            started = _wait_for(events, lambda e: True, timeout=60)
-            move = _wait_for(events, lambda e: e.get("event") == "move", timeout=90)
+            started = log.wait_for(lambda e: True, timeout=60)
+            move = log.wait_for(lambda e: e.get("event") == "move", timeout=90)
             running = [c.poll() is None for c in lab._clients.values()]
             assert move, (started, events, f"iperf3 clients running: {running}")
             witness = TraceEvents("veth-rx")
@@ -196,12 +170,12 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
             finally:
                 witness.close()
             counted = time.monotonic()
-            verdict = _wait_for(events, lambda e: e.get("event") == "verdict", timeout=60)
+            verdict = log.wait_for(lambda e: e.get("event") == "verdict", timeout=60)
             time.sleep(1)   # an undo follows its verdict
         finally:
             p.terminate()
             p.wait(timeout=60)
-            reader.join(timeout=10)
+            log.join()
         lab.stop_traffic()
     for e in events:
         print(json.dumps({k: v for k, v in e.items() if k != "seen"}))

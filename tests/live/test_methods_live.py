@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 
+from autolog import AutoLog
 from helpers import CPU_A, CPU_B, ROOT, STEER, assert_one_line_error, live, steer, two_cpus
 from witness import TraceEvents
 from steer.experiment.lab import Lab, LabFlow
@@ -203,18 +204,16 @@ def test_auto_moves_a_flow_alone_on_its_queue_by_the_queue_and_puts_it_back(priv
              "--hold", "0", "--duration", "9", "--log-format", "json"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=ROOT))
-        lines = [auto.stderr.readline()]   # it traces: the traffic may start
+        log = AutoLog(auto)
+        log.wait_for(lambda e: True, timeout=30)   # it traces: the traffic may start
         lab.start_clients()
-        moved = None
-        for line in auto.stderr:
-            lines.append(line)
-            if moved is None and '"event": "move"' in line:
-                moved = _stack()
+        moved = _stack() if log.wait_for(lambda e: e.get("event") == "move", timeout=9) else None
         auto.wait(timeout=60)
+        log.join()
         mask = _sysfs(lab, "class/net/veth-rx/queues/rx-0/rps_cpus")
         (res,) = lab.wait(timeout=30)
-    events = [json.loads(line) for line in lines if line.strip()]
-    print("".join(lines), f"the veth's skbs by CPU while moved (tracefs): {moved}")
+    events = log.events
+    print(log.text(), f"the veth's skbs by CPU while moved (tracefs): {moved}")
     assert auto.returncode == 0 and res.error is None
     (move,) = [e for e in events if e.get("event") == "move"]
     assert (move["method"], move["queue"], move["new_cpu"]) == ("rps", 0, CPU_B), move
