@@ -10,8 +10,7 @@ from steer.cli.common import (MAX_INTERVAL, MAX_ROWS, UsageError, UserError, bou
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS, DEFAULT_LISTEN,
-                                DEFAULT_TOP_K, FLOW_LABEL_SETS)
+    from steer.defaults import DEFAULT_LISTEN
     ex = sub.add_parser("export", formatter_class=fmt, help="Prometheus exporter",
                         description="Serve Prometheus metrics, read from the BPF maps at every "
                         "scrape: per-class and per-CPU totals, the top-K flows, steering rule "
@@ -20,22 +19,7 @@ def add_parsers(sub, fmt) -> dict:
     ex.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                     help="address to serve /metrics on; :PORT listens on every address (IPv6 "
                          "and IPv4), as Go exporters do (default %(default)s)")
-    ex.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K, metavar="K",
-                    help="flows (by rate) that get per-flow series")
-    ex.add_argument("--cpu-labels", choices=list(CPU_LABELS), default=DEFAULT_CPU_LABELS,
-                    help="what the cpu label of the per-CPU series names: each CPU, or the CPUs "
-                         "of a last-level cache (cpu=\"llc3\") or of a socket (cpu=\"socket0\") "
-                         "summed, for hosts whose CPU count would make too many series (a 2 x "
-                         "64-core host with SMT: 4,352 per-CPU series, 34 by socket)")
-    ex.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
-                    help="labels of the per-flow series: five-tuple (a series per connection), or "
-                         "service (proto, dst, dport: the connections to one local port summed, and "
-                         "the replies this host gets as a client summed under "
-                         "dport=\"ephemeral\", so that series do not come and go with every "
-                         "connection), or workload (workload, namespace, pod, container: the "
-                         "flows of a reader's pod, container or systemd unit summed, named from "
-                         "its cgroup and the kubelet's /var/log/pods; flows whose reader was not "
-                         "seen are in no series)")
+    series_options(ex)
     ex.add_argument("--duration", type=positive(), default=None, metavar="SECONDS",
                     help="stop after this long (default: until Ctrl-C or SIGTERM)")
     ex.add_argument("--keep-privileges", action="store_true",
@@ -50,6 +34,29 @@ def add_parsers(sub, fmt) -> dict:
     web_options(ex)
     tracer_options(ex)
     return {"export": cmd_export}
+
+
+def series_options(p) -> None:
+    """--top-k, --cpu-labels, --flow-labels: which series the metrics have, in steer export and
+    in steer auto --listen alike."""
+    from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS, DEFAULT_TOP_K,
+                                FLOW_LABEL_SETS)
+    p.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K, metavar="K",
+                   help="flows (by rate) that get per-flow series")
+    p.add_argument("--cpu-labels", choices=list(CPU_LABELS), default=DEFAULT_CPU_LABELS,
+                   help="what the cpu label of the per-CPU series names: each CPU, or the CPUs "
+                        "of a last-level cache (cpu=\"llc3\") or of a socket (cpu=\"socket0\") "
+                        "summed, for hosts whose CPU count would make too many series (a 2 x "
+                        "64-core host with SMT: 4,352 per-CPU series, 34 by socket)")
+    p.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
+                   help="labels of the per-flow series: five-tuple (a series per connection), or "
+                        "service (proto, dst, dport: the connections to one local port summed, and "
+                        "the replies this host gets as a client summed under "
+                        "dport=\"ephemeral\", so that series do not come and go with every "
+                        "connection), or workload (workload, namespace, pod, container: the "
+                        "flows of a reader's pod, container or systemd unit summed, named from "
+                        "its cgroup and the kubelet's /var/log/pods; flows whose reader was not "
+                        "seen are in no series)")
 
 
 def web_options(p) -> None:

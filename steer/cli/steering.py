@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from steer.cli.export import serve, web_config, web_options
+from steer.cli.export import serve, series_options, web_config, web_options
 from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_ROWS, MAX_SECONDS, PID_MAX_LIMIT,
                               UsageError, UserError, bounded_int, cpus_online, device_name,
                               netns_name, number, positive, start_tracer, tracer_options)
@@ -15,8 +15,6 @@ from steer.steering.methods import QUEUE_METHODS
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS, DEFAULT_TOP_K,
-                                FLOW_LABEL_SETS)
     from steer.cli.logs import LOG_FORMATS
     def steer_target(sp):
         sp.add_argument("--dev", required=True, type=device_name, metavar="IFACE",
@@ -163,15 +161,7 @@ def add_parsers(sub, fmt) -> dict:
                            "(:PORT: every address). Served by this process, which keeps every "
                            "capability while it steers: loopback, or --web-config's TLS and "
                            "auth, where others can reach it")
-    auto.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K,
-                      help="per-flow series with --listen")
-    auto.add_argument("--cpu-labels", choices=list(CPU_LABELS), default=DEFAULT_CPU_LABELS,
-                    help="what the cpu label of the per-CPU series names: each CPU, or the CPUs "
-                         "of a last-level cache (cpu=\"llc3\") or of a socket (cpu=\"socket0\") "
-                         "summed, for hosts whose CPU count would make too many series (a 2 x "
-                         "64-core host with SMT: 4,352 per-CPU series, 34 by socket)")
-    auto.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
-                      help="labels of the per-flow series with --listen (see steer export)")
+    series_options(auto)
     web_options(auto)
 
     sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
