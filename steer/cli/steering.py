@@ -5,7 +5,7 @@ import json
 import os
 
 from steer.cli.export import serve, series_options, web_config, web_options
-from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_ROWS, MAX_SECONDS, PID_MAX_LIMIT,
+from steer.cli.common import (MAX_INTERVAL, MAX_QUEUE, MAX_SECONDS, PID_MAX_LIMIT,
                               UsageError, UserError, bounded_int, cpus_online, device_name,
                               netns_name, number, positive, start_tracer, tracer_options)
 from steer.defaults import TOLERANCE
