@@ -60,11 +60,12 @@ def add_parsers(sub, fmt) -> dict:
                         "/proc/kallsyms).")
     pr.add_argument("--duration", type=positive(), default=5.0, metavar="SECONDS",
                     help="length of the window")
-    pr.add_argument("--frequency", type=bounded_int(1, MAX_SAMPLE_HZ),
-                    default=PROFILE_HZ, metavar="HZ",
-                    help="samples per second per busy CPU: a side's split is from its samples "
-                         "(a share p out of n samples is good to about sqrt(p(1-p)/n)), and more "
-                         "cost more (docs/performance.md)")
+    pr.add_argument("--sample-hz", "--frequency", dest="sample_hz",
+                    type=bounded_int(1, MAX_SAMPLE_HZ), default=PROFILE_HZ, metavar="HZ",
+                    help="samples per second per busy CPU, as --sample-hz of the other commands "
+                         "(--frequency: the same): a side's split is from its samples (a share p "
+                         "out of n samples is good to about sqrt(p(1-p)/n)), and more cost more "
+                         "(docs/performance.md)")
     pr.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
     pr.add_argument("--svg", metavar="FILE",
                     help="also draw the split as stacked bars, one per flow and side (needs "
@@ -160,7 +161,7 @@ def cmd_profile(args) -> int:
     from steer.trace.profile import run_profile
     if args.svg:
         need_matplotlib("steer profile --svg")
-    tracer = start_profiler(args, args.frequency)
+    tracer = start_profiler(args, args.sample_hz)
     try:
         prof = run_profile(tracer, lambda: time.sleep(args.duration))
     finally:

@@ -74,7 +74,8 @@ BAD_ARGUMENTS = [
     (["irq", "--dev", "../../etc", "--cpu", "0"], "--dev: '../../etc' is not a device name"),
     (["rps", "--dev", "lo", "--netns", "..", "--cpu", "0"], "--netns: '..' is not a namespace name"),
     (["sweep", "--out", "/nonexistent", "--dev", "eth0:1"], "--dev: 'eth0:1' is not a device name"),
-    (["profile", "--frequency", "0"], "--frequency"),
+    (["profile", "--sample-hz", "0"], "--sample-hz"),
+    (["profile", "--frequency", "0"], "--sample-hz/--frequency"),
     (["profile", "--duration", "0"], "--duration"),
 ]
 
