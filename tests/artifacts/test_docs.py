@@ -102,3 +102,18 @@ def test_the_anchor_rule(tmp_path):
                     "```\n# not a heading\n```\n## Steer flows by hand\n")
     assert _anchors(str(page)) == {"steer-flows-by-hand", "by-policy-steer-auto",
                                    "steer-flows---json", "steer-flows-by-hand-1"}
+
+
+def test_the_summary_says_which_targets_the_default_meets():
+    """Met: the whole interval on the target's side; not shown: the median is, the interval
+    reaches across; missed: the median is not (a rate at least, a time at most)."""
+    from bench.summary import verdict
+    rate, time_ = (">=", 0.99), ("<=", 1.01)
+    assert verdict({"median": 0.995, "median_ci95": (0.991, 0.999)}, rate) == "met"
+    assert verdict({"median": 0.995, "median_ci95": (0.980, 0.999)}, rate) == "not shown"
+    assert verdict({"median": 0.985, "median_ci95": (0.980, 0.999)}, rate) == "missed"
+    assert verdict({"median": 1.005, "median_ci95": (1.001, 1.009)}, time_) == "met"
+    assert verdict({"median": 1.005, "median_ci95": (1.001, 1.020)}, time_) == "not shown"
+    assert verdict({"median": 1.015, "median_ci95": None}, time_) == "missed"
+    assert verdict({"median": 1.005}, time_) == "met"   # no interval: the median alone
+    assert verdict(None, rate) == "-" and verdict({"median": None}, rate) == "-"
