@@ -1,6 +1,7 @@
 """The docs: README.md a front door under 200 lines, every relative link and anchor of README.md
-and docs/ resolving, every page reachable from README.md, and every table included from
-bench/results/ the current one (python -m bench.include)."""
+and docs/ resolving, every page reachable from README.md, every table included from
+bench/results/ the current one (python -m bench.include), and every option they give a command
+one that command has."""
 import os
 import re
 
@@ -117,3 +118,35 @@ def test_the_summary_says_which_targets_the_default_meets():
     assert verdict({"median": 1.015, "median_ci95": None}, time_) == "missed"
     assert verdict({"median": 1.005}, time_) == "met"   # no interval: the median alone
     assert verdict(None, rate) == "-" and verdict({"median": None}, rate) == "-"
+
+
+def _command_options():
+    """{command: its option strings}, from the parser itself (subcommands' own parsers)."""
+    import argparse
+    from steer.cli.main import build_parser
+    p = build_parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: {s for a in sp._actions for s in a.option_strings}
+            for name, sp in sub.choices.items()}
+
+
+# `steer COMMAND ... --flag`: in inline code or a code block, up to the end of the line or the
+# closing backtick; a shell comment ends it
+_USE = re.compile(r"(?:^|[`\s(])steer ([a-z]+)((?:[^`\n#|])*)", re.M)
+
+
+def test_every_option_the_docs_give_a_command_is_the_commands():
+    """A docs-CLI check: each `steer COMMAND --flag` written in README.md and docs/ names an
+    option that COMMAND's parser has (a renamed or removed option would otherwise live on in
+    the docs)."""
+    options = _command_options()
+    wrong = []
+    for page in _pages():
+        for m in _USE.finditer(open(page).read()):
+            cmd, rest = m.group(1), m.group(2)
+            if cmd not in options:
+                continue   # "steer is ...", prose
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest):
+                if flag not in options[cmd] and flag != "--help":
+                    wrong.append(f"{os.path.relpath(page, ROOT)}: steer {cmd} {flag}")
+    assert not wrong, sorted(set(wrong))
