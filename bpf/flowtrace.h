@@ -110,6 +110,9 @@ struct ft_cpu_stats {
 	__u64 profile_map_full;
 	__u64 cpumap_enqueue_drops;
 	__u64 cpumap_kthread_drops;
+	/* receive calls the kprobe fallback could not count: their kretprobe found no arguments
+	 * (the in-flight map's LRU evicted them, or the call began before the kprobe was in) */
+	__u64 recv_calls_lost;
 };
 
 /* NAPI polls per CPU and NAPI instance (napi:napi_poll): where a device's receive work arrives.

@@ -118,8 +118,13 @@ static __always_inline void recv_call_exit(int ret)
 	__u64 tid = bpf_get_current_pid_tgid();
 	struct recv_args *a = bpf_map_lookup_elem(&recv_calls, &tid);
 
-	if (!a)
+	if (!a) {
+		struct ft_cpu_stats *tot = totals();
+
+		if (tot)
+			tot->recv_calls_lost++;
 		return;
+	}
 	on_receive((struct sock *)a->sk, ret, a->flags, 0);
 	bpf_map_delete_elem(&recv_calls, &tid);
 }

@@ -467,7 +467,8 @@ def _is_wildcard(f: FlowId) -> bool:
 
 
 # what the tracer could not count, and counted (since it started): flows --json's tracer block
-LOST_COUNTS = ("napi_map_full", "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops")
+LOST_COUNTS = ("napi_map_full", "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops",
+               "recv_calls_lost")
 
 
 def _dominant_cpus(parts: list[FlowCpuSample]) -> tuple:

@@ -128,7 +128,8 @@ class CpuSample:
     napi_map_full: int = 0           # lost, and counted: polls beyond napi_polls' entries,
     profile_map_full: int = 0        # samples beyond profile's,
     cpumap_enqueue_drops: int = 0    # frames a cpumap's full queue dropped (redirecting CPU),
-    cpumap_kthread_drops: int = 0    # frames a cpumap kthread dropped (target CPU)
+    cpumap_kthread_drops: int = 0    # frames a cpumap kthread dropped (target CPU),
+    recv_calls_lost: int = 0         # receive calls the kprobe fallback could not count
 
 
 def lost_to_kernel(figures: dict) -> dict:

@@ -457,9 +457,11 @@ class SteerCollector(Collector):
         c = CounterMetricFamily("steer_tracer_map_full",
                                 "What a full map of the tracer could not count: NAPI polls of "
                                 "instances beyond napi_polls' entries, profile samples beyond "
-                                "profile's.", labels=["map"])
+                                "profile's, receive calls whose arguments the kprobe fallback's "
+                                "in-flight map no longer held.", labels=["map"])
         c.add_metric(["napi_polls"], sum(x.napi_map_full for x in s.cpus))
         c.add_metric(["profile"], sum(x.profile_map_full for x in s.cpus))
+        c.add_metric(["recv_calls"], sum(x.recv_calls_lost for x in s.cpus))
         yield c
         cap = GaugeMetricFamily("steer_capability_info",
                                 "Tracing mechanisms: state is available or unavailable (value 1).",

@@ -483,3 +483,40 @@ def test_a_flow_shows_its_queues_irq_and_steer_irq_moves_that_one():
 @in_a_guest
 def test_the_kernels_part_of_a_read_and_a_scrape_on_four_cpus():
     measure_and_check()
+
+
+def test_a_receive_call_the_kprobe_fallback_cannot_count_is_counted_as_lost():
+    """A reader already blocked in recv() when the kprobe fallback attaches returns through the
+    kretprobe with no arguments kept: that call is counted as lost (recv_calls_lost), not
+    silently dropped; the next call, begun with the probes in, counts its bytes."""
+    import socket
+    import threading
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    tx = socket.create_connection(srv.getsockname())
+    rx, _ = srv.accept()
+    got = []
+    blocked = threading.Thread(target=lambda: got.append(len(rx.recv(65536))))
+    blocked.start()
+    time.sleep(0.5)   # in recv(), waiting
+    try:
+        tracer = Tracer(app_hook="kprobe", timing="exact").start()
+    except TracerError as e:
+        pytest.skip(f"no kprobe fallback here: {e}")
+    try:
+        before = tracer.sample()
+        tx.sendall(b"x" * 1000)
+        blocked.join(timeout=10)
+        tx.sendall(b"y" * 2000)
+        second = len(rx.recv(65536))
+        time.sleep(0.2)
+        snap = build_snapshot(before, tracer.sample(), TOPO, tracer.capabilities)
+    finally:
+        tracer.stop()
+        for s in (tx, rx, srv):
+            s.close()
+    ours = [f for f in snap.flows if f.flow.dport == port and f.flow.proto == "tcp"]
+    print(f"lost {snap.lost}; the first call read {got}, the second {second} B; steer app_bytes "
+          f"{[f.app_bytes for f in ours]}")
+    assert got == [1000] and snap.lost["recv_calls_lost"] >= 1
+    assert sum(f.app_bytes for f in ours) == second == 2000

@@ -284,15 +284,17 @@ def test_sampled_seconds_come_with_the_samples_they_rest_on():
 
 
 def test_what_the_tracer_could_not_count_is_exported():
-    """A full napi_polls or profile map and a cpumap's dropped frames are counts, not silence."""
+    """A full napi_polls or profile map, a cpumap's dropped frames and the receive calls the
+    kprobe fallback lost are counts, not silence."""
     cpus = (CpuSample(0, napi_map_full=3, profile_map_full=5, cpumap_enqueue_drops=7),
-            CpuSample(1, cpumap_kthread_drops=2, napi_map_full=1))
+            CpuSample(1, cpumap_kthread_drops=2, napi_map_full=1, recv_calls_lost=6))
     tracer = FakeTracer([_sample(0, []), TraceSample(S, {}, cpus, 0, 1024)])
     c = SteerCollector(tracer, read_topology(VM))
     list(c.collect())
     m = _scrape(c)
     assert _get(m, "steer_tracer_map_full_total", map="napi_polls") == 4
     assert _get(m, "steer_tracer_map_full_total", map="profile") == 5
+    assert _get(m, "steer_tracer_map_full_total", map="recv_calls") == 6
     assert _get(m, "steer_cpu_cpumap_drops_total", cpu=0, where="enqueue") == 7
     assert _get(m, "steer_cpu_cpumap_drops_total", cpu=1, where="kthread") == 2
 
