@@ -110,8 +110,10 @@ struct ft_cpu_stats {
 	__u64 profile_map_full;
 	__u64 cpumap_enqueue_drops;
 	__u64 cpumap_kthread_drops;
-	/* receive calls the kprobe fallback could not count: their kretprobe found no arguments
-	 * (the in-flight map's LRU evicted them, or the call began before the kprobe was in) */
+	/* receive calls the kprobe fallback could not count: their kretprobe found no arguments,
+	 * which the in-flight map's LRU evicted (more threads inside receive calls at once than
+	 * its entries). A call begun before the probes were attached is not among them: its
+	 * return is not hooked (a kretprobe hooks the return at the function's entry) */
 	__u64 recv_calls_lost;
 };
 

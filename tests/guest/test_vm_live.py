@@ -485,10 +485,13 @@ def test_the_kernels_part_of_a_read_and_a_scrape_on_four_cpus():
     measure_and_check()
 
 
-def test_a_receive_call_the_kprobe_fallback_cannot_count_is_counted_as_lost():
-    """A reader already blocked in recv() when the kprobe fallback attaches returns through the
-    kretprobe with no arguments kept: that call is counted as lost (recv_calls_lost), not
-    silently dropped; the next call, begun with the probes in, counts its bytes."""
+def test_a_receive_call_begun_before_the_kprobe_fallback_is_neither_counted_nor_lost():
+    """A reader already blocked in recv() when the kprobe fallback attaches returns without the
+    kretprobe (it hooks a return at the function's entry): that call's bytes are not counted,
+    and not counted as lost either (recv_calls_lost counts returns whose kept arguments the
+    in-flight map evicted, which takes more threads inside receive calls at once than its 8,192
+    entries, and no test here makes that many); the next call, begun with the probes in,
+    counts its bytes."""
     import socket
     import threading
     srv = socket.create_server(("127.0.0.1", 0))
@@ -518,5 +521,5 @@ def test_a_receive_call_the_kprobe_fallback_cannot_count_is_counted_as_lost():
     ours = [f for f in snap.flows if f.flow.dport == port and f.flow.proto == "tcp"]
     print(f"lost {snap.lost}; the first call read {got}, the second {second} B; steer app_bytes "
           f"{[f.app_bytes for f in ours]}")
-    assert got == [1000] and snap.lost["recv_calls_lost"] >= 1
+    assert got == [1000] and snap.lost["recv_calls_lost"] == 0
     assert sum(f.app_bytes for f in ours) == second == 2000
