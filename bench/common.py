@@ -77,8 +77,11 @@ def run(main) -> None:
     import signal
 
     def stop(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second one must not cut the teardown
-        interrupt(frame)   # the labs' and tracers' own teardown, as for Ctrl-C
+        try:
+            interrupt(frame, signum)   # the labs' and tracers' own teardown, as for Ctrl-C
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second one must not cut it
+            raise
 
     # a bench started in the background (`... &`, nohup) ignores SIGINT: SIGTERM must tear its
     # lab down too, or its namespaces and iperf3s outlive it

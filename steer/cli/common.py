@@ -267,7 +267,7 @@ STOP_SIGNAL = [signal.SIGINT]   # the signal that last asked this process to sto
 
 def sigterm(signum, frame):
     STOP_SIGNAL[0] = signum
-    interrupt(frame)   # the same orderly teardown as Ctrl-C
+    interrupt(frame, signum)   # the same orderly teardown as Ctrl-C
 
 
 def interrupted_status() -> int:
@@ -291,7 +291,7 @@ class GracefulStop:
     def _handler(self, signum, frame):
         STOP_SIGNAL[0] = signum
         if self._asked and signum == signal.SIGINT:
-            interrupt(frame)   # raises, or holds it for when libbpf returns
+            interrupt(frame, signum)   # raises, or holds it for when libbpf returns
             return
         self._asked = True
         self.console.print(self.message)

@@ -7,9 +7,18 @@ ctypes callback function") and drops it, so the stop request would be lost and t
 run on with its tracer attached and its lab up. steer's handlers call interrupt(): it raises
 StopRequested (a KeyboardInterrupt) where that is safe, and inside a callback holds it instead;
 the kernel gateway raises what is held as soon as the C call returns (raise_held()).
+
+Python drops an exception the same way in the functions it calls itself, with nothing to raise it
+afterwards: a weakref callback (importlib's module locks end in one at the end of every import, and
+steer imports its heavy modules after its handlers are in) or a __del__. There interrupt() has
+another thread send the signal again, so that its handler runs once that function has returned:
+sent by the handler itself, it would run again at the handler's next bytecode, inside that same
+function, and again, until the recursion limit.
 """
 from __future__ import annotations
 
+import _thread
+import os
 import signal
 import threading
 
@@ -38,6 +47,23 @@ def _in_callback(frame) -> bool:
     return False
 
 
+def _dropping(code) -> bool:
+    """Python calls this function itself and reports, then drops, what it raises: importlib's
+    module-lock weakref callback, the weakref module's own, a __del__."""
+    return (code.co_name == "__del__"
+            or (code.co_name == "cb" and code.co_filename == "<frozen importlib._bootstrap>")
+            or (code.co_name in ("remove", "_remove")
+                and os.path.basename(code.co_filename) in ("weakref.py", "_weakrefset.py")))
+
+
+def _in_dropping(frame) -> bool:
+    while frame is not None:
+        if _dropping(frame.f_code):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def hold(exc: BaseException) -> None:
     """Keep an exception raised inside a callback for raise_held(); the first one wins."""
     if getattr(_held, "exception", None) is None:
@@ -52,16 +78,21 @@ def raise_held() -> None:
         raise exc
 
 
-def interrupt(frame) -> None:
-    """For a signal handler: raise StopRequested, or hold it while a callback runs."""
+def interrupt(frame, signum: int = signal.SIGINT) -> None:
+    """For a signal handler: raise StopRequested, or hold it while a callback of C's runs, or have
+    SIGNUM sent again while Python runs a function whose exceptions it drops (the thread gets the
+    GIL when this one lets it go, within the switch interval: 5 ms)."""
     if _in_callback(frame):
         hold(StopRequested())
+        return
+    if _in_dropping(frame):
+        _thread.start_new_thread(os.kill, (os.getpid(), signum))
         return
     raise StopRequested
 
 
 def _on_sigint(signum, frame):
-    interrupt(frame)
+    interrupt(frame, signum)
 
 
 def handle_sigint() -> None:

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -111,3 +112,49 @@ def test_a_stop_the_interpreter_wraps_still_ends_as_a_stop(monkeypatch):
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
+
+
+def test_a_stop_inside_an_imports_module_lock_callback_is_raised_after_it():
+    """The stop's handler runs inside importlib's weakref callback that ends every import (CI saw
+    steer flows run on after SIGTERM, "Exception ignored in: <function _get_module_lock.<locals>
+    .cb>", once in about 200 stops): the import raises it once the callback has returned. A
+    tracer sends the signal as that callback begins, so its handler runs inside it every time."""
+    code = ("import os, signal, sys\n"
+            "from steer.kernel.signals import interrupt\n"
+            "signal.signal(signal.SIGUSR1, lambda signum, frame: interrupt(frame, signum))\n"
+            "sent = []\n"
+            "def tracer(frame, event, arg):\n"
+            "    if (event == 'call' and frame.f_code.co_name == 'cb' and not sent\n"
+            "            and frame.f_code.co_filename == '<frozen importlib._bootstrap>'):\n"
+            "        sent.append(1)\n"
+            "        os.kill(os.getpid(), signal.SIGUSR1)\n"
+            "sys.settrace(tracer)\n"
+            "try:\n"
+            "    import fractions, time\n"
+            "    time.sleep(5)   # the signal comes again from a thread, within milliseconds\n"
+            "    print('imported', sent)\n"
+            "except KeyboardInterrupt:\n"
+            "    print('caught', sent)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "caught [1]\n", "")
+
+
+def test_a_stop_inside_a_del_is_raised_after_it(monkeypatch):
+    """Python drops what a __del__ raises as it drops a weakref callback's."""
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    class Signals:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            len("the handler runs here, inside __del__")
+
+    old = signal.signal(signal.SIGUSR1, lambda signum, frame: interrupts.interrupt(frame, signum))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Signals()
+            time.sleep(5)   # the signal comes again from a thread, within milliseconds
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert not unraisable
