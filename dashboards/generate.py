@@ -193,15 +193,17 @@ def flows():
     sel = f'{INST}, dport=~"$dport"'
     table = {"id": 1, "type": "table", "title": "Top flows: placement", "datasource": DS,
              "description": "The top-K flows by receive rate of each host: where their kernel "
-                            "receive work runs (kernel_cpu), where their reader runs (app_cpu), "
-                            "and the class of that placement.",
+                            "receive work runs most (kernel_cpu), where their packets go up the "
+                            "protocol stack (stack_cpu), where their reader runs (app_cpu), and "
+                            "the class of that placement (stack_cpu against app_cpu).",
              "gridPos": {"x": 0, "y": 0, "w": 24, "h": 9},
              "targets": [target(f"steer_flow_info{{{sel}}}", "", "A", format="table", instant=True)],
              "transformations": [{"id": "organize", "options": {
                  "excludeByName": {"Time": True, "Value": True, "__name__": True, "job": True},
                  "indexByName": {"instance": 0, "proto": 1, "src": 2, "sport": 3, "dst": 4,
-                                 "dport": 5, "kernel_cpu": 6, "app_cpu": 7, "class": 8,
-                                 "shared_llc": 9, "smt_sibling": 10, "app_comm": 11}}}],
+                                 "dport": 5, "kernel_cpu": 6, "stack_cpu": 7, "app_cpu": 8,
+                                 "class": 9, "shared_llc": 10, "smt_sibling": 11,
+                                 "app_comm": 12}}}],
              "fieldConfig": {"defaults": {}, "overrides": []}, "options": {"showHeader": True}}
     legend = "{{src}}:{{sport}} -> {{dst}}:{{dport}}"
     panels = [

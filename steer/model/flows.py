@@ -117,8 +117,9 @@ class FlowReport:
     placement: Placement
     kernel_cpus: dict[int, float]  # CPU -> seconds
     app_cpus: dict[int, float]
-    # where most of the flow's skbs went up the stack: with generic XDP steering the arrival CPU
-    # can spend more time (XDP, linearising) than the target spends on the stack itself
+    # where most of the flow's skbs went up the stack, the CPU its class is of: with generic XDP
+    # steering the arrival CPU can spend more time (XDP, linearising) than the target spends on
+    # the stack itself
     stack_cpu: int | None = None
     stack_cpu_share: float | None = None
     rx_path: RxPath | None = None          # where its packets come in, as the tracer saw it
@@ -553,9 +554,11 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             # the reader: of the processes seen reading, the one with most calls, else most time
             reader = max((p for p in parts if p.app_pid), key=lambda p: (p.app_calls, p.app_ns),
                          default=None)
-        placement = placements.get((kernel_cpu, app_cpu))
+        # the class is the stack's CPU against the reader's, as in the papers: with generic XDP
+        # steering the arrival CPU's share (XDP, linearising) can outweigh the stack's own
+        placement = placements.get((stack_cpu, app_cpu))
         if placement is None:
-            placement = placements[kernel_cpu, app_cpu] = classify(kernel_cpu, app_cpu, topo)
+            placement = placements[stack_cpu, app_cpu] = classify(stack_cpu, app_cpu, topo)
         reports.append(FlowReport(
             flow=fid, duration=duration,
             rx_bytes=t.rx_bytes, rx_packets=t.rx_packets, rx_skbs=t.rx_skbs,
@@ -650,14 +653,16 @@ class PlacementMemory:
     CPU can flip on a sample or two, and the flow's bytes would move to another class with it.
     Here each flow's per-CPU seconds decay with a half-life of HALF_LIFE seconds, and each
     interval is classified by that decayed sum: a real move (steer pin) shows within a few
-    half-lives, sampling noise does not. A flow absent from an interval (idle, or gone) loses
-    its past: the memory holds no more flows than the last snapshot, however many connections a
-    second come and go."""
+    half-lives, sampling noise does not. The stack CPU is remembered as votes: each interval
+    gives its stack CPU the flow's kernel seconds of that interval (its share is then that of
+    the decayed votes). A flow absent from an interval (idle, or gone) loses its past: the memory
+    holds no more flows than the last snapshot, however many connections a second come and go."""
 
     def __init__(self, topo: Topology, half_life: float = PLACEMENT_HALF_LIFE):
         self.topo, self.half_life = topo, half_life
-        # flow -> (kernel seconds by CPU, app seconds by CPU), decayed to the last snapshot
-        self._past: dict[FlowId, tuple[dict[int, float], dict[int, float]]] = {}
+        # flow -> (kernel seconds by CPU, app seconds by CPU, stack votes by CPU), decayed to
+        # the last snapshot
+        self._past: dict[FlowId, tuple[dict[int, float], ...]] = {}
 
     @staticmethod
     def _decayed(weights: dict[int, float], factor: float) -> dict[int, float]:
@@ -669,28 +674,33 @@ class PlacementMemory:
         factor = 0.5 ** (snap.duration / self.half_life)
         flows, past = [], {}
         for f in snap.flows:
+            votes = {f.stack_cpu: f.kernel_seconds} \
+                if f.stack_cpu is not None and f.kernel_seconds > 0 else {}
             known = self._past.get(f.flow)
             if known is None:
                 # no past: the interval's own CPUs and class stand (most flows, under
                 # connection churn, are new at every read)
-                past[f.flow] = (f.kernel_cpus, f.app_cpus)   # read, never changed
+                past[f.flow] = (f.kernel_cpus, f.app_cpus, votes)   # read, never changed
                 flows.append(f)
                 continue
-            kernel, app = known
-            kernel, app = self._decayed(kernel, factor), self._decayed(app, factor)
-            for mine, now in ((kernel, f.kernel_cpus), (app, f.app_cpus)):
+            kernel, app, stack = (self._decayed(d, factor) for d in known)
+            for mine, now in ((kernel, f.kernel_cpus), (app, f.app_cpus), (stack, votes)):
                 for c, s in now.items():
                     mine[c] = mine.get(c, 0.0) + s
-            past[f.flow] = (kernel, app)
+            past[f.flow] = (kernel, app, stack)
             kernel_cpu, kshare = _dominant(kernel)
             app_cpu, ashare = _dominant(app)
+            stack_cpu, sshare = _dominant(stack)
             if kernel_cpu is None:   # no time yet: the interval's own guess (its stack CPU)
                 kernel_cpu, kshare = f.kernel_cpu, f.kernel_cpu_share
             if app_cpu is None:      # no time yet: where the interval's reads were
                 app_cpu, ashare = f.app_cpu, f.app_cpu_share
+            if stack_cpu is None:    # no kernel time yet: the interval's own
+                stack_cpu, sshare = f.stack_cpu, f.stack_cpu_share
             flows.append(replace(f, kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
                                  app_cpu=app_cpu, app_cpu_share=ashare,
-                                 placement=classify(kernel_cpu, app_cpu, self.topo)))
+                                 stack_cpu=stack_cpu, stack_cpu_share=sshare,
+                                 placement=classify(stack_cpu, app_cpu, self.topo)))
         self._past = past
         return replace(snap, flows=flows)
 

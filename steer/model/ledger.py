@@ -82,7 +82,7 @@ class Fold:
     """One read folded in. flows: every flow with an entry in the map (FLOW, sorted); totals:
     theirs since their first entry (TOTALS). active: the flows (indices into flows) with traffic
     in the interval, with their counts in it (COUNTERS), seconds, CPUs (-1: none), class (an
-    index into CLASSES) and reader (the entry of the process that read it most: pid, comm,
+    index into CLASSES: the stack CPU's against the app CPU's) and reader (the entry of the process that read it most: pid, comm,
     cgroup id; 0 and b"" where none). gone, gone_totals: the flows of the previous read no
     longer in this one, with their last totals."""
     duration: float
@@ -93,6 +93,7 @@ class Fold:
     kernel_seconds: np.ndarray
     app_seconds: np.ndarray
     kernel_cpu: np.ndarray
+    stack_cpu: np.ndarray
     app_cpu: np.ndarray
     cls: np.ndarray
     reader_pid: np.ndarray
@@ -123,19 +124,21 @@ class FlowLedger:
         # the flows of the previous read and their totals
         self._flows = np.empty(0, FLOW)
         self._flow_totals = np.empty((0, len(TOTALS)), np.int64)
-        # the last interval's flows' kernel and app seconds by CPU, decayed (PlacementMemory)
+        # the last interval's flows' kernel and app seconds and stack votes by CPU, decayed
+        # (PlacementMemory)
         self._past_flow = np.empty(0, FLOW)
         self._past_cpu = np.empty(0, np.int64)
         self._past_kernel = np.empty(0)
         self._past_app = np.empty(0)
+        self._past_stack = np.empty(0)
         self._placements: dict[tuple[int, int], Placement] = {}
 
-    def placement(self, kernel_cpu: int, app_cpu: int) -> Placement:
-        """The class of a (kernel CPU, app CPU) pair, -1 for none, classified once."""
-        key = (kernel_cpu, app_cpu)
+    def placement(self, stack_cpu: int, app_cpu: int) -> Placement:
+        """The class of a (stack CPU, app CPU) pair, -1 for none, classified once."""
+        key = (stack_cpu, app_cpu)
         p = self._placements.get(key)
         if p is None:
-            p = self._placements[key] = classify(None if kernel_cpu < 0 else kernel_cpu,
+            p = self._placements[key] = classify(None if stack_cpu < 0 else stack_cpu,
                                                  None if app_cpu < 0 else app_cpu, self.topo)
         return p
 
@@ -207,25 +210,34 @@ class FlowLedger:
         app_guess = np.where(app_guess >= 0, app_guess, _dominant(g, c, calls, n))
 
         # with their decayed past (PlacementMemory): kept for the flows of this interval only
+        # the stack CPU's votes: the flow's kernel seconds, to the interval's stack CPU
         factor = 0.5 ** (duration / self.half_life)
         active_flows = flows[active]
         past_group, known = find(active_flows, self._past_flow)
-        pk, pa = self._past_kernel[known] * factor, self._past_app[known] * factor
-        pk[pk <= 1e-9], pa[pa <= 1e-9] = 0.0, 0.0
-        g, c, mk, ma = _per_cpu(np.concatenate([past_group[known], g]),
-                                np.concatenate([self._past_cpu[known], c]),
-                                np.concatenate([pk, ks]), np.concatenate([pa, as_]))
+        pk, pa, ps = (p[known] * factor for p in (self._past_kernel, self._past_app,
+                                                   self._past_stack))
+        pk[pk <= 1e-9], pa[pa <= 1e-9], ps[ps <= 1e-9] = 0.0, 0.0, 0.0
+        kernel_sum = _group_sum(group, n, kernel_s)
+        voters = np.flatnonzero((stack >= 0) & (kernel_sum > 0))
+        nothing = np.zeros(len(voters))
+        g, c, mk, ma, ms = _per_cpu(
+            np.concatenate([past_group[known], g, voters]),
+            np.concatenate([self._past_cpu[known], c, stack[voters]]),
+            np.concatenate([pk, ks, nothing]), np.concatenate([pa, as_, nothing]),
+            np.concatenate([ps, np.zeros(len(g)), kernel_sum[voters]]))
         kernel_cpu = _dominant(g, c, mk, n)
         kernel_cpu = np.where(kernel_cpu >= 0, kernel_cpu, kernel_guess)
         app_cpu = _dominant(g, c, ma, n)
         app_cpu = np.where(app_cpu >= 0, app_cpu, app_guess)
-        keep = (mk > 0) | (ma > 0)
+        stack_cpu = _dominant(g, c, ms, n)
+        stack_cpu = np.where(stack_cpu >= 0, stack_cpu, stack)
+        keep = (mk > 0) | (ma > 0) | (ms > 0)
         self._past_flow, self._past_cpu = active_flows[g[keep]], c[keep]
-        self._past_kernel, self._past_app = mk[keep], ma[keep]
+        self._past_kernel, self._past_app, self._past_stack = mk[keep], ma[keep], ms[keep]
 
-        # each (kernel CPU, app CPU) pair classified once
-        width = int(max(kernel_cpu.max(initial=0), app_cpu.max(initial=0))) + 2
-        pairs, inv = np.unique((kernel_cpu + 1) * width + app_cpu + 1, return_inverse=True)
+        # each (stack CPU, app CPU) pair classified once
+        width = int(max(stack_cpu.max(initial=0), app_cpu.max(initial=0))) + 2
+        pairs, inv = np.unique((stack_cpu + 1) * width + app_cpu + 1, return_inverse=True)
         cls = np.array([_CLASS_INDEX[self.placement(int(p // width) - 1, int(p % width) - 1).cls]
                         for p in pairs], np.int8)[inv.ravel()] if n else np.empty(0, np.int8)
 
@@ -244,8 +256,8 @@ class FlowLedger:
             reader_comm[group[best]] = FlowArrays(read.keys[at], values[at]).comms()
             reader_cgroup[group[best]] = values["app_cgroup"][at]
         return Fold(duration, flows, totals, active, sums,
-                    _group_sum(group, n, kernel_s), _group_sum(group, n, app_s),
-                    kernel_cpu, app_cpu, cls, reader_pid, reader_comm, reader_cgroup,
+                    kernel_sum, _group_sum(group, n, app_s),
+                    kernel_cpu, stack_cpu, app_cpu, cls, reader_pid, reader_comm, reader_cgroup,
                     gone_flows, gone_totals)
 
     @staticmethod

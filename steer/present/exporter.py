@@ -415,15 +415,18 @@ class SteerCollector(Collector):
                 samples.add_metric(values + ["app"], t.app_samples)
         info = GaugeMetricFamily(
             "steer_flow_info", "Placement of the flows of a top-K series: 1 per flow (with "
-            "service labels, how many of its flows have that placement).",
-            labels=labels + ["kernel_cpu", "app_cpu", "class", "shared_llc", "smt_sibling",
-                             "app_comm"])
+            "service labels, how many of its flows have that placement). kernel_cpu: the most "
+            "kernel receive time; stack_cpu: where its packets go up the protocol stack; class: "
+            "stack_cpu against app_cpu.",
+            labels=labels + ["kernel_cpu", "stack_cpu", "app_cpu", "class", "shared_llc",
+                             "smt_sibling", "app_comm"])
         placed: dict[tuple, int] = defaultdict(int)
         for i in np.flatnonzero(np.isin(mine, top)):
-            kernel_cpu, app_cpu = int(fold.kernel_cpu[i]), int(fold.app_cpu[i])
-            p = self._ledger.placement(kernel_cpu, app_cpu)
+            kernel_cpu, stack_cpu = int(fold.kernel_cpu[i]), int(fold.stack_cpu[i])
+            app_cpu = int(fold.app_cpu[i])
+            p = self._ledger.placement(stack_cpu, app_cpu)
             placed[tuple(str(v) for v in keys[int(mine[i])]) + (
-                _cpu(kernel_cpu), _cpu(app_cpu), p.cls, _s(p.shared_llc).lower(),
+                _cpu(kernel_cpu), _cpu(stack_cpu), _cpu(app_cpu), p.cls, _s(p.shared_llc).lower(),
                 _s(p.smt_sibling).lower(),
                 fold.reader_comm[i].decode(errors="replace"))] += 1
         for values, n in placed.items():

@@ -95,6 +95,14 @@ def _cpu(cpu: int | None, share: float | None) -> str:
     return f"{cpu} ({share:.0%})" if share is not None and share < 0.995 else str(cpu)
 
 
+def kernel_cpu_text(f: FlowReport) -> str:
+    """kCPU: the CPU of most of the flow's kernel receive work, and where its packets go up the
+    stack when that is another CPU (a steered flow: arrival 0, stack 1 is 0→1, of class of 1)."""
+    if f.stack_cpu is not None and f.kernel_cpu is not None and f.stack_cpu != f.kernel_cpu:
+        return f"{f.kernel_cpu}→{f.stack_cpu}"
+    return _cpu(f.kernel_cpu, f.kernel_cpu_share)
+
+
 def class_label(f: FlowReport) -> tuple[str, str]:
     p = f.placement
     if p.cls == SAME_SOCKET and p.shared_llc is False:
@@ -164,7 +172,7 @@ def columns(snap: Snapshot, history: History | None) -> list[Column]:
     d = snap.duration or 1.0
     cols = [
         Column("rate", lambda f: rate_text(f.rate_bps), 0),
-        Column("kCPU", lambda f: _cpu(f.kernel_cpu, f.kernel_cpu_share), 0),
+        Column("kCPU", kernel_cpu_text, 0),
         Column("k%", lambda f: _sampled(f.kernel_seconds / d, f.kernel_samples), 0),
         Column("aCPU", lambda f: _cpu(f.app_cpu, f.app_cpu_share), 0),
         Column("a%", lambda f: _sampled(f.app_seconds / d, f.app_samples), 0),

@@ -334,7 +334,7 @@ def test_udp_reads_where_fexit_is_refused_come_on_with_datagrams_and_go_off_afte
               f"attachments {tracer.udp_reads_attachments}")
         assert 0.999 * r.received_bytes <= udp["app_bytes"] <= r.received_bytes + UDP_CONNECT
         assert udp["app_pid"] == r.receiver_pid and udp["app_cpu"] == CPU_A
-        assert udp["class"] == classify(udp["kernel_cpu"], CPU_A, read_topology()).cls
+        assert udp["class"] == classify(udp["stack_cpu"], CPU_A, read_topology()).cls
         deadline = time.monotonic() + 6
         while UDP_READS_FALLBACK in tracer.attached_programs and time.monotonic() < deadline:
             time.sleep(0.1)

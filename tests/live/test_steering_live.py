@@ -11,6 +11,7 @@ import pytest
 from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, bpftool_objects, live, steer,
                      two_cpus)
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
+from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.model.flowspec import FlowSpec
 from steer.kernel.gateway import BPFFS, prog_test_run
@@ -181,6 +182,11 @@ def test_steered_flow_kthread_time_against_schedstat(timing, held):
     snap = build_snapshot(a, b, read_topology(), tracer.capabilities)
     (f,) = [f for f in snap.flows if f.flow.sport == res.sender_port and f.flow.dport == 5201]
     assert f.stack_cpu == CPU_B and f.stack_cpu_share > 0.9, (f.stack_cpu, f.stack_cpu_share)
+    # and its class is of that CPU against the reader's (taskset to CPU A by the lab), whichever
+    # CPU took more kernel time
+    print(f"kernel CPU {f.kernel_cpu} ({f.kernel_cpu_share:.2f}), stack CPU {f.stack_cpu}, "
+          f"app CPU {f.app_cpu}: {f.placement.cls}")
+    assert f.app_cpu == CPU_A and f.placement == classify(CPU_B, CPU_A, read_topology())
 
 
 @two_cpus

@@ -69,8 +69,9 @@ def test_class_counters_per_flow_series_and_top_k():
     assert _get(m, "steer_flow_receive_bytes_total", **labels) == 2 * 10**9
     assert abs(_get(m, "steer_flow_kernel_seconds_total", **labels) - 0.2) < 1e-9
     assert abs(_get(m, "steer_flow_app_seconds_total", **labels) - 0.4) < 1e-9
-    assert _get(m, "steer_flow_info", **labels, kernel_cpu=0, app_cpu=1, shared_llc="true",
-                smt_sibling="false", app_comm="iperf3", **{"class": "same-socket"}) == 1
+    assert _get(m, "steer_flow_info", **labels, kernel_cpu=0, stack_cpu=0, app_cpu=1,
+                shared_llc="true", smt_sibling="false", app_comm="iperf3",
+                **{"class": "same-socket"}) == 1
     # top_k=1: the slow flow has no series of its own
     assert not [k for k in m if k[0].startswith("steer_flow_") and ("sport", "40001") in k[1]]
     assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="softirq") == 0.5
@@ -173,8 +174,27 @@ def test_service_labels_sum_the_connections_of_a_port_and_outlive_them():
     assert _get(first, "steer_flow_receive_bytes_total", **service) == 130
     assert _get(second, "steer_flow_receive_bytes_total", **service) == 140   # a's 100 stay
     assert not [k for k in second if dict(k[1]).get("sport")]
-    assert _get(first, "steer_flow_info", **service, kernel_cpu=1, app_cpu="", shared_llc="",
+    assert _get(first, "steer_flow_info", **service, kernel_cpu=1, stack_cpu=1, app_cpu="",
+                shared_llc="",
                 smt_sibling="", app_comm="", **{"class": "unknown"}) == 2   # two flows, no reader seen
+
+
+def test_a_steered_flows_class_and_info_are_of_its_stack_cpu():
+    """Arrival on CPU 0 (generic XDP: more time there than in the stack), the stack in CPU 1's
+    cpumap kthread, the reader on 1: same-core by its stack, the arrival CPU a label beside."""
+    def steered(t):
+        return _sample(t, [FlowCpuSample(FAST, 0, rx_bytes=t * 10**9, kernel_ns=t * S // 2),
+                           FlowCpuSample(FAST, 1, rx_skbs=t * 1000, kthread_ns=t * S // 4,
+                                         app_bytes=t * 10**9, app_calls=t, app_ns=t * S // 5,
+                                         app_pid=7, app_comm="iperf3")])
+    c = SteerCollector(FakeTracer([steered(0), steered(2)]), read_topology(VM))
+    list(c.collect())
+    m = _scrape(c)
+    labels = dict(proto="tcp", src="198.18.0.1", sport=40000, dst="198.18.0.2", dport=5201)
+    assert _get(m, "steer_flow_info", **labels, kernel_cpu=0, stack_cpu=1, app_cpu=1,
+                shared_llc="true", smt_sibling="false", app_comm="iperf3",
+                **{"class": "same-core"}) == 1
+    assert _get(m, "steer_class_rx_bytes_total", **{"class": "same-core"}) == 2 * 10**9
 
 
 def test_service_labels_sum_the_replies_a_client_receives_on_ephemeral_ports():
@@ -422,7 +442,7 @@ def test_workload_labels_sum_a_pods_flows_and_keep_them_under_it():
     assert _get(third, "steer_flow_receive_bytes_total", **pod_labels) == 195    # a's 150 stay
     series = {dict(k[1])["workload"] for k in second if k[0] == "steer_flow_receive_bytes_total"}
     assert series == {"web/nginx-7d9f:nginx", "sshd.service"}   # the ACKs are no workload's
-    assert _get(second, "steer_flow_info", **pod_labels, kernel_cpu=1, app_cpu=1,
+    assert _get(second, "steer_flow_info", **pod_labels, kernel_cpu=1, stack_cpu=1, app_cpu=1,
                 shared_llc="true", smt_sibling="false", app_comm="nginx",
                 **{"class": "same-core"}) == 2
 

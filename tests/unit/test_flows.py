@@ -278,6 +278,33 @@ def test_without_counted_skbs_the_stack_cpu_is_where_the_kernel_time_was():
     assert (f.stack_cpu, f.stack_cpu_share) == (1, 0.75)
 
 
+def test_a_steered_flows_class_is_its_stacks_not_its_arrival_cpus():
+    """Generic XDP steering from CPU 0 to CPU 1: the arrival CPU spends more (XDP, linearising)
+    than the cpumap kthread's stack, and the reader is on 1. The class is the stack's against the
+    reader's: same-core, in the interval and through the memory; the view shows both CPUs."""
+    from steer.present.view import kernel_cpu_text
+    topo = read_topology(VM)
+
+    def steered(t):   # the counts after t seconds of it
+        return sample(t * NS, [FlowCpuSample(A, 0, rx_bytes=t * 10**6, kernel_ns=t * NS // 2),
+                               FlowCpuSample(A, 1, rx_skbs=t * 10, kthread_ns=t * NS // 4,
+                                             app_ns=t * NS // 5, app_calls=t * 100,
+                                             app_bytes=t * 10**6, app_pid=7, app_comm="r")])
+
+    (f,) = build_snapshot(steered(0), steered(1), topo, CAPS).flows
+    assert (f.kernel_cpu, f.stack_cpu, f.app_cpu) == (0, 1, 1)
+    assert f.placement.cls == "same-core" and kernel_cpu_text(f) == "0→1"
+    mem = PlacementMemory(topo)
+    for t in range(1, 6):
+        (f,) = mem.update(build_snapshot(steered(t - 1), steered(t), topo, CAPS)).flows
+        assert (f.kernel_cpu, f.stack_cpu, f.placement.cls) == (0, 1, "same-core"), t
+    assert f.stack_cpu_share == 1.0
+    unsteered = sample(NS, [FlowCpuSample(A, 0, rx_bytes=10**6, rx_skbs=10, kernel_ns=NS // 2),
+                            FlowCpuSample(A, 1, app_ns=NS // 5, app_calls=100, app_pid=7)])
+    (f,) = build_snapshot(sample(0, []), unsteered, topo, CAPS).flows
+    assert (f.stack_cpu, f.placement.cls) == (0, "same-socket") and kernel_cpu_text(f) == "0"
+
+
 def test_a_sampled_time_carries_its_samples_and_standard_error():
     """Sampled timing: each side's samples summed over CPUs, one standard error seconds/sqrt(n);
     exact timing has neither, and a side no sample landed on has no error bar (below a period,

@@ -63,7 +63,7 @@ def _reads(seed: int, n: int = 120):
 @pytest.mark.parametrize("seed", range(6))
 def test_each_interval_has_the_counts_cpus_and_class_the_snapshot_gives(topo, seed):
     memory, ledger, before = PlacementMemory(topo), FlowLedger(topo), None
-    compared = 0
+    compared = differ = 0
     for now in _reads(seed):
         want = {f.flow: f for f in memory.update(build_snapshot(before, now, topo, CAPS)).flows}
         duration = (now.monotonic_ns - before.monotonic_ns) / NS if before else 0.0
@@ -72,10 +72,12 @@ def test_each_interval_has_the_counts_cpus_and_class_the_snapshot_gives(topo, se
         assert set(got) == set(want), now.seq
         for flow, i in got.items():
             w = want[flow]
-            assert (fold.kernel_cpu[i], fold.app_cpu[i]) == (
+            assert (fold.kernel_cpu[i], fold.stack_cpu[i], fold.app_cpu[i]) == (
                 -1 if w.kernel_cpu is None else w.kernel_cpu,
+                -1 if w.stack_cpu is None else w.stack_cpu,
                 -1 if w.app_cpu is None else w.app_cpu), (now.seq, flow)
-            assert ledger.placement(fold.kernel_cpu[i], fold.app_cpu[i]) == w.placement
+            assert ledger.placement(fold.stack_cpu[i], fold.app_cpu[i]) == w.placement
+            differ += fold.stack_cpu[i] != fold.kernel_cpu[i]
             assert fold.counts[i, AT["rx_bytes"]] == w.rx_bytes
             assert fold.counts[i, AT["app_bytes"]] == w.app_bytes
             assert fold.counts[i, AT["rx_drops"]] == w.rx_drops
@@ -88,6 +90,7 @@ def test_each_interval_has_the_counts_cpus_and_class_the_snapshot_gives(topo, se
             compared += 1
         before = now
     assert compared > 200   # the random reads made many flows' intervals
+    assert differ > 5       # and some whose class is not of their kernel CPU
 
 
 def test_the_reader_is_the_process_with_most_calls_with_its_comm_and_cgroup(topo):
