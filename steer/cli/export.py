@@ -71,12 +71,14 @@ def web_options(p) -> None:
                         "exporter's user: the files must be readable by it. A file that does "
                         "not load then leaves the one before in place, and says why")
     p.add_argument("--web-workers", type=bounded_int(1, 64), default=DEFAULT_WORKERS, metavar="N",
-                   help="requests served at once; a few more connections wait, the rest are "
-                        "closed at once")
+                   help="requests answered at once (connections that are idle, handshaking or "
+                        "still sending their request hold none); four more per worker wait, "
+                        "the rest are answered 503 at once")
     p.add_argument("--web-timeout", type=positive(maximum=MAX_INTERVAL), default=DEFAULT_TIMEOUT,
                    metavar="SECONDS",
                    help="longest time to read a request (TLS handshake included) or write a "
-                        "reply; an idle kept-alive connection is closed after it too")
+                        "reply; a kept-alive connection with no request begun is closed after "
+                        "90 s")
 
 
 def web_config(args):

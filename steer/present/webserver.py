@@ -1,7 +1,9 @@
 """The exporter's HTTP server, fit to face a network: TLS, client certificates and basic auth from
 a web configuration file in the Prometheus exporter toolkit's format (node_exporter's
---web.config.file), a deadline on reading each request, a bounded pool of workers, and scrapes
-that arrive while one is being collected served by that one collection.
+--web.config.file), an event loop that holds every connection not being answered (idle,
+handshaking, sending its request slowly) so that only whole requests take one of a bounded pool
+of workers, a deadline on reading each request and on writing each reply, one password check at
+a time, and scrapes that arrive while one is being collected served by that one collection.
 
 The sockets are bound by bind() and the threads started by start(), so that the caller can give
 up its privileges in between: a capability dropped by one thread stays with the threads that
@@ -15,9 +17,11 @@ import gzip
 import hashlib
 import hmac
 import importlib.util
+import io
 import os
 import queue
 import re
+import selectors
 import socket
 import ssl
 import threading
@@ -38,7 +42,10 @@ EXTRA_HEADERS = {"Strict-Transport-Security": None, "X-Content-Type-Options": ("
 # a bcrypt hash as htpasswd -B and the toolkit's bcrypt.Cost() read it: version, cost 4-31, salt
 # and digest in bcrypt's base64 (a malformed one would fail at the first login, in a worker)
 BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
-QUEUED_PER_WORKER = 4           # connections that wait for a worker; beyond that they are closed
+QUEUED_PER_WORKER = 4           # requests that wait for a worker; beyond that they are answered 503
+IDLE_TIMEOUT = 90.0             # a kept-alive connection with no request begun (Go's client's own)
+MAX_CONNECTIONS = 512           # open at once; a new one closes the one the loop has held longest
+MAX_HEAD = 16384                # a request's line and headers
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
@@ -180,7 +187,10 @@ def _users(path: str, users) -> dict[str, bytes]:
 class BasicAuth:
     """Checks Authorization headers against bcrypt hashes. bcrypt takes tens of milliseconds by
     design, so a password that passed is remembered (as its SHA-256, a bounded number of them),
-    as the toolkit does; an unknown user costs as much as a known one."""
+    as the toolkit does, and one is checked at a time: while one is, allows() answers None at
+    once (the request gets a 503), so that wrong passwords by the hundred a second take one
+    worker, not all of them, and scrapers whose password passed before are served throughout.
+    An unknown user costs as much as a known one."""
 
     CACHE = 64
 
@@ -191,25 +201,49 @@ class BasicAuth:
         self._dummy = bcrypt.hashpw(b"steer", bcrypt.gensalt(rounds=10))
         self._passed: dict[bytes, None] = {}
         self._lock = threading.Lock()
+        self._checking = threading.Lock()
 
-    def allows(self, header: str | None) -> bool:
+    @staticmethod
+    def _credentials(header: str | None) -> tuple[str, str] | None:
         if not header or not header.startswith("Basic "):
-            return False
+            return None
         try:
             user, sep, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
+            return None
+        return (user, password) if sep else None
+
+    @staticmethod
+    def _digest(user: str, password: str) -> bytes:
+        return hashlib.sha256(f"{user}\0{password}".encode()).digest()
+
+    def remembered(self, header: str | None) -> bool:
+        """HEADER's password passed before (no bcrypt)."""
+        cred = self._credentials(header)
+        if cred is None:
             return False
-        if not sep:
-            return False
-        digest = hashlib.sha256(f"{user}\0{password}".encode()).digest()
+        digest = self._digest(*cred)
         with self._lock:
-            if any(hmac.compare_digest(digest, d) for d in self._passed):
-                return True
-        hashed = self.users.get(user)
-        ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+            return any(hmac.compare_digest(digest, d) for d in self._passed)
+
+    def allows(self, header: str | None) -> bool | None:
+        """Whether HEADER's user and password are right; None: another check is running."""
+        cred = self._credentials(header)
+        if cred is None:
+            return False
+        if self.remembered(header):
+            return True
+        if not self._checking.acquire(blocking=False):
+            return None
+        try:
+            user, password = cred
+            hashed = self.users.get(user)
+            ok = self._bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+        finally:
+            self._checking.release()
         if ok:
             with self._lock:
-                self._passed[digest] = None
+                self._passed[self._digest(user, password)] = None
                 while len(self._passed) > self.CACHE:
                     self._passed.pop(next(iter(self._passed)))
         return ok
@@ -253,34 +287,67 @@ class SharedScrape:
 
 
 class _Connection:
-    """One client connection's socket and since when it has been reading or writing (None while
-    its reply is being collected), for the reaper."""
+    """One client connection: its socket, what the web config gave it when it was accepted, the
+    bytes of the request(s) read so far, and its deadline while the event loop holds it; while a
+    worker holds it, since when it has been writing (None while its reply is being collected),
+    for the loop's check of slow readers."""
 
-    def __init__(self, sock: socket.socket, addr):
+    def __init__(self, sock: socket.socket, addr, served: tuple, now: float, timeout: float):
         self.sock, self.addr = sock, addr
-        self.busy_since: float | None = time.monotonic()
-        self.web: WebConfig | None = None
-        self.auth: BasicAuth | None = None
+        self.web, self.auth = served
+        self.handshaking = bool(self.web and self.web.tls)
+        self.buf = b""
+        self.idle = False                       # kept alive between requests
+        self.deadline = now + timeout           # the request (and handshake) must be in by then
+        self.since = now                        # held by the loop since (the eldest idle goes first)
+        self.busy_since: float | None = None
+
+    def head_end(self) -> int:
+        """Where the request's line and headers end in buf (after the blank line), or -1."""
+        crlf, lf = self.buf.find(b"\r\n\r\n"), self.buf.find(b"\n\n")
+        ends = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
+        return min(ends) if ends else -1
+
+
+_LISTENER, _WAKE = object(), object()
 
 
 class ExporterServer:
-    """Serves /metrics from RENDER on LISTEN ((host, port) pairs: one socket each)."""
+    """Serves /metrics from RENDER on LISTEN ((host, port) pairs: one socket each).
+
+    One event-loop thread accepts connections, does their TLS handshakes, reads each request's
+    line and headers (within TIMEOUT seconds of its first byte, or of the connection) and keeps
+    connections alive between requests (up to IDLE_TIMEOUT); only a request read whole goes to
+    one of WORKERS threads, which answers it and hands the connection back. A client that
+    connects and waits, sends a byte at a time, or keeps its connection open between scrapes
+    holds no worker, only one of MAX_CONNECTIONS slots (a new connection takes the slot of the
+    one the loop has held longest). /-/healthy is answered by the loop itself, so a probe is
+    never queued behind a collection."""
 
     def __init__(self, render: Callable[[], bytes], addresses: list[tuple[str, int]],
                  web: WebConfig | None = None, workers: int = DEFAULT_WORKERS,
-                 timeout: float = DEFAULT_TIMEOUT):
+                 timeout: float = DEFAULT_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS):
         self.scrape = SharedScrape(render)
         self.addresses, self.workers, self.timeout = addresses, workers, timeout
+        self.idle_timeout, self.max_connections = idle_timeout, max_connections
         # what a new connection is served by: the config and its users' checker, one tuple
         # that reload() swaps whole
         self.served = (web, BasicAuth(web.users) if web and web.users else None)
         self._socks: list[socket.socket] = []
         self._queue: queue.Queue = queue.Queue(maxsize=workers * QUEUED_PER_WORKER)
-        self._active: set[_Connection] = set()
+        self._held: set[_Connection] = set()      # by the loop
+        self._active: set[_Connection] = set()    # by a worker
+        self._back: list[_Connection] = []       # handed back by the workers, for the loop
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.refused = 0   # connections closed at once: every worker busy and the queue full
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_w.setblocking(False)   # a worker never waits on a wake-up
+        self._sel = selectors.DefaultSelector()
+        self._looping: threading.Thread | None = None
+        self.refused = 0   # requests answered 503 at once: every worker busy and the queue full
+        self.evicted = 0   # connections closed to make room for a new one
 
     def bind(self) -> "ExporterServer":
         for host, port in self.addresses:
@@ -309,10 +376,14 @@ class ExporterServer:
 
     def start(self) -> "ExporterServer":
         for s in self._socks:
-            self._spawn(self._accept, s)
+            s.setblocking(False)
+            self._sel.register(s, selectors.EVENT_READ, _LISTENER)
+        self._wake_r.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._spawn(self._loop)
+        self._looping = self._threads[-1]
         for _ in range(self.workers):
             self._spawn(self._work)
-        self._spawn(self._reap)
         return self
 
     def _spawn(self, fn, *args) -> None:
@@ -321,96 +392,327 @@ class ExporterServer:
         self._threads.append(t)
 
     def close(self) -> None:
+        """Stop serving: the listening sockets and every connection closed (the loop's, when
+        it runs, within a few seconds)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
-        for s in self._socks:
+        if self._looping is None:   # bound, never started
+            for s in self._socks:
+                s.close()
+            for s in (self._wake_r, self._wake_w):
+                s.close()
+            return
+        self._wake()
+        for _ in range(self.workers):
             try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break   # the workers see the stop after their connection
         with self._lock:
             for c in self._active:
                 _shutdown(c.sock)
+        self._looping.join(timeout=5)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"w")
+        except OSError:
+            pass   # full (the loop has wake-ups to read) or closed
+
+    # the event loop: every connection that is not being answered
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                soonest = min((c.deadline for c in self._held), default=now + 1.0)
+                for key, _ in self._sel.select(max(0.0, min(soonest - now, 1.0))):
+                    if key.data is _LISTENER:
+                        self._accept(key.fileobj)
+                    elif key.data is _WAKE:
+                        self._take_back()
+                    elif key.data in self._held:   # not dropped earlier in this batch
+                        self._readable(key.data)
+                now = time.monotonic()
+                for c in [c for c in self._held if c.deadline <= now]:
+                    self._drop(c)
+                with self._lock:   # workers' connections writing to a client that reads slowly
+                    late = [c for c in self._active
+                            if c.busy_since is not None and now - c.busy_since > self.timeout]
+                for c in late:
+                    _shutdown(c.sock)
+        finally:
+            for c in list(self._held):
+                self._drop(c)
+            for s in self._socks:
+                s.close()
+            self._sel.close()
+            self._wake_r.close()
+            self._wake_w.close()
 
     def _accept(self, listener: socket.socket) -> None:
-        while not self._stop.is_set():
+        for _ in range(64):
             try:
                 sock, addr = listener.accept()
+            except BlockingIOError:
+                return
             except OSError as e:
-                if self._stop.is_set():
-                    return
                 if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    time.sleep(0.1)   # out of descriptors: let the workers free some
-                continue
+                    self._evict()   # out of descriptors: the eldest waiting connection goes
+                return
+            if len(self._held) + len(self._active) + self._queue.qsize() >= self.max_connections:
+                self._evict()
+            now = time.monotonic()
+            sock.setblocking(False)
+            c = _Connection(sock, addr, self.served, now, self.timeout)
+            if c.handshaking:
+                try:
+                    c.sock = c.web.tls.wrap_socket(sock, server_side=True,
+                                                   do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    sock.close()
+                    continue
+            self._hold(c)
+
+    def _evict(self) -> None:
+        if self._held:
+            self.evicted += 1
+            self._drop(min(self._held, key=lambda c: c.since))
+
+    def _hold(self, c: _Connection) -> None:
+        self._held.add(c)
+        try:
+            self._sel.register(c.sock, selectors.EVENT_READ, c)
+        except (OSError, ValueError):
+            self._drop(c)
+
+    def _drop(self, c: _Connection) -> None:
+        if c in self._held:
+            self._held.discard(c)
             try:
-                self._queue.put_nowait(_Connection(sock, addr))
-            except queue.Full:
-                self.refused += 1
-                sock.close()
+                self._sel.unregister(c.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        _close(c.sock)
+
+    def _take_back(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+        with self._lock:
+            back, self._back = self._back, []
+        now = time.monotonic()
+        for c in back:
+            c.idle, c.since = not c.buf, now
+            c.deadline = now + (self.timeout if c.buf else self.idle_timeout)
+            try:
+                c.sock.setblocking(False)
+            except OSError:
+                _close(c.sock)
+                continue
+            if c.head_end() >= 0:   # the next request came with the last (pipelined)
+                self._dispatch(c, registered=False)
+            else:
+                self._hold(c)
+            # TLS may hold decrypted bytes the selector cannot see: read them now
+            if c in self._held and isinstance(c.sock, ssl.SSLSocket) and c.sock.pending():
+                self._readable(c)
+
+    def _readable(self, c: _Connection) -> None:
+        try:
+            if c.handshaking:
+                c.sock.do_handshake()
+                c.handshaking = False
+                self._sel.modify(c.sock, selectors.EVENT_READ, c)
+            while True:
+                chunk = c.sock.recv(65536)
+                if not chunk:
+                    self._drop(c)
+                    return
+                if c.idle:   # a request begins: it has TIMEOUT to come in whole
+                    c.idle, c.deadline = False, time.monotonic() + self.timeout
+                c.buf += chunk
+                if c.head_end() >= 0:
+                    self._dispatch(c)
+                    return
+                if len(c.buf) > MAX_HEAD:
+                    self._answer(c, 431, "Request Header Fields Too Large", close=True)
+                    return
+                if not (isinstance(c.sock, ssl.SSLSocket) and c.sock.pending()):
+                    return
+        except ssl.SSLWantReadError:
+            self._sel.modify(c.sock, selectors.EVENT_READ, c)
+        except ssl.SSLWantWriteError:
+            self._sel.modify(c.sock, selectors.EVENT_WRITE, c)
+        except BlockingIOError:
+            pass
+        except (OSError, ValueError):
+            self._drop(c)
+
+    def _dispatch(self, c: _Connection, registered: bool = True) -> None:
+        """C has a whole request: /-/healthy answered here, the rest to a worker."""
+        line = c.buf.split(b"\n", 1)[0].rstrip(b"\r").split(b" ")
+        if len(line) == 3 and line[0] in (b"GET", b"HEAD") and line[1] == b"/-/healthy" \
+                and line[2] in (b"HTTP/1.0", b"HTTP/1.1") and self._allowed_here(c):
+            end = c.head_end()
+            keep = line[2] == b"HTTP/1.1" and b"connection: close" not in c.buf[:end].lower()
+            c.buf = c.buf[end:]
+            if not registered:
+                self._hold(c)
+            self._answer(c, 200, "OK", close=not keep, body=b"" if line[0] == b"HEAD" else b"OK\n")
+            if keep and c in self._held:
+                now = time.monotonic()
+                c.idle, c.since = not c.buf, now
+                c.deadline = now + (self.timeout if c.buf else self.idle_timeout)
+                if c.head_end() >= 0:
+                    self._dispatch(c)
+            return
+        if registered:
+            self._held.discard(c)
+            try:
+                self._sel.unregister(c.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        c.busy_since = time.monotonic()
+        try:
+            self._queue.put_nowait(c)
+        except queue.Full:
+            self.refused += 1
+            self._held.add(c)   # for _answer's _drop
+            self._answer(c, 503, "Service Unavailable", close=True, retry=True)
+
+    def _allowed_here(self, c: _Connection) -> bool:
+        """A health check without basic auth, or with a password already checked: answered by the
+        loop; any other is a worker's (its bcrypt is)."""
+        if c.auth is None:
+            return True
+        head = c.buf[:c.head_end()].split(b"\n")
+        for line in head[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                return c.auth.remembered(value.strip().decode("latin-1"))
+        return False
+
+    def _answer(self, c: _Connection, code: int, reason: str, close: bool, body: bytes = b"",
+                retry: bool = False) -> None:
+        """A short reply from the loop, sent without waiting: one that does not fit the socket's
+        buffer at once ends the connection."""
+        headers = [f"HTTP/1.1 {code} {reason}", "Server: steer", f"Content-Length: {len(body)}",
+                   "Content-Type: text/plain; charset=utf-8"]
+        if c.web:
+            headers += [f"{k}: {v}" for k, v in c.web.headers.items()]
+        if retry:
+            headers.append("Retry-After: 1")
+        if close:
+            headers.append("Connection: close")
+        data = ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+        try:
+            sent = c.sock.send(data)
+        except (OSError, ValueError):
+            sent = -1
+        if close or sent != len(data):
+            self._drop(c)
+
+    # the workers: a request read whole, answered
 
     def _work(self) -> None:
         while not self._stop.is_set():
-            conn = self._queue.get()
+            c = self._queue.get()
+            if c is None:
+                return
             with self._lock:
-                self._active.add(conn)
+                self._active.add(c)
+            keep = False
             try:
-                self._serve(conn)
+                keep = self._serve(c)
             except Exception:   # noqa: BLE001 - one client's trouble never ends a worker
                 pass
             finally:
                 with self._lock:
-                    self._active.discard(conn)
-                _shutdown(conn.sock)
-                conn.sock.close()
-
-    def _serve(self, conn: _Connection) -> None:
-        conn.busy_since = time.monotonic()
-        sock = conn.sock
-        sock.settimeout(self.timeout)
-        conn.web, conn.auth = self.served
-        if conn.web and conn.web.tls:
-            sock = conn.web.tls.wrap_socket(sock, server_side=True)   # the handshake, timed
-            conn.sock = sock
-        _Handler(sock, conn.addr, self, conn)
-
-    def _reap(self) -> None:
-        """Close connections that have been reading a request or writing a reply for longer than
-        the timeout: a socket timeout bounds each read, not a client that sends a byte at a time."""
-        while not self._stop.wait(min(1.0, self.timeout / 4)):
-            now = time.monotonic()
-            with self._lock:
-                late = [c for c in self._active
-                        if c.busy_since is not None and now - c.busy_since > self.timeout]
-            for c in late:
+                    self._active.discard(c)
+                    if keep and not self._stop.is_set():
+                        self._back.append(c)
+            if keep and not self._stop.is_set():
+                self._wake()
+            else:
                 _shutdown(c.sock)
+                _close(c.sock)
+
+    def _serve(self, c: _Connection) -> bool:
+        """Answer the request at the head of C's bytes; whether to keep C for the next one."""
+        c.busy_since = time.monotonic()
+        c.sock.settimeout(self.timeout)   # each write; the loop bounds the whole reply
+        end = c.head_end()
+        head, c.buf = c.buf[:end], c.buf[end:]
+        handler = _Handler(c, head, self)
+        c.busy_since = None
+        return not handler.close_connection
 
 
 def _shutdown(sock) -> None:
     """Shut SOCK down, from any thread. socket.socket's own shutdown, also for a TLS socket:
     SSLSocket.shutdown() drops the TLS state first, and a worker's write that came in between
-    (the reaper runs beside it) would go out as plaintext."""
+    (the loop runs beside it) would go out as plaintext."""
     try:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError:
         pass
 
 
+def _close(sock) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+class _SocketWriter:
+    """The handler's wfile: each write sent whole, the connection's clock started on the first
+    (the loop closes a reply that takes longer than the timeout: a client reading slowly)."""
+
+    def __init__(self, sock, conn: _Connection):
+        self.sock, self.conn = sock, conn
+
+    def write(self, data: bytes) -> int:
+        if self.conn.busy_since is None:
+            self.conn.busy_since = time.monotonic()
+        self.sock.sendall(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
 class _Handler(BaseHTTPRequestHandler):
+    """One request, whose line and headers the event loop has read (HEAD); the reply is written
+    to the connection's socket. A request with a body is answered and its connection closed:
+    /metrics takes none."""
     protocol_version = "HTTP/1.1"   # keep-alive, as Prometheus scrapes
     server_version = "steer"
     sys_version = ""
 
-    def __init__(self, sock, addr, server: ExporterServer, conn: _Connection):
-        self.exporter, self.conn = server, conn
-        super().__init__(sock, addr, server)
+    def __init__(self, conn: _Connection, head: bytes, server: ExporterServer):
+        self.exporter, self.conn, self._head = server, conn, head
+        super().__init__(conn.sock, conn.addr, server)
 
     def setup(self):
-        super().setup()
-        self.connection.settimeout(self.exporter.timeout)
+        self.connection = self.request
+        self.rfile = io.BytesIO(self._head)
+        self.wfile = _SocketWriter(self.connection, self.conn)
 
-    def handle_one_request(self):
-        self.conn.busy_since = time.monotonic()   # reading the next request
-        super().handle_one_request()
+    def handle(self):
+        self.close_connection = True
+        self.handle_one_request()
+        headers = getattr(self, "headers", None)
+        if headers is not None and (headers.get("Transfer-Encoding")
+                                    or headers.get("Content-Length", "0").strip() not in ("", "0")):
+            self.close_connection = True   # its body was not read
+
+    def finish(self):
+        pass   # the socket is the server's, kept alive or closed by it
 
     def log_message(self, format, *args):   # noqa: A002 - the base class's name
         pass   # a scrape every few seconds is not news; errors show in the metrics
@@ -419,9 +721,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET(head=True)
 
     def do_GET(self, head: bool = False):
-        if self.conn.auth and not self.conn.auth.allows(self.headers.get("Authorization")):
-            self._reply(401, b"Unauthorized\n", head, {"WWW-Authenticate": 'Basic realm="steer"'})
-            return
+        if self.conn.auth:
+            allowed = self.conn.auth.allows(self.headers.get("Authorization"))
+            if allowed is None:   # another password is being checked: not a worker more
+                self._reply(503, b"Busy checking a password: try again\n", head,
+                            {"Retry-After": "1"})
+                return
+            if not allowed:
+                self._reply(401, b"Unauthorized\n", head,
+                            {"WWW-Authenticate": 'Basic realm="steer"'})
+                return
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self.conn.busy_since = None   # collecting: not the client's time
@@ -431,12 +740,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.conn.busy_since = time.monotonic()
                 self._reply(500, f"collection failed: {type(e).__name__}: {e}\n".encode(), head)
                 return
-            self.conn.busy_since = time.monotonic()
+            self.conn.busy_since = time.monotonic()   # writing: the client's time
             extra = {"Content-Type": CONTENT_TYPE}
             if "gzip" in (self.headers.get("Accept-Encoding") or ""):
                 body = gzip.compress(body, compresslevel=1)
                 extra["Content-Encoding"] = "gzip"
             self._reply(200, body, head, extra)
+        elif path == "/-/healthy":
+            self._reply(200, b"OK\n", head)
         elif path == "/":
             self._reply(200, b"steer exporter: metrics at /metrics\n", head)
         else:

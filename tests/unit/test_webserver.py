@@ -186,17 +186,108 @@ def test_a_slow_client_is_cut_off_at_the_deadline_and_others_are_served():
         s.close()
 
 
-def test_connections_beyond_the_pool_and_its_queue_are_closed_not_held():
+def test_connections_that_send_nothing_or_wait_between_requests_hold_no_worker():
+    """One worker: twelve connections that never send, and eight kept alive that send a request
+    now and then, leave it free for every other scrape (the old pool gave each connection a
+    worker until it closed: four kept-alive clients starved every scrape)."""
+    s = _server(workers=1, timeout=5.0)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(12)]
+        kept = [http.client.HTTPConnection("127.0.0.1", s.port, timeout=5) for _ in range(8)]
+        for _ in range(3):
+            for k in kept:
+                k.request("GET", "/metrics")
+                assert k.getresponse().read() == BODY
+            start = time.monotonic()
+            assert _get(s.port) == (200, BODY)
+            assert time.monotonic() - start < 0.5
+        assert s.refused == 0
+        for c in idle + kept:
+            c.close()
+    finally:
+        s.close()
+
+
+def test_requests_beyond_the_workers_and_their_queue_are_answered_503_at_once():
+    """Whole requests beyond one worker's collection and four waiting: 503 with Retry-After,
+    not held; /-/healthy is answered by the loop meanwhile."""
     hold = threading.Event()
     s = _server(render=lambda: hold.wait(10) and BODY, workers=1, timeout=5.0)
     try:
-        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(12)]
-        time.sleep(0.5)
-        assert s.refused >= 12 - 1 - 4   # one with the worker, four queued
-        for c in idle:
+        waiting = []
+        for _ in range(5):
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            waiting.append(c)
+        time.sleep(0.3)
+        start = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
+        conn.request("GET", "/metrics")
+        r = conn.getresponse()
+        assert (r.status, r.getheader("Retry-After")) == (503, "1")
+        assert time.monotonic() - start < 0.5 and s.refused == 1
+        conn.close()
+        health = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
+        for _ in range(2):   # kept alive
+            health.request("GET", "/-/healthy")
+            r = health.getresponse()
+            assert (r.status, r.read()) == (200, b"OK\n")
+        health.close()
+        hold.set()
+        for c in waiting:
+            c.settimeout(5)
+            assert c.recv(4096).startswith(b"HTTP/1.1 200")
             c.close()
     finally:
         hold.set()
+        s.close()
+
+
+def test_a_new_connection_takes_the_slot_of_the_one_held_longest():
+    s = _server(workers=1, timeout=5.0, max_connections=8)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
+        time.sleep(0.2)
+        assert _get(s.port) == (200, BODY) and s.evicted >= 1
+        idle[0].settimeout(2)
+        assert idle[0].recv(1) == b""   # the eldest, closed
+        for c in idle:
+            c.close()
+    finally:
+        s.close()
+
+
+def test_wrong_passwords_take_one_check_at_a_time_and_a_known_scraper_is_served(tmp_path):
+    """Wrong passwords from many clients at once: one bcrypt at a time (the others 503 at once,
+    or 401), and a scraper whose password passed before is served throughout."""
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=12)).decode()   # ~0.2 s a check
+    s = _server(_config(tmp_path, f"basic_auth_users: {{prometheus: {hashed}}}\n"), workers=4)
+
+    def auth(password):
+        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        return {"Authorization": "Basic " + token}
+    try:
+        assert _get(s.port, None, auth("right")) == (200, BODY)   # checked once, remembered
+        statuses, stop = [], threading.Event()
+
+        def attack():
+            while not stop.is_set():
+                statuses.append(_get(s.port, None, auth("wrong"))[0])
+        attackers = [threading.Thread(target=attack) for _ in range(8)]
+        for t in attackers:
+            t.start()
+        time.sleep(0.3)
+        served = []
+        for _ in range(5):
+            start = time.monotonic()
+            served.append(_get(s.port, None, auth("right")))
+            assert time.monotonic() - start < 1.0
+        stop.set()
+        for t in attackers:
+            t.join()
+        assert served == [(200, BODY)] * 5
+        assert set(statuses) <= {401, 503} and statuses.count(503) > statuses.count(401)
+    finally:
         s.close()
 
 
