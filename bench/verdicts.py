@@ -75,13 +75,16 @@ def _binom(n: int, i: int, p: float) -> float:
     return comb(n, i) * p ** i * (1 - p) ** (n - i)
 
 
-def _auto(lab, policy: str, seconds: float, interval: int, window: int) -> tuple[list, list]:
+def _auto(lab, policy: str, seconds: float, interval: int, window: int,
+          retry: bool) -> tuple[list, list]:
     """steer auto on LAB's veth with POLICY for SECONDS, the traffic started once it traces; its
     JSON log's events, each with its wall-clock time ("at"), and iperf3's per-second rates
-    [(start, end, bit/s)] on the same clock."""
+    [(start, end, bit/s)] on the same clock. RETRY: a reverted target may be offered again at
+    once (--revert-hold 0), else not for the rest of the run (the default hold)."""
+    hold = ["--revert-hold", "0"] if retry else []
     p = subprocess.Popen(_steer("auto", "--policy", policy, "--dev", "veth-rx", "--netns", lab.rx,
                                 "--interval", str(interval), "--window", str(window),
-                                "--confirm", "1", "--hold", "0", "--revert-hold", "0",
+                                "--confirm", "1", "--hold", "0", *hold,
                                 "--duration", str(seconds), "--log-format", "json"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines = [p.stderr.readline()]
@@ -164,7 +167,7 @@ def main() -> int:
         with open(null_policy, "w") as f:
             f.write(NULL_POLICY.format(a=a, b=b, period=PERIOD, port=lab.flows[0].port))
         lab.start_servers()
-        null_events, _ = _auto(lab, null_policy, seconds, **NULL)
+        null_events, _ = _auto(lab, null_policy, seconds, retry=True, **NULL)
         null = _verdicts(null_events)
     rules = os.path.join(private, "harm.toml")
     with open(rules, "w") as f:
@@ -183,7 +186,8 @@ def main() -> int:
                 if r.returncode != 0:
                     sys.exit(f"verdicts: steer rps: {r.stderr.strip()}")
                 lab.start_servers()
-                events, rates = _auto(lab, rules, harm_seconds, **HARM)
+                # not offered again after its revert: the rate after it is the placement's own
+                events, rates = _auto(lab, rules, harm_seconds, retry=False, **HARM)
                 harmful += _verdicts(events)
                 harmful_events += events
                 if (r := recovery(events, rates)) is not None:
