@@ -91,28 +91,47 @@ def web_config(args):
         raise UserError(f"--web-config {e}") from None
 
 
+# (uid_t)-1 is no id: setresuid() takes it for "leave this one as it is"
+NO_ID = 2**32 - 1
+
+
+def _number(text: str) -> int | None:
+    """TEXT as an id where it is one in ASCII digits (int() also reads Arabic-Indic ones)."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def run_as(text: str | None) -> tuple[int, int] | None:
     """(uid, gid) of USER[:GROUP], each a name or a number."""
     import grp
     import pwd
+
+    from steer.model.names import printable
     if text is None:
         return None
     user, _, group = text.partition(":")
+    number = _number(user)
     try:
-        pw = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except (KeyError, OverflowError):
-        if not user.isdigit():
-            raise UsageError(f"--user {text}: no user {user!r} on this host") from None
+        pw = pwd.getpwuid(number) if number is not None else pwd.getpwnam(user)
+    except (KeyError, OverflowError, ValueError):
+        if number is None:
+            raise UsageError(f"--user {printable(text)}: no user {printable(user)!r} on this "
+                             "host") from None
         pw = None
-    uid = pw.pw_uid if pw else int(user)
+    uid = pw.pw_uid if pw else number
     gid = pw.pw_gid if pw else uid
     if group:
+        gnumber = _number(group)
         try:
-            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-        except KeyError:
-            raise UsageError(f"--user {text}: no group {group!r} on this host") from None
+            gid = gnumber if gnumber is not None else grp.getgrnam(group).gr_gid
+        except (KeyError, ValueError):
+            raise UsageError(f"--user {printable(text)}: no group {printable(group)!r} on this "
+                             "host") from None
+    for what, n in (("uid", uid), ("gid", gid)):
+        if n >= NO_ID:
+            raise UsageError(f"--user {printable(text)}: {what} {n} is not an id (0 to "
+                             f"{NO_ID - 1})")
     if uid == 0:
-        raise UsageError(f"--user {text}: that is root")
+        raise UsageError(f"--user {printable(text)}: that is root")
     return uid, gid
 
 

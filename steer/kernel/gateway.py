@@ -1110,6 +1110,12 @@ def drop_privileges(user: tuple[int, int] | None = None, keep: tuple[int, ...] =
             os.setresuid(uid, uid, uid)
         except OSError as e:
             raise KernelError(f"switching to uid {uid}, gid {gid}: {e.strerror}", e.errno) from None
+        # what the process ended with, not what was asked: an id the calls take for "unchanged"
+        # ((uid_t)-1) or a call that a seccomp filter turns into a no-op would leave root
+        ended = (os.getresuid(), os.getresgid(), os.getgroups())
+        if ended != ((uid,) * 3, (gid,) * 3, []):
+            raise KernelError(f"switching to uid {uid}, gid {gid}: the process has uids "
+                              f"{ended[0]}, gids {ended[1]}, groups {ended[2]}", errno.EPERM)
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise KernelError(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}", err)

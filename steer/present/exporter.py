@@ -587,7 +587,8 @@ def _by_key(keys: list, at: np.ndarray, totals: np.ndarray) -> dict[tuple, FlowT
 def parse_listen(text: str) -> tuple[str, int]:
     """(host, port) of HOST:PORT or [IPV6]:PORT; ":PORT" gives host "" (every address)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    # ASCII digits alone: str.isdigit() and int() also take Arabic-Indic and other digits
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}, or :PORT "
                          "for every address")
     return host.strip("[]"), int(port)

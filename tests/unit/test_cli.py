@@ -68,6 +68,10 @@ BAD_ARGUMENTS = [
     (["export", "--user", "no-such-user-x"], "no user 'no-such-user-x'"),
     (["export", "--user", "nobody", "--keep-privileges"], "the one gives up what the other keeps"),
     (["export", "--user", "0"], "that is root"),
+    (["export", "--user", "4294967295"], "uid 4294967295 is not an id"),   # (uid_t)-1: unchanged
+    (["export", "--user", "nobody:4294967295"], "gid 4294967295 is not an id"),
+    (["export", "--user", "\u0666\u0665\u0665\u0663\u0664"], "no user"),   # Arabic-Indic 65534
+    (["export", "--listen", ":\u0669\u0667\u0662\u0663"], "expected HOST:PORT"),
     (["auto", "--dev", "lo", "--hold=-inf"], "--hold: not a number"),
     (["top", "--min-rate", "1e400"], "--min-rate"),
     # names that would become paths: checked against the kernel's own rules first

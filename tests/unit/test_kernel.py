@@ -158,3 +158,21 @@ def test_a_stop_inside_a_del_is_raised_after_it(monkeypatch):
     finally:
         signal.signal(signal.SIGUSR1, old)
     assert not unraisable
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching ids needs root")
+def test_dropping_privileges_checks_the_ids_the_process_ends_with():
+    """A setresuid() that changes nothing (a seccomp filter can make it return 0) must not leave
+    the exporter root while it says it is nobody: the ids are read back."""
+    code = ("import os\n"
+            "from steer.kernel import gateway\n"
+            "os.setresuid = lambda *ids: None\n"
+            "try:\n"
+            "    gateway.drop_privileges((65534, 65534))\n"
+            "    print('dropped', os.getresuid())\n"
+            "except gateway.KernelError as e:\n"
+            "    print('refused:', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.stdout.startswith("refused: switching to uid 65534, gid 65534: the process has uids "
+                               "(0, 0, 0)"), (r.stdout, r.stderr)
