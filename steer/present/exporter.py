@@ -79,8 +79,12 @@ class SteerCollector(Collector):
         # --flow-labels workload: cgroup id -> (path, Workload) (steer.trace.workloads)
         self._workloads = workloads
         if flow_labels == "workload" and workloads is None:
+            from steer.trace.cgroups import CgroupResolver
             from steer.trace.workloads import WorkloadResolver
-            self._workloads = WorkloadResolver()
+            # a slow walk of the cgroup tree in a thread: a scrape never waits for one; the
+            # first now, before any thread (the exporter gives up its privileges next)
+            self._workloads = WorkloadResolver(CgroupResolver(background=True))
+            self._workloads.prime()
         self._workload_totals = WorkloadTotals()
         # steer_class_flows' window, sorted by flow (its hash: 1 in 2^64 two count as one, as
         # Python's hash of a FlowId did): each flow, when it last had traffic (ms) and its class

@@ -428,12 +428,16 @@ class ExporterServer:
                 now = time.monotonic()
                 soonest = min((c.deadline for c in self._held), default=now + 1.0)
                 for key, _ in self._sel.select(max(0.0, min(soonest - now, 1.0))):
-                    if key.data is _LISTENER:
-                        self._accept(key.fileobj)
-                    elif key.data is _WAKE:
-                        self._take_back()
-                    elif key.data in self._held:   # not dropped earlier in this batch
-                        self._readable(key.data)
+                    try:
+                        if key.data is _LISTENER:
+                            self._accept(key.fileobj)
+                        elif key.data is _WAKE:
+                            self._take_back()
+                        elif key.data in self._held:   # not dropped earlier in this batch
+                            self._readable(key.data)
+                    except Exception:   # noqa: BLE001 - one client's trouble never ends the loop
+                        if isinstance(key.data, _Connection):
+                            self._drop(key.data)
                 now = time.monotonic()
                 for c in [c for c in self._held if c.deadline <= now]:
                     self._drop(c)

@@ -114,3 +114,31 @@ def test_a_cgroup_name_that_is_not_utf8_is_text_in_flows_and_scrapes(tmp_path):
     labels = {s.labels.get("workload") for fam in text_string_to_metric_families(text)
               for s in fam.samples if s.name == "steer_flow_receive_bytes_total"}
     assert labels == {"\\xff\u2028x.scope"}
+
+
+def test_a_slow_walk_is_taken_out_of_the_scrape_and_spaced_by_its_length(tmp_path, monkeypatch):
+    """A walk that took long (a delegated subtree of thousands of cgroups) runs in a thread of
+    its own: the caller (a scrape) gets no path at once and the walk's answer after it; the next
+    walk waits ten times the last one's length."""
+    from steer.trace import cgroups
+    now = [0.0]
+    r = CgroupResolver(str(tmp_path), clock=lambda: now[0], background=True)
+    real = r._walk_once
+
+    def slow_walk():   # two seconds of the clock
+        real()
+        now[0] += 2.0
+    monkeypatch.setattr(r, "_walk_once", slow_walk)
+    r.prime()
+    assert r._took == 2.0 and r._took >= cgroups.SYNC_WALK
+    late = tmp_path / "user.slice" / "x.scope"
+    late.mkdir(parents=True)
+    now[0] = 10.0
+    assert r(late.stat().st_ino) is None   # not within 20 s of the last walk's start
+    now[0] = 22.0
+    assert r(late.stat().st_ino) is None   # walking, in its thread
+    r.walking.join(timeout=10)
+    assert r(late.stat().st_ino) == "/user.slice/x.scope"
+    assert r._next_walk == 22.0 + 2.0 / cgroups.WALK_SHARE
+    quick = CgroupResolver(str(tmp_path), background=True)
+    assert quick(late.stat().st_ino) == "/user.slice/x.scope" and quick.walking is None

@@ -407,3 +407,30 @@ def test_reload_serves_new_connections_by_the_new_config(tmp_path):
         before.close()
     finally:
         s.close()
+
+
+def test_a_fault_in_the_loop_ends_that_connection_not_the_server(monkeypatch):
+    """An unexpected error while the loop reads one client's request closes that connection; the
+    loop, which holds every other connection, goes on."""
+    s = _server()
+    real, faults = s._readable, []
+
+    def faulty(c):
+        if not faults:
+            faults.append(c)
+            raise RuntimeError("a bug")
+        return real(c)
+    monkeypatch.setattr(s, "_readable", faulty)
+    try:
+        bad = socket.create_connection(("127.0.0.1", s.port))
+        bad.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        bad.settimeout(5)
+        try:
+            closed = bad.recv(1) == b""
+        except ConnectionResetError:   # closed with the request unread: a reset
+            closed = True
+        assert closed and faults
+        bad.close()
+        assert _get(s.port) == (200, BODY)
+    finally:
+        s.close()
