@@ -13,6 +13,12 @@ from steer.kernel import signals as interrupts
 from steer.kernel import gateway as kernel
 
 
+def _python(code: str) -> subprocess.CompletedProcess:
+    """CODE run by a Python process of its own, with steer importable."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
 def _open_missing(lib, tmp_path):
     """A libbpf call that logs (the file is not there) and so runs steer's print callback."""
     return lib.bpf_object__open_file(str(tmp_path / "missing.bpf.o").encode(), None)
@@ -77,8 +83,7 @@ def test_a_stop_during_an_import_ends_with_the_status_main_returns():
             "    exec('import os, signal; os.kill(os.getpid(), signal.SIGUSR1)')\n"
             "except KeyboardInterrupt:\n"
             "    print('caught')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    r = _python(code)
     assert (r.returncode, r.stdout) == (0, "caught\n"), (r.returncode, r.stderr)
 
 
@@ -135,8 +140,7 @@ def test_a_stop_inside_an_imports_module_lock_callback_is_raised_after_it():
             "    print('imported', sent)\n"
             "except KeyboardInterrupt:\n"
             "    print('caught', sent)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    r = _python(code)
     assert (r.returncode, r.stdout, r.stderr) == (0, "caught [1]\n", "")
 
 
@@ -172,7 +176,6 @@ def test_dropping_privileges_checks_the_ids_the_process_ends_with():
             "    print('dropped', os.getresuid())\n"
             "except gateway.KernelError as e:\n"
             "    print('refused:', e)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    r = _python(code)
     assert r.stdout.startswith("refused: switching to uid 65534, gid 65534: the process has uids "
                                "(0, 0, 0)"), (r.stdout, r.stderr)
