@@ -109,7 +109,7 @@ def _auto(lab, policy: str, seconds: float, interval: int, window: int,
     return events, rates
 
 
-def _median_rate(rates: list, start: float, end: float) -> float | None:
+def median_rate(rates: list, start: float, end: float) -> float | None:
     """iperf3's median rate over its seconds wholly inside START..END; None for fewer than 2."""
     inside = [bps for s, e, bps in rates if s >= start - 0.05 and e <= end + 0.05]
     return statistics.median(inside) if len(inside) >= 2 else None
@@ -124,9 +124,9 @@ def recovery(events: list[dict], rates: list) -> dict | None:
     if not (move and undo and verdict):
         return None
     span = HARM["window"] * HARM["interval"]
-    before = _median_rate(rates, move["at"] - span, move["at"])
-    moved = _median_rate(rates, move["at"] + HARM["interval"], verdict["at"])
-    back = _median_rate(rates, undo["at"] + 1, rates[-1][1])
+    before = median_rate(rates, move["at"] - span, move["at"])
+    moved = median_rate(rates, move["at"] + HARM["interval"], verdict["at"])
+    back = median_rate(rates, undo["at"] + 1, rates[-1][1])
     if not (before and moved and back):
         return None
     return {"before_bps": before, "moved_bps": moved, "after_revert_bps": back,

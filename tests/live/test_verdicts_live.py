@@ -13,7 +13,6 @@ CPU raised its rate by -4% to +15% in four runs (2026-11-27), which the verdicts
 rules say: kept where the rate rose, reverted where it held and the CPU per GB rose 37%."""
 import json
 import os
-import statistics
 import subprocess
 import time
 from datetime import datetime
@@ -22,6 +21,7 @@ import pytest
 
 from helpers import CPU_A, CPU_B, ROOT, STEER, steer, two_cpus
 from witness import TraceEvents
+from bench.verdicts import median_rate
 from steer.experiment.lab import Lab, LabFlow
 
 pytestmark = [two_cpus]
@@ -111,10 +111,10 @@ def _moves_and_verdicts(policy_text: str, private_tmp, rps: bool, interval: floa
 
 
 def _rate(rates, start: float, end: float) -> float:
-    """iperf3's median rate over its seconds wholly inside START..END."""
-    inside = [bps for s, e, bps in rates if s >= start - 0.05 and e <= end + 0.05]
-    assert len(inside) >= 2, (start, end, rates)
-    return statistics.median(inside)
+    """iperf3's median rate over its seconds wholly inside START..END (bench.verdicts')."""
+    rate = median_rate(rates, start, end)
+    assert rate is not None, (start, end, rates)
+    return rate
 
 
 def test_a_move_that_hurts_is_undone_and_the_stack_goes_back(private_tmp):
