@@ -115,6 +115,15 @@ def median_rate(rates: list, start: float, end: float) -> float | None:
     return statistics.median(inside) if len(inside) >= 2 else None
 
 
+def mean_rate(rates: list, start: float, end: float) -> float | None:
+    """iperf3's mean rate over START..END, each second it reports weighted by its overlap (a rate
+    taken as even within its second); None where its seconds cover less than 90% of the span."""
+    covered = sum(max(0.0, min(e, end) - max(s, start)) for s, e, _ in rates)
+    if end <= start or covered < 0.9 * (end - start):
+        return None
+    return sum(bps * max(0.0, min(e, end) - max(s, start)) for s, e, bps in rates) / covered
+
+
 def recovery(events: list[dict], rates: list) -> dict | None:
     """A harmful run's iperf3 rate before its move, while moved and after its undo (None: no
     undo, or too few whole seconds in a span)."""
