@@ -35,6 +35,19 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# the user the exporter becomes when started as root, whose group reads the pinned rules' maps: the
+# package's sysusers.d entry, made here for a checkout
+if ! getent passwd steer >/dev/null && [[ $(id -u) -eq 0 ]]; then
+  echo "setup: creating the system user steer (debian/steer.sysusers)"
+  if command -v systemd-sysusers >/dev/null; then
+    systemd-sysusers "$PWD/debian/steer.sysusers"
+  else
+    useradd --system --user-group --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin --comment "steer exporter" steer
+  fi
+  getent passwd steer >/dev/null || { echo "setup: could not create the user steer" >&2; exit 1; }
+fi
+
 # the venv follows the python3 on PATH; it is rebuilt when setup.cfg changes
 PY=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then

@@ -1,6 +1,7 @@
 """steer export: the Prometheus exporter."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -27,10 +28,13 @@ def add_parsers(sub, fmt) -> dict:
                          "them all once its programs are loaded and its port is bound, before its "
                          "first thread starts)")
     ex.add_argument("--user", metavar="USER[:GROUP]",
-                    help="after start-up, also become this user (a name or uid; its primary "
-                         "group unless GROUP is given), with no supplementary groups; needs "
-                         "CAP_SETUID and CAP_SETGID at start. The pinned steering rules are "
-                         "root's: another user does not see them (steer_steering_readable 0)")
+                    help="after start-up, become this user (a name or uid; its primary group "
+                         "unless GROUP is given), with no supplementary groups. Started as root, "
+                         "the exporter becomes the steer user (which the package and "
+                         "scripts/setup.sh create; nobody where there is none) unless told "
+                         "otherwise; --user root stays uid 0 (with no capability, but owning "
+                         "root's files), and says so. The pinned steering rules are readable by "
+                         "the steer group; another user reports steer_steering_readable 0")
     web_options(ex)
     tracer_options(ex)
     return {"export": cmd_export}
@@ -68,8 +72,10 @@ def web_options(p) -> None:
                         "client_auth_type, min_version, max_version) and basic_auth_users (bcrypt "
                         "hashes); read at start-up, before privileges are dropped, and again "
                         "on SIGHUP (a rotated certificate, changed users), then as the "
-                        "exporter's user: the files must be readable by it. A file that does "
-                        "not load then leaves the one before in place, and says why")
+                        "exporter's user (steer export: the steer user, unless --user says "
+                        "otherwise): the files must be readable by it, for example the steer "
+                        "group's (chgrp steer FILE; chmod 640 FILE). A file that does not load "
+                        "then leaves the one before in place, and says why on stderr")
     p.add_argument("--web-workers", type=bounded_int(1, 64), default=DEFAULT_WORKERS, metavar="N",
                    help="requests answered at once (connections that are idle, handshaking or "
                         "still sending their request hold none); four more per worker wait, "
@@ -100,8 +106,29 @@ def _number(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
+DEFAULT_USERS = ("steer", "nobody")   # the first that exists, for an exporter started as root
+ROOT_WARNING = ("steer export: --user root: staying uid 0 (no capability, but every file of "
+                "root's is its to write); the steer user reads the pinned rules as well")
+
+
+def default_user(euid: int, keep_privileges: bool, can_switch: bool) -> str | None:
+    """The --user of an exporter not given one: the first of DEFAULT_USERS that exists when it
+    starts as root, gives up its privileges and CAN_SWITCH (CAP_SETUID and CAP_SETGID); None
+    (stay as it is) otherwise."""
+    import pwd
+    if euid != 0 or keep_privileges or not can_switch:
+        return None
+    for name in DEFAULT_USERS:
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    return None
+
+
 def run_as(text: str | None) -> tuple[int, int] | None:
-    """(uid, gid) of USER[:GROUP], each a name or a number."""
+    """(uid, gid) of USER[:GROUP], each a name or a number; None for no change, or for root."""
     import grp
     import pwd
 
@@ -131,7 +158,10 @@ def run_as(text: str | None) -> tuple[int, int] | None:
             raise UsageError(f"--user {printable(text)}: {what} {n} is not an id (0 to "
                              f"{NO_ID - 1})")
     if uid == 0:
-        raise UsageError(f"--user {printable(text)}: that is root")
+        if gid != 0:
+            raise UsageError(f"--user {printable(text)}: root with another group than root's "
+                             "keeps root's files; --user root alone, or another user")
+        return None
     return uid, gid
 
 
@@ -175,10 +205,27 @@ def _reload(server, path: str | None) -> None:
     print(f"steer export: --web-config read again: {web.describe()}", flush=True)
 
 
+def _enter_pin_root() -> None:
+    """Work from the pin directory, as root still, so that the pins stay in reach of the user
+    the exporter becomes: bpffs's root is root's alone. Where that fails, the rules are not
+    read and steer_steering_readable says why; the flows are."""
+    from steer.kernel.gateway import KernelError
+    from steer.steering.xdp import SteerError, read_pins_from_here
+    # lazy imports from a relative sys.path entry ('' for the start directory) would look in
+    # the pin directory from now on
+    sys.path[:] = [os.path.abspath(p) for p in sys.path]
+    try:
+        read_pins_from_here()
+    except (KernelError, SteerError, OSError) as e:
+        print(f"steer export: the pinned steering rules will not be read: {e}", file=sys.stderr,
+              flush=True)
+
+
 def cmd_export(args) -> int:
     from steer.kernel.gateway import one_heap, trim_heap
     from steer.present.exporter import SteerCollector, parse_listen
     from steer.steering.xdp import pinned_state
+    from steer.model.names import printable
     from steer.model.topology import read_topology
     try:
         parse_listen(args.listen)
@@ -186,10 +233,20 @@ def cmd_export(args) -> int:
         raise UsageError(str(e)) from None
     if args.user and args.keep_privileges:
         raise UsageError("--user and --keep-privileges: the one gives up what the other keeps")
-    user = run_as(args.user)
+    from steer.kernel.privileges import CAP_SETGID, CAP_SETUID, missing_caps, require_caps
+    switch = [CAP_SETUID, CAP_SETGID]
+    chosen = args.user or default_user(os.geteuid(), args.keep_privileges, not missing_caps(switch))
+    user = run_as(chosen)
     if user is not None:
-        from steer.kernel.privileges import CAP_SETGID, CAP_SETUID, require_caps
-        require_caps([CAP_SETUID, CAP_SETGID], f"--user {args.user}")
+        require_caps(switch, f"--user {chosen}")
+    elif os.geteuid() == 0 and not args.keep_privileges:
+        print(ROOT_WARNING if args.user else
+              "steer export: staying uid 0 (no capability, but every file of root's is its to "
+              "write): " + ("no CAP_SETUID and CAP_SETGID to become another user" if
+                            missing_caps(switch) else "no user steer or nobody on this host"),
+              file=sys.stderr, flush=True)
+    if args.web_config:   # read again on SIGHUP, from the pin directory (below)
+        args.web_config = os.path.abspath(args.web_config)
     web = web_config(args)
     topo = read_topology()
     one_heap()   # before any thread: the scrapes' arrays, given back after each (trim_heap)
@@ -208,6 +265,8 @@ def cmd_export(args) -> int:
             from steer.kernel.gateway import bpf_syscall_needs_capability, drop_privileges
             from steer.kernel.privileges import CAP_BPF
             keep = (CAP_BPF,) if bpf_syscall_needs_capability() else ()
+            if user is not None:
+                _enter_pin_root()
             with tracer.threads_stopped():
                 drop_privileges(user, keep)
             if keep:
@@ -216,8 +275,9 @@ def cmd_export(args) -> int:
                       file=sys.stderr, flush=True)
         server.start()
         scheme = "https" if web and web.tls else "http"
+        as_user = "" if user is None else f" as {printable(chosen)} (uid {user[0]})"
         print(f"steer export: serving {scheme}://{args.listen}/metrics"
-              + (f" ({web.describe()})" if web else ""), flush=True)
+              + (f" ({web.describe()})" if web else "") + as_user, flush=True)
         end = None if args.duration is None else time.monotonic() + args.duration
         hangups = _count_hangups()
         seen = 0

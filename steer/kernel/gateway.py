@@ -160,6 +160,7 @@ def _libbpf():
             ("btf__type_by_id", ctypes.POINTER(_BtfType), [vp, u32]),
             ("bpf_map__set_pin_path", i, [vp, cp]),
             ("bpf_obj_get", i, [cp]),
+            ("bpf_obj_get_opts", i, [cp, vp]),   # opts: _ObjGetOpts
             ("bpf_obj_pin", i, [i, cp]),
             ("bpf_obj_get_info_by_fd", i, [i, vp, ctypes.POINTER(u32)]),
             ("bpf_link_create", i, [i, i, ctypes.c_int, vp]),
@@ -323,10 +324,12 @@ class BpfMap:
                     lib.bpf_map__max_entries(handle), lib.bpf_map__type(handle))
 
     @classmethod
-    def from_pin(cls, path: str) -> "BpfMap":
-        """A map pinned in bpffs, opened by path; its sizes come from the kernel."""
+    def from_pin(cls, path: str, readonly: bool = False) -> "BpfMap":
+        """A map pinned in bpffs, opened by path; its sizes come from the kernel. READONLY asks
+        only to read it, which a pin's read permission allows (a pin shared with a group)."""
         lib = _libbpf()
-        fd = lib.bpf_obj_get(path.encode())
+        fd = lib.bpf_obj_get_opts(path.encode(), ctypes.byref(_ObjGetOpts(
+            sz=ctypes.sizeof(_ObjGetOpts), file_flags=BPF_F_RDONLY if readonly else 0)))
         if fd < 0:
             raise _fail(f"cannot open pinned map {path}", fd)
         info = _MapInfo()
@@ -954,6 +957,14 @@ def prog_run_stats(prog_fd: int) -> tuple[int, int]:
     if n.value < 208:
         return 0, 0
     return struct.unpack_from("QQ", buf.raw, 192)
+
+
+BPF_F_RDONLY = 1 << 3
+
+
+class _ObjGetOpts(ctypes.Structure):
+    """struct bpf_obj_get_opts of libbpf 1.x, up to file_flags (1.2 adds path_fd after it)."""
+    _fields_ = [("sz", ctypes.c_size_t), ("file_flags", ctypes.c_uint32)]
 
 
 def obj_get(path: str) -> int:

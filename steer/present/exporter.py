@@ -228,7 +228,7 @@ class SteerCollector(Collector):
             readable = GaugeMetricFamily(
                 "steer_steering_readable", "1 when the exporter can read the pinned steering "
                 "rules (steer pin); 0, with why, when it cannot, such as when it runs as a user "
-                "other than root (they are root's).", labels=["why"])
+                "outside the steer group.", labels=["why"])
             try:
                 devices, why = self.steering(), ""
             except Exception as e:  # noqa: BLE001 - unreadable rules must not fail the scrape
@@ -524,7 +524,8 @@ class SteerCollector(Collector):
                 continue
             dev, ns = d.dev, d.netns or ""
             mode.add_metric([dev, ns, d.mode], 1)
-            gone.add_metric([dev, ns], 1 if d.detached else 0)
+            if d.link_read:   # else unknown: no series rather than a 0 that may be false
+                gone.add_metric([dev, ns], 1 if d.detached else 0)
             for r in d.rules:
                 pk.add_metric([dev, ns, str(r.spec), str(r.cpu)], r.packets)
                 by.add_metric([dev, ns, str(r.spec), str(r.cpu)], r.bytes)

@@ -556,6 +556,8 @@ def rules_lines(devices: list[DeviceState], online: set[int]) -> list[str]:
         if d.detached:
             out.append(f"  DETACHED: {d.detached}; `steer pin` moves these rules to a new device "
                        "of that name, `steer reset` removes them")
+        elif not d.link_read:
+            out.append("  attached or not: unknown (its link is root's to open)")
         for r in d.rules:
             off = "" if r.cpu in online else \
                 "  (CPU offline: the kernel runs its cpumap thread on another CPU)"

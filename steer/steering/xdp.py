@@ -6,9 +6,17 @@ XDP steering of one device is either *pinned* (`steer pin`: the link and maps li
 /sys/fs/bpf/steer/<dev>[@<netns>], a directory only root may write, and outlive the command until
 `steer unpin` or `steer reset`) or *owned* by a process (`steer auto`: a plain BPF link that the
 kernel drops when the process dies).
+
+Where a group named steer exists (the package and scripts/setup.sh make it, with a user of that
+name), the pin directories and the maps are that group's to read, so that an exporter running as
+that user reads the rules' counters; the links stay root's alone (whoever may open a link may
+detach it). bpffs's own root is root's alone (0700), so such an exporter enters the pin directory
+while it is still root and reads it from there (read_pins_from_here).
 """
 from __future__ import annotations
 
+import errno
+import grp
 import os
 import struct
 from dataclasses import dataclass, field
@@ -25,6 +33,9 @@ from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, require_caps
 from steer.model.names import file_part, ifname_error, netns_error, printable
 
 PIN_DIR = "steer"                  # below bpffs: everything `steer pin` leaves in the kernel
+PIN_GROUP = "steer"                # the group that may read the pinned maps, where it exists
+SHARED_DIR_MODE, SHARED_MAP_MODE = 0o750, 0o640
+IFINDEX_MARK = "ifindex-"          # an empty directory beside the link: the device's ifindex
 CPUMAP_QSIZE = 2048                # frames queued per target CPU: absorbs a NAPI budget (64) of
                                    # bulk-enqueued (8) batches from several RX queues at once
 MAP_NAMES = ("rules", "masks", "rule_stats", "counters", "cpu_map")
@@ -41,17 +52,69 @@ class DeviceGone(SteerError):
     """The device of pinned rules was removed and no device of that name exists now."""
 
 
+# the pin root as this process reaches it: its path, or "." once the process works from it
+_pin_root: str | None = None
+
+
 def pin_root() -> str:
-    return os.path.join(BPFFS, PIN_DIR)
+    return _pin_root or os.path.join(BPFFS, PIN_DIR)
+
+
+def pin_group() -> int | None:
+    """The gid of PIN_GROUP, or None where there is no such group."""
+    try:
+        return grp.getgrnam(PIN_GROUP).gr_gid
+    except KeyError:
+        return None
+
+
+def share(path: str, mode: int) -> None:
+    """Give PATH (a pin directory or map that steer just made or found, never a link: bpffs
+    holds none) to PIN_GROUP with MODE, where that group exists; root's alone otherwise."""
+    gid = pin_group()
+    if gid is None:
+        return
+    os.chown(path, 0, gid, follow_symlinks=False)
+    os.chmod(path, mode)
+
+
+def read_pins_from_here() -> None:
+    """Make the pin root (bpffs mounted where missing) this process's working directory and
+    read pins through it from now on: a process that leaves root keeps reaching them, which
+    bpffs's own root (0700) would refuse it by path. steer reset empties the pin root but
+    leaves it in place for such a process. Raises SteerError or KernelError."""
+    global _pin_root
+    ensure_bpffs()
+    _trusted_pin_root(create=True)
+    share(pin_root(), SHARED_DIR_MODE)
+    os.chdir(pin_root())
+    _pin_root = "."
+
+
+def pin_root_gone() -> str | None:
+    """Why the pins cannot be read where this process reads them from its working directory
+    (someone removed the directory: rmdir), or None."""
+    if _pin_root is None:
+        return None
+    try:
+        if os.stat(".").st_nlink == 0:
+            raise FileNotFoundError
+    except OSError:
+        return (f"{os.path.join(BPFFS, PIN_DIR)} was removed after this process entered it; "
+                "restart it to read the rules pinned since")
+    return None
 
 
 def _trusted_pin_root(create: bool) -> bool:
-    """Whether the pin root exists (made 0700 when CREATE); SteerError when someone other than
-    root could have put files there."""
+    """Whether the pin root exists (made when CREATE: 0700, or 0750 for PIN_GROUP where it
+    exists); SteerError when someone other than root could have put files there."""
     try:
-        return trusted_dir(pin_root(), create)
+        exists = trusted_dir(pin_root(), create)
     except UnsafePath as e:
         raise SteerError(f"refusing the pin directory: {e}") from None
+    if exists and create:
+        share(pin_root(), SHARED_DIR_MODE)
+    return exists
 
 
 def check_names(dev: str, netns: str | None) -> None:
@@ -132,6 +195,9 @@ class DeviceState:
     rules: list[RuleView] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    # False where neither the link pin (root's) nor the ifindex beside it told whether the
+    # program still sees the device (another namespace's, to a reader that is not root)
+    link_read: bool = True
 
     def as_json(self) -> dict:
         if self.error:
@@ -147,6 +213,7 @@ class XdpSteering:
     netns: str | None = None
     mode: str = "auto"
     pinned: bool = True
+    readonly: bool = False             # pins opened to read only: a report (steer rules, the exporter)
     ifindex: int = field(default=0, init=False)
     attached_mode: str | None = field(default=None, init=False)
     # set by open(reattach=True) when it moved pinned rules to a recreated device: (why the old
@@ -183,11 +250,18 @@ class XdpSteering:
         if existing:   # the pins are all it takes: no need to look at the device
             self.attached_mode = existing.rsplit("-", 1)[1]
             for name in MAP_NAMES:
-                self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name))
+                if not self.readonly:   # pins made before the group existed, or before steer shared
+                    share(os.path.join(self.pin_dir, name), SHARED_MAP_MODE)
+                self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name),
+                                                   readonly=self.readonly)
+            if not self.readonly:
+                share(self.pin_dir, SHARED_DIR_MODE)
             gone = self.detached() if reattach else None
             if gone:
                 self._reattach(gone)
             return self
+        if self.readonly:
+            raise SteerError(f"{self.dev} has no pinned steering")
         require_caps([CAP_BPF, CAP_NET_ADMIN], "steering")
         ns_path = netns_path(self.netns)
         self.ifindex, kind = device_info(self.dev, ns_path)
@@ -213,7 +287,9 @@ class XdpSteering:
         if self.pinned:
             self._obj.close()     # the pinned link and maps keep the program alive
             self._obj = None
+            share(self.pin_dir, SHARED_DIR_MODE)
             for name in MAP_NAMES:
+                share(os.path.join(self.pin_dir, name), SHARED_MAP_MODE)
                 self._maps[name] = BpfMap.from_pin(os.path.join(self.pin_dir, name))
         return self
 
@@ -249,6 +325,8 @@ class XdpSteering:
         if self.pinned:
             obj_pin(fd, os.path.join(self.pin_dir, f"link-{mode}"))
             os.close(fd)
+            # the device's ifindex where a reader that may not open the link can see it
+            os.mkdir(os.path.join(self.pin_dir, f"{IFINDEX_MARK}{self.ifindex}"), SHARED_DIR_MODE)
         else:
             self._link_fd = fd
 
@@ -319,8 +397,16 @@ class XdpSteering:
         return self.table.unpin(spec)
 
     def state(self) -> DeviceState:
-        return DeviceState(self.dev, self.netns, self.attached_mode, self.detached(), self.rules(),
-                           self.counters())
+        try:
+            detached, link_read = self.detached(), True
+        except KernelError as e:
+            if e.errno not in (errno.EACCES, errno.EPERM):
+                raise
+            detached = self._detached_by_ifindex()
+            link_read = detached is not False
+            detached = detached or None
+        return DeviceState(self.dev, self.netns, self.attached_mode, detached, self.rules(),
+                           self.counters(), link_read=link_read)
 
     def detached(self) -> str | None:
         """Why the program no longer sees this device's packets (None while it does): its
@@ -342,6 +428,22 @@ class XdpSteering:
         finally:
             if fd != self._link_fd:
                 os.close(fd)
+        return None
+
+    def _detached_by_ifindex(self) -> str | None | bool:
+        """detached() without the link (root's), from the ifindex pinned beside it, for a device
+        of this namespace: why, None (attached), or False where it cannot tell (a device in
+        another namespace, which only CAP_SYS_ADMIN may enter; pins older than the mark)."""
+        marks = [n for n in os.listdir(self.pin_dir) if n.startswith(IFINDEX_MARK)]
+        if self.netns or len(marks) != 1 or not marks[0][len(IFINDEX_MARK):].isdigit():
+            return False
+        try:
+            with open(f"/sys/class/net/{self.dev}/ifindex") as f:
+                now = int(f.read())
+        except (OSError, ValueError):
+            return f"{self.dev} was removed"
+        if now != int(marks[0][len(IFINDEX_MARK):]):
+            return f"{self.dev} was removed (a device of that name was made since)"
         return None
 
     def detach(self) -> None:
@@ -459,11 +561,14 @@ def remove_pin_dir(path: str) -> None:
 
 
 def pinned_state() -> list[DeviceState]:
-    """state() of every device with pinned steering; a device that cannot be read says why."""
+    """state() of every device with pinned steering, its maps opened to read only; a device that
+    cannot be read says why. SteerError where the pin root cannot be read at all."""
+    if (why := pin_root_gone()) is not None:
+        raise SteerError(why)
     out = []
     for dev, ns in pinned_devices():
         try:
-            with XdpSteering(dev, ns) as st:
+            with XdpSteering(dev, ns, readonly=True) as st:
                 out.append(st.state())
         except Exception as e:  # noqa: BLE001 - a vanished device must not hide the others
             out.append(DeviceState(dev, ns, error=str(e)))
@@ -478,12 +583,16 @@ def pinned_devices() -> list[tuple[str, str | None]]:
 
 
 def remove_pinned() -> list[str]:
-    """Remove all steering `steer pin` left in the kernel; what was done, one line each."""
+    """Remove all steering `steer pin` left in the kernel; what was done, one line each. The pin
+    root stays, empty: an exporter that left root reads pins from it (read_pins_from_here), and
+    would not reach one made again."""
     done = []
     for dev, ns in pinned_devices():
         remove_pin_dir(os.path.join(pin_root(), _dir_name(dev, ns)))
         done.append(f"removed XDP steering of {printable(dev)}" + (f" in {printable(ns)}" if ns else ""))
-    remove_tree(pin_root())
+    if _trusted_pin_root(create=False):
+        for entry in os.listdir(pin_root()):    # what is no device's (a planted link, a file)
+            remove_tree(os.path.join(pin_root(), entry))
     return done
 
 

@@ -119,8 +119,13 @@ def test_debian_package_installs_runs_and_purges_clean(tmp_path):
                      "/usr/share/man/man1/steer.1.gz", "/usr/share/bash-completion/completions/steer",
                      "/usr/share/doc/steer/runbook.md", "/usr/share/steer/rules/steer.rules.yml",
                      "/usr/share/steer/dashboards/steer-overview.json",
-                     "/usr/share/steer/dashboards/steer-flows.json"):
+                     "/usr/share/steer/dashboards/steer-flows.json",
+                     "/usr/lib/sysusers.d/steer.conf"):   # the user the exporter becomes
             assert os.path.isfile(path), path
+        assert subprocess.run(["getent", "passwd", "steer"], capture_output=True).returncode == 0
+        postinst = subprocess.run(["dpkg-deb", "--info", str(deb), "postinst"],
+                                  capture_output=True, text=True).stdout
+        assert re.search(r"^\s*systemd-sysusers .*steer\.conf$", postinst, re.M), postinst
         if shutil.which("systemd-analyze"):
             unit = subprocess.run(["systemd-analyze", "verify",
                                    "/lib/systemd/system/steer-exporter.service"],

@@ -13,10 +13,10 @@ import pytest
 
 from bench.odds import sampled_spread
 from cgroups import made_cgroup, move
-from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, live, steer
+from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, assert_unprivileged, live, steer
 from steer.experiment.lab import Lab, LabFlow
 from test_dashboards import DASH, panel_exprs
-from web import free_port, http_get, prometheus, query, stop_all, wait_http
+from web import free_port, http_get, metric_sum, prometheus, query, stop_all, wait_http
 
 pytestmark = [live, pytest.mark.skipif(shutil.which("prometheus") is None,
                                        reason="prometheus not installed (Debian package)")]
@@ -63,6 +63,10 @@ def stack(tmp_path_factory):
         for flow in lab.flows:
             move(cgroup, lab.receiver_pid(flow.port))
         r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "veth-rx", "--netns", lab.rx)
+        assert r.returncode == 0, r.stderr
+        # and one on this namespace's loopback: the exporter, as the steer user, tells whether a
+        # device is still attached only for its own namespace's (the recording rule's data)
+        r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "lo")
         assert r.returncode == 0, r.stderr
         try:
             # software stand-ins: the PMU panels and series get data on this VM too
@@ -194,31 +198,13 @@ def test_workload_series_name_the_pod_and_sum_its_flows(stack):
     assert sum(float(r["value"][1]) for r in placed) == len(lab)
 
 
-def task_status(pid: int) -> dict[int, dict[str, str]]:
-    """{thread id: its /proc status fields} of every thread of PID: capabilities are per thread."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            out[int(tid)] = dict(re.findall(r"^(\w+):[ \t]*(.*)$", f.read(), re.M))
-    return out
-
-
-def assert_unprivileged(pid: int, uid: int | None = None):
-    tasks = task_status(pid)
-    assert len(tasks) > 1   # the HTTP server's threads, which used to keep root's capabilities
-    for tid, st in tasks.items():
-        assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0, (tid, st["Name"], st["CapEff"])
-        assert st["NoNewPrivs"] == "1", tid
-        if uid is not None:
-            assert st["Uid"].split() == [str(uid)] * 4 and st["Gid"].split()[0] == str(uid), st["Uid"]
-            assert st["Groups"].strip() == "", st["Groups"]
-
-
 def test_exporter_runs_without_privileges(stack):
-    """Once loaded and bound, the exporter holds no capability at all, in any of its threads, and
-    still reads the tracer maps and the pinned rules (fds and root-owned pins, checked when
-    opened)."""
-    assert_unprivileged(stack["exporter_pid"])
+    """Once loaded and bound, the exporter holds no capability at all, in any of its threads, is
+    the steer user, and still reads the tracer maps and the pinned rules (fds, and pins the
+    steer group may read, checked when opened)."""
+    import pwd
+    user = pwd.getpwnam("steer")
+    assert_unprivileged(stack["exporter_pid"], uid=user.pw_uid, gid=user.pw_gid)
     body = http_get(stack["exporter"])
     assert b"steer_rule_packets_total{" in body and b'steer_class_rx_bytes_total{class="same-core"' in body
 
@@ -280,11 +266,6 @@ def test_scrape_loop_at_10_per_second_keeps_memory_flat():
     assert rss[-1] - rss[1] < 2048, rss   # flat after warm-up: under 2 MB of growth
 
 
-def _metric_sum(body: str, name: str) -> float:
-    """The sum of NAME's samples (NAME a regular expression, labels optional) in BODY."""
-    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M))
-
-
 @pytest.mark.skipif(__import__("steer.kernel.gateway", fromlist=["x"]).bpf_syscall_needs_capability(),
                     reason="this kernel gates every bpf() call on CAP_BPF (before 6.5, "
                            "unprivileged_bpf_disabled set): steer keeps that one, said on stderr")
@@ -311,7 +292,7 @@ def test_exporter_as_nobody_has_no_capability_in_any_thread_and_counts_the_traff
             p.wait(timeout=10)
     # the flow's own series (the module's stack may run a lab of its own meanwhile), counted
     # since the flow began, after the exporter's start
-    got = _metric_sum(body, rf'steer_flow_receive_bytes_total\{{[^}}]*sport="{res.sender_port}"[^}}]*\}}')
+    got = metric_sum(body, rf'steer_flow_receive_bytes_total\{{[^}}]*sport="{res.sender_port}"[^}}]*\}}')
     print(f"exporter as nobody: {got:,.0f} B in the flow's series, iperf3 {res.received_bytes:,} B")
     assert res.received_bytes * 0.98 <= got <= res.received_bytes * 1.02 + 10**6
     assert re.search(r'^steer_steering_readable\{why=".*"\} [01]\.0$', body, re.M)
@@ -389,8 +370,10 @@ def test_sighup_reads_the_web_config_again(private_tmp):
         web.write_text(f"basic_auth_users:\n  {name}: '{hashed}'\n")
     users("alice")
     port = free_port()
+    # the file is root's, in root's home: --user root reads it again (the steer user would need
+    # it to be the steer group's, in a directory it may enter)
     p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}", "--web-config",
-                          str(web)], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+                          str(web), "--user", "root"], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
 
     def status(user):

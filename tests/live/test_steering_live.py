@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, bpftool_objects, live, steer,
-                     two_cpus)
+from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, assert_unprivileged,
+                     bpftool_objects, live, steer, two_cpus)
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
@@ -19,6 +19,7 @@ from steer.experiment.lab import Lab, LabFlow
 from steer.steering.xdp import load_unattached, pin_root
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
+from web import free_port, http_get, metric_sum, wait_http
 from witness import TraceEvents
 
 pytestmark = live
@@ -496,16 +497,16 @@ def test_reset_removes_a_planted_link_not_its_target(tmp_path):
     # device directories, old names and new
     plant += [f"ln -s {tmp_path} '{pin_root()}/{name}'" for name in ("eth9", "eth9@root", "eth9@ns")]
     r = steer_in_own_bpffs("reset", before="; ".join(plant),
-                           after=f"echo; echo left: $(ls -A {BPFFS})")
+                           after=f"echo; echo left: $(ls -A {pin_root()})")
     assert r.returncode == 0, r.stderr
-    assert "steer" not in r.stdout.splitlines()[-1].split(), r.stdout
+    assert r.stdout.splitlines()[-1] == "left:", r.stdout   # the pin root stays, empty
     assert victim.read_text() == "keep" and sorted(os.listdir(tmp_path)) == ["precious"]
 
 
 @pytest.fixture
 def no_pins():
-    """The pin root absent before and after (steer reset leaves none)."""
-    assert not os.path.lexists(pin_root()), os.listdir(pin_root())
+    """No pins before and after (steer reset leaves the pin root, empty)."""
+    assert not os.path.lexists(pin_root()) or not os.listdir(pin_root()), os.listdir(pin_root())
     yield
     subprocess.run(["rm", "-rf", pin_root()], check=True)
 
@@ -536,3 +537,79 @@ def test_steer_mounts_its_own_bpffs_private_to_root(tmp_path):
         assert (os.stat(mnt).st_mode & 0o777) == 0o700   # (bpffs adds the sticky bit)
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+EXPORT_ENV = dict(os.environ, PYTHONPATH=ROOT)
+
+
+def _mode(path: str) -> tuple[str, int, int]:
+    st = os.lstat(path)
+    return f"{st.st_mode & 0o7777:04o}", st.st_uid, st.st_gid
+
+
+def test_exporter_started_as_root_becomes_steer_and_still_reads_the_pinned_rules():
+    """Started as root without --user, the exporter becomes the steer user (scripts/setup.sh and
+    the package make it), with no capability in any thread, and still reads the rules `steer
+    pin` leaves: their maps are the steer group's to read (links stay root's), and it reads them
+    from the pin directory it entered as root, since bpffs's root is root's alone. After a
+    `steer reset` and a new pin it sees the new rule, and whether a device of its own namespace
+    is still attached (by the ifindex pinned beside the link)."""
+    import pwd
+    try:
+        user = pwd.getpwnam("steer")
+    except KeyError:
+        pytest.fail("no user steer: scripts/setup.sh (make test runs it) creates it")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    p = None
+    with Lab([LabFlow(CPU_A, CPU_A)], seconds=3) as lab:
+        try:
+            lab.start_servers()
+            r = steer("pin", "proto=tcp,dport=5201", "--cpu", str(CPU_A), "--dev", "veth-rx",
+                      "--netns", lab.rx)
+            assert r.returncode == 0, r.stderr
+            (dev_dir,) = [os.path.join(pin_root(), d) for d in os.listdir(pin_root())]
+            assert _mode(pin_root()) == ("0750", 0, user.pw_gid)
+            assert _mode(dev_dir) == ("0750", 0, user.pw_gid)
+            assert _mode(os.path.join(dev_dir, "rule_stats")) == ("0640", 0, user.pw_gid)
+            assert _mode(os.path.join(dev_dir, "link-generic")) == ("0600", 0, 0)
+            p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}"], env=EXPORT_ENV,
+                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+            wait_http(url, p)
+            line = p.stdout.readline()
+            assert f"as steer (uid {user.pw_uid})" in line, line
+            assert_unprivileged(p.pid, uid=user.pw_uid, gid=user.pw_gid)
+            lab.start_clients()
+            (res,) = lab.wait()
+            assert res.error is None, res.error
+            body = http_get(url).decode()
+            (dev,) = json.loads(steer("rules", "--json").stdout)["devices"]
+            (rule,) = dev["rules"]
+            # the exporter's reading, as the steer user, is root's reading of the same map
+            got = metric_sum(body, r'steer_rule_packets_total\{[^}]*dev="veth-rx"[^}]*\}')
+            print(f"rule packets: exporter {got:,.0f}, steer rules as root {rule['packets']:,}")
+            assert rule["packets"] > 1000 and got == rule["packets"]
+            assert 'steer_steering_readable{why=""} 1.0' in body
+            # a device in another namespace: whether it is attached needs its link (root's)
+            assert 'steer_xdp_detached{dev="veth-rx"' not in body
+            r = steer("reset")
+            assert r.returncode == 0, r.stderr
+            assert os.path.isdir(pin_root()) and not os.listdir(pin_root())
+            r = steer("pin", "proto=udp,dport=9", "--cpu", str(CPU_A), "--dev", "lo")
+            assert r.returncode == 0, r.stderr
+            body = http_get(url).decode()
+            assert 'steer_steering_readable{why=""} 1.0' in body, body
+            assert re.search(r'^steer_rule_packets_total\{cpu="\d+",dev="lo",netns="",'
+                             r'rule="proto=udp,dport=9"\} 0\.0$', body, re.M), body
+            assert re.search(r'^steer_xdp_detached\{dev="lo",netns=""\} 0\.0$', body, re.M)
+        finally:
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=10)
+            steer("reset")
+    # --user root opts out of all that, and says what it keeps
+    r = subprocess.run([*STEER, "export", "--listen", f"127.0.0.1:{free_port()}", "--user",
+                        "root", "--duration", "0.5"], env=EXPORT_ENV, cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "--user root: staying uid 0" in r.stderr, r.stderr

@@ -4,6 +4,7 @@ import functools
 import os
 import shutil
 import json
+import re
 import subprocess
 import sys
 import time
@@ -141,3 +142,25 @@ def screen_until(session: str, cond, timeout: float = 20.0) -> str:
         if cond(screen) or time.monotonic() > end:
             return screen
         time.sleep(0.25)
+
+
+def task_status(pid: int) -> dict[int, dict[str, str]]:
+    """{thread id: its /proc status fields} of every thread of PID: capabilities are per thread."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            out[int(tid)] = dict(re.findall(r"^(\w+):[ \t]*(.*)$", f.read(), re.M))
+    return out
+
+
+def assert_unprivileged(pid: int, uid: int | None = None, gid: int | None = None):
+    tasks = task_status(pid)
+    assert len(tasks) > 1   # the HTTP server's threads, which used to keep root's capabilities
+    gid = uid if gid is None else gid
+    for tid, st in tasks.items():
+        assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0, (tid, st["Name"], st["CapEff"])
+        assert st["NoNewPrivs"] == "1", tid
+        if uid is not None:
+            assert st["Uid"].split() == [str(uid)] * 4 and st["Gid"].split() == [str(gid)] * 4, \
+                (st["Uid"], st["Gid"])
+            assert st["Groups"].strip() == "", st["Groups"]

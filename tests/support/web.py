@@ -1,5 +1,6 @@
 """HTTP helpers of the tests that run an exporter and a Prometheus server on 127.0.0.1."""
 import json
+import re
 import socket
 import subprocess
 import time
@@ -65,3 +66,8 @@ def stop_all(procs, timeout=10) -> None:
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def metric_sum(body: str, name: str) -> float:
+    """The sum of NAME's samples (NAME a regular expression, labels optional) in BODY."""
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M))

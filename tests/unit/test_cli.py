@@ -67,7 +67,7 @@ BAD_ARGUMENTS = [
     (["flows", "--max-flows", "4294967297"], "--max-flows: must be at least 1"),
     (["export", "--user", "no-such-user-x"], "no user 'no-such-user-x'"),
     (["export", "--user", "nobody", "--keep-privileges"], "the one gives up what the other keeps"),
-    (["export", "--user", "0"], "that is root"),
+    (["export", "--user", "0:65534"], "root with another group than root's"),
     (["export", "--user", "4294967295"], "uid 4294967295 is not an id"),   # (uid_t)-1: unchanged
     (["export", "--user", "nobody:4294967295"], "gid 4294967295 is not an id"),
     (["export", "--user", "\u0666\u0665\u0665\u0663\u0664"], "no user"),   # Arabic-Indic 65534
@@ -187,6 +187,21 @@ def _dropping(*caps):
         pytest.skip("setpriv (util-linux) missing: cannot drop capabilities")
     drop = ",".join(f"-{c}" for c in (*caps, "sys_admin"))
     return ("setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", "--")
+
+
+def test_an_exporter_started_as_root_becomes_the_first_default_user_that_exists(monkeypatch):
+    """steer, else nobody; none for a process that is not root, keeps its privileges or may not
+    switch (it stays as it is and says so)."""
+    from steer.cli import export
+    monkeypatch.setattr(export, "DEFAULT_USERS", ("no-such-user-x", "nobody"))
+    assert export.default_user(0, keep_privileges=False, can_switch=True) == "nobody"
+    assert export.default_user(1000, keep_privileges=False, can_switch=True) is None
+    assert export.default_user(0, keep_privileges=True, can_switch=True) is None
+    assert export.default_user(0, keep_privileges=False, can_switch=False) is None
+    monkeypatch.setattr(export, "DEFAULT_USERS", ("no-such-user-x",))
+    assert export.default_user(0, keep_privileges=False, can_switch=True) is None
+    # --user root: no switch (and a warning), but never root with another group
+    assert export.run_as("root") is None and export.run_as("0") is None
 
 
 @pytest.mark.parametrize("cmd, dropped, named", [
