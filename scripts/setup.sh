@@ -5,11 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang/llvm/bpftool/libbpf-dev build the CO-RE objects; libbpf1 is loaded at run time; iperf3 and
-# iproute2 drive the lab; libbpf-tools (softirqs), tmux and prometheus (server and promtool) are
+# iproute2 drive the lab; libbpf-tools (softirqs), bpftrace, tmux and prometheus (server and promtool) are
 # independent witnesses in the tests; debhelper, dh-python and the python3-* packages build
 # `make deb` (its Build-Depends), which the suite installs and purges; podman and runc run a real
 # container whose reader the workload tests name (runc: crun refuses a hybrid cgroup host)
-PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool iperf3 iproute2 ethtool libbpf-tools tmux prometheus
+PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool bpftrace iperf3 iproute2 ethtool libbpf-tools tmux prometheus
           redis-server redis-tools podman runc
           debhelper dh-python python3-all python3-setuptools python3-pyroute2 python3-rich
           python3-prometheus-client python3-numpy openssl

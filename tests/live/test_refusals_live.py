@@ -11,13 +11,14 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, assert_one_line_error, live, steer, tcp_rx_bound,
-                     two_cpus)
+from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, assert_one_line_error, assert_tcp_rx, live,
+                     steer, two_cpus)
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
-from steer.experiment.lab import Lab, LabFlow
+from steer.experiment.lab import BASE_PORT, Lab, LabFlow
 from steer.trace.programs import CORE, HOOKS, OPTIONAL, forced_refusals, plan
 from steer.model.topology import read_topology
+from witness import ReceivedTcpBytes
 from steer.trace.tracer import REFUSE_ENV, Tracer
 
 pytestmark = [live, two_cpus]
@@ -38,20 +39,26 @@ CASES = [(m, p) for m in ("sampled", "exact") for p in optional_of(m)] + \
 
 def _traffic(*tracers: Tracer):
     """A TCP and a UDP flow, both sent from CPU_B and read on CPU_A, traced whole by each of
-    TRACERS: (iperf3's results, a snapshot per tracer)."""
+    TRACERS: (iperf3's results, a snapshot per tracer, the TCP bytes net:netif_receive_skb
+    handed up by source port, by bpftrace)."""
     flows = [LabFlow(CPU_B, CPU_A), LabFlow(CPU_B, CPU_A, udp_rate=UDP_RATE)]
-    with Lab(flows, seconds=SECONDS) as lab:
-        lab.start_servers()
-        before = [t.sample() for t in tracers]
-        lab.start_clients()
-        results = lab.wait(timeout=SECONDS + 30)
-        time.sleep(0.2)   # the readers' last reads and the sockets' close
-        after = [t.sample() for t in tracers]
+    witness = ReceivedTcpBytes(BASE_PORT)   # the first flow's: the lab numbers them from it
+    try:
+        with Lab(flows, seconds=SECONDS) as lab:
+            lab.start_servers()
+            before = [t.sample() for t in tracers]
+            lab.start_clients()
+            results = lab.wait(timeout=SECONDS + 30)
+            time.sleep(0.2)   # the readers' last reads and the sockets' close
+            after = [t.sample() for t in tracers]
+            passed = witness.read()
+    finally:
+        witness.close()
     for r in results:
         assert r.error is None, r.error
     topo = read_topology()
     return results, [build_snapshot(b, a, topo, t.capabilities)
-                     for t, b, a in zip(tracers, before, after)]
+                     for t, b, a in zip(tracers, before, after)], passed
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +88,9 @@ def refusal_runs():
                         del os.environ[REFUSE_ENV]
                     else:
                         os.environ[REFUSE_ENV] = old
-            results, snaps = _traffic(*tracers.values())
+            results, snaps, passed = _traffic(*tracers.values())
             for (case, t), snap in zip(tracers.items(), snaps):
-                out[case] = (set(t.attached_programs), results, snap)
+                out[case] = (set(t.attached_programs), results, snap, passed)
         finally:
             for t in tracers.values():
                 t.stop()
@@ -101,7 +108,7 @@ def test_a_refused_program_costs_only_its_own_figures(mode, refuse, refusal_runs
     run = refusal_runs[(mode, refuse)]
     if isinstance(run, Exception):
         raise run   # no refusal makes the tracer fail
-    attached, results, snap = run
+    attached, results, snap, passed = run
     caps = snap.capabilities
     forced = forced_refusals(refuse)
     assert caps.mode == mode
@@ -120,7 +127,7 @@ def test_a_refused_program_costs_only_its_own_figures(mode, refuse, refusal_runs
           f"lost {sorted(caps.lost)}")
 
     # bytes on the kernel side: every kernel counts them, per skb or by the sockets' counters
-    assert tcp_r.received_bytes <= tcp["rx_bytes"] <= tcp_rx_bound(tcp_r)
+    assert_tcp_rx(tcp["rx_bytes"], tcp_r, figures["tcp_rx_bytes"]["how"], passed)
     # every datagram that arrived, those the reader's full buffer then dropped too: between what
     # iperf3 received and what it sent
     sent = udp_r.raw["end"]["sum_sent"]["bytes"]
@@ -253,13 +260,13 @@ def test_auto_falls_back_to_exact_and_counts_and_says_why(monkeypatch):
         monkeypatch.setenv(REFUSE_ENV, refuse)
         tracer = Tracer().start()
         try:
-            results, (snap,) = _traffic(tracer)
+            results, (snap,), passed = _traffic(tracer)
         finally:
             tracer.stop()
         caps = snap.capabilities
         assert caps.mode == mode and "perf_event" in caps.timing
         tcp = _flow(snap, results[0])
-        assert results[0].received_bytes <= tcp["rx_bytes"] <= tcp_rx_bound(results[0])
+        assert_tcp_rx(tcp["rx_bytes"], results[0], caps.figures["tcp_rx_bytes"]["how"], passed)
         if mode == "counts":
             assert tcp["kernel_seconds"] is None and caps.figures["kernel_time"]["state"] == "missing"
             assert tcp["kernel_cpu"] == CPU_B   # where its skbs went up the stack
