@@ -91,7 +91,8 @@ def leftovers() -> list[str]:
                                       text=True).stdout or "[]")
     out += [f"program {p.get('name')}" for p in progs
             if str(p.get("name", "")).startswith(("ft_", "steer_"))]
-    if os.path.exists("/sys/fs/bpf/steer"):
+    # steer reset empties the pin directory and leaves it (an exporter may read pins from it)
+    if os.path.isdir("/sys/fs/bpf/steer") and os.listdir("/sys/fs/bpf/steer"):
         out.append("pins under /sys/fs/bpf/steer")
     return out
 
