@@ -44,8 +44,8 @@ class TraceEvents:
         os.rmdir(self.base)
 
 
-# the TCP payload of each skb net:netif_receive_skb hands up, per (family, source port), for the
-# skbs to one destination port: bpftrace, parsing the headers itself (IPv4 options, no IPv6
+# the TCP payload of each skb net:netif_receive_skb hands up, per source port, for the skbs to
+# the destination ports FIRST..LAST: bpftrace, parsing the headers itself (IPv4 options, no IPv6
 # extension headers: none on the lab's paths)
 _RECEIVED_BT = r"""
 tracepoint:net:netif_receive_skb
@@ -61,7 +61,8 @@ tracepoint:net:netif_receive_skb
     $l4 = $nh + 40;
     $len = (uint32)*(uint8 *)($nh + 4) << 8 | *(uint8 *)($nh + 5);
   }
-  if (((uint32)*(uint8 *)($l4 + 2) << 8 | *(uint8 *)($l4 + 3)) != DPORT) { return; }
+  $dport = (uint32)*(uint8 *)($l4 + 2) << 8 | *(uint8 *)($l4 + 3);
+  if ($dport < FIRST || $dport > LAST) { return; }
   $sport = (uint32)*(uint8 *)$l4 << 8 | *(uint8 *)($l4 + 1);
   @bytes[$sport] = sum($len - (*(uint8 *)($l4 + 12) >> 4) * 4);
 }
@@ -70,12 +71,14 @@ tracepoint:net:netif_receive_skb
 
 class ReceivedTcpBytes:
     """The TCP payload that net:netif_receive_skb handed up, per source port, to destination
-    port DPORT, counted by bpftrace (Debian's) from the start until read(): the same hook as
-    exact timing's byte count, read by a program that shares no code with steer."""
+    port DPORT (to LAST: a range), counted by bpftrace (Debian's) from the start until read():
+    the same hook as exact timing's byte count, read by a program that shares no code with
+    steer."""
 
-    def __init__(self, dport: int):
+    def __init__(self, dport: int, last: int | None = None):
         import subprocess
-        self.proc = subprocess.Popen(["bpftrace", "-e", _RECEIVED_BT.replace("DPORT", str(dport))],
+        script = _RECEIVED_BT.replace("FIRST", str(dport)).replace("LAST", str(last or dport))
+        self.proc = subprocess.Popen(["bpftrace", "-e", script],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = self.proc.stdout.readline()   # "Attaching 1 probe..." once it is in place
         if "Attaching" not in first:
