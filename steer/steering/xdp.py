@@ -74,8 +74,11 @@ def share(path: str, mode: int) -> None:
     gid = pin_group()
     if gid is None:
         return
-    os.chown(path, 0, gid, follow_symlinks=False)
-    os.chmod(path, mode)
+    try:
+        os.chown(path, 0, gid, follow_symlinks=False)
+        os.chmod(path, mode)
+    except PermissionError:
+        pass   # a root without CAP_CHOWN (a container's): the pins stay root's alone
 
 
 def read_pins_from_here() -> None:

@@ -613,3 +613,14 @@ def test_exporter_started_as_root_becomes_steer_and_still_reads_the_pinned_rules
                         "root", "--duration", "0.5"], env=EXPORT_ENV, cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "--user root: staying uid 0" in r.stderr, r.stderr
+
+
+def test_pinning_without_cap_chown_keeps_the_pins_root_s(no_pins):
+    """Root without CAP_CHOWN (a container's root may lack it) still pins: the pins stay root's
+    alone (0700, 0600) instead of a traceback from giving them to the steer group."""
+    drop = "-chown,-fowner"
+    r = steer("pin", "proto=udp,dport=9", "--cpu", str(CPU_A), "--dev", "lo",
+              prefix=("setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", "--"))
+    assert r.returncode == 0, r.stderr
+    assert _mode(os.path.join(pin_root(), "lo")) == ("0700", 0, 0)
+    assert _mode(os.path.join(pin_root(), "lo", "rules")) == ("0600", 0, 0)
