@@ -88,8 +88,7 @@ def read_pins_from_here() -> None:
     leaves it in place for such a process. Raises SteerError or KernelError."""
     global _pin_root
     ensure_bpffs()
-    _trusted_pin_root(create=True)
-    share(pin_root(), SHARED_DIR_MODE)
+    _trusted_pin_root(create=True)   # made, or found, and given to PIN_GROUP
     os.chdir(pin_root())
     _pin_root = "."
 
