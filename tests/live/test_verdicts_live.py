@@ -166,10 +166,17 @@ def test_a_move_that_hurts_is_undone_and_the_stack_goes_back(private_tmp):
     assert abs(g["before"] * 8 / before - 1) <= AGREE / 2, (g["before"] * 8, before)
     assert abs(g["after"] * 8 / after - 1) <= AGREE / 2, (g["after"] * 8, after)
     assert abs(g["change"] - (after / before - 1)) <= AGREE, (g["change"], after / before - 1)
-    # the lab's premise, by iperf3 alone: the move hurt (-25% to -39% in bench.verdicts' 20
-    # runs; a suite run on 2026-11-27 read -1.9% by steer, with iperf3's figure not kept: should
-    # this fail, the lab's move did not hurt in that window, and steer's figures above agreed)
-    assert after < 0.9 * before, "the lab's move did not hurt this time (iperf3)"
+    # the lab's premise, by iperf3 alone: the move hurt in the first window after it (past the
+    # interval it straddles), where the verdict found the loss. Not in the verdict's own window:
+    # when a second window confirms, the loss there can be smaller (one clean clone read -36% by
+    # iperf3 in the first and -8.7% in the second, steer agreeing with both), and a confirmed
+    # loss only needs to be beyond the 5% tolerance there. Should this fail, the lab's move did
+    # not hurt this time, and steer's figures above agreed with iperf3's.
+    first = mean_rate(rates, move["at"] + interval, move["at"] + interval + span)
+    assert first is not None, (move, rates)
+    print(f"iperf3 in the first window after the move: {first * 1e-9:.2f} Gbit/s "
+          f"({first / before - 1:+.1%})")
+    assert first < 0.9 * before, "the lab's move did not hurt this time (iperf3)"
     # and the revert put the stack back where RPS had it: the reader's CPU, not the cpumap
     # kthread beside the sender (which takes each skb up a second time while a rule holds)
     assert after_undo is not None and sum(after_undo.values()) > 1000
