@@ -6,6 +6,7 @@
 #   make test-vm    the live tests again inside a qemu guest: 2 sockets, Debian's 6.1 kernel (root)
 #   make test-kernels  the smoke test in a guest of each of KERNELS, then docs/kernels.md (root)
 #   make deb        the Debian package, $(DIST)/steer_<version>_<arch>.deb (debhelper, dh-python)
+#   make image      the DaemonSet's image, $(IMAGE), in podman's store (mmdebstrap, podman; root)
 #   make V=1        show the compiler commands
 
 BUILD   ?= build
@@ -33,7 +34,7 @@ BPF_SRCS := $(wildcard bpf/*.bpf.c)
 BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
 
-.PHONY: all clean deb demo test test-kernels test-vm setup
+.PHONY: all clean deb demo image test test-kernels test-vm setup
 all: $(BPF_OBJS)
 
 $(BUILD):
@@ -92,6 +93,31 @@ deb:
 		--exclude='*.egg-info' --exclude=__pycache__ . | tar -x -C $(DEB_TREE)
 	$(Q)cd $(DEB_TREE) && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b $(if $(Q),>../build.log 2>&1 || { tail -20 ../build.log >&2; exit 1; })
 	$(Q)cp $(BUILD)/deb/*.deb $(DIST)/ && ls $(DIST)/*.deb
+
+# The image dashboards/fleet/daemonset.yaml names: Debian 12 with the package of `make deb`, the
+# exporter's optional modules (YAML and bcrypt for --web-config) and what they need, nothing else
+# (no apt, no shell tools beyond Debian's essential set, no docs). mmdebstrap builds the root from
+# the Debian archive and podman imports it: no base image and no registry. To your registry:
+#   podman push $(IMAGE) YOUR-REGISTRY/steer:<version>
+VERSION := $(patsubst (%),%,$(word 2,$(shell head -1 debian/changelog)))
+IMAGE   ?= registry.example/steer:$(VERSION)
+MIRROR  ?= http://deb.debian.org/debian
+# DEB=path: image that package instead of making one (the suite's, built once)
+DEB     ?=
+image: $(if $(DEB),,deb)
+	$(Q)mkdir -p $(BUILD) && rm -f $(BUILD)/image.tar
+	$(Q)mmdebstrap $(if $(Q),--quiet,--verbose) --variant=essential --mode=root \
+		--include=systemd-standalone-sysusers,python3-yaml,python3-bcrypt \
+		--include="$(abspath $(or $(DEB),$(DIST)/steer_$(VERSION)_$(shell dpkg --print-architecture).deb))" \
+		--hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
+		--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+		bookworm $(BUILD)/image.tar "deb $(MIRROR) bookworm main" \
+		"deb $(MIRROR) bookworm-updates main" \
+		"deb $(patsubst %/debian,%/debian-security,$(MIRROR)) bookworm-security main"
+	$(Q)podman import --quiet --change 'ENTRYPOINT ["/usr/bin/steer"]' \
+		--change 'CMD ["export", "--listen", "0.0.0.0:9723"]' --change 'EXPOSE 9723/tcp' \
+		$(BUILD)/image.tar $(IMAGE) >/dev/null
+	$(Q)rm -f $(BUILD)/image.tar && echo "$(IMAGE)"
 
 clean:
 	$(Q)rm -rf $(BUILD)

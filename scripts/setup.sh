@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 # iproute2 drive the lab; libbpf-tools (softirqs), bpftrace, tmux and prometheus (server and promtool) are
 # independent witnesses in the tests; debhelper, dh-python and the python3-* packages build
 # `make deb` (its Build-Depends), which the suite installs and purges; podman and runc run a real
-# container whose reader the workload tests name (runc: crun refuses a hybrid cgroup host)
+# container whose reader the workload tests name (runc: crun refuses a hybrid cgroup host), and
+# the DaemonSet's image, which mmdebstrap builds (`make image`)
 PACKAGES=(clang llvm libbpf-dev libbpf1 bpftool bpftrace iperf3 iproute2 ethtool libbpf-tools tmux prometheus
-          redis-server redis-tools podman runc
+          redis-server redis-tools podman runc mmdebstrap
           debhelper dh-python python3-all python3-setuptools python3-pyroute2 python3-rich
           python3-prometheus-client python3-numpy openssl
           python3 python3-venv python3-pip make)

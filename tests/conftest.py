@@ -103,6 +103,20 @@ def private_tmp():
     shutil.rmtree(d)
 
 
+@pytest.fixture(scope="session")
+def debian_package(tmp_path_factory):
+    """`make deb` of the checkout, once a session: the package test installs it, the image test
+    builds the DaemonSet's image from it."""
+    import subprocess
+    from helpers import ROOT
+    tmp = tmp_path_factory.mktemp("deb")
+    r = subprocess.run(["make", "--no-print-directory", "-C", ROOT, "deb", f"BUILD={tmp}/build",
+                        f"DIST={tmp}/dist"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (deb,) = (tmp / "dist").glob("steer_*.deb")
+    return deb
+
+
 @pytest.fixture(scope="session", autouse=True)
 def guests_from_the_start(request, tmp_path_factory):
     """The guest tier's qemu guests boot with the session, when it holds their tests, and run

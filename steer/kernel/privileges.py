@@ -21,6 +21,24 @@ def effective_caps(status: str = "/proc/self/status") -> int:
     return 0
 
 
+def seccomp_filtered(status: str = "/proc/self/status") -> bool:
+    """Whether a seccomp filter sits on this process (a container runtime's default profile)."""
+    try:
+        with open(status) as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    return line.split()[1] == "2"
+    except OSError:
+        pass
+    return False
+
+
+# why bpf() can fail with EPERM for a process that holds CAP_BPF
+SECCOMP_BPF = ("a seccomp filter is on this process, and a container runtime's default profile "
+               "admits bpf() and perf_event_open() to CAP_SYS_ADMIN alone (podman's and "
+               "CRI-O's; containerd's admits CAP_BPF and CAP_PERFMON): see docs/guide/fleet.md")
+
+
 def missing_caps(needed: list[int], caps: int | None = None) -> list[str]:
     """Capabilities among NEEDED that this process lacks; CAP_SYS_ADMIN stands in for BPF and
     PERFMON, as on kernels before 5.8."""

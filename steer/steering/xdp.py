@@ -77,8 +77,11 @@ def share(path: str, mode: int) -> None:
     try:
         os.chown(path, 0, gid, follow_symlinks=False)
         os.chmod(path, mode)
-    except PermissionError:
-        pass   # a root without CAP_CHOWN (a container's): the pins stay root's alone
+    except OSError as e:
+        # a root without CAP_CHOWN (a container's), or a bpffs mounted read-only (a pod's): the
+        # pins stay as they are
+        if e.errno not in (errno.EPERM, errno.EACCES, errno.EROFS):
+            raise
 
 
 def read_pins_from_here() -> None:
@@ -88,7 +91,13 @@ def read_pins_from_here() -> None:
     leaves it in place for such a process. Raises SteerError or KernelError."""
     global _pin_root
     ensure_bpffs()
-    _trusted_pin_root(create=True)   # made, or found, and given to PIN_GROUP
+    try:
+        _trusted_pin_root(create=True)   # made, or found, and given to PIN_GROUP
+    except OSError as e:
+        if e.errno != errno.EROFS:
+            raise
+        raise SteerError(f"{pin_root()} does not exist and the bpffs is mounted read-only here: "
+                         "rules pinned after this start are read after a restart") from None
     os.chdir(pin_root())
     _pin_root = "."
 

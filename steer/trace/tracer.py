@@ -24,7 +24,7 @@ from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HO
                                   forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ)
-from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, require_caps
+from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
 from steer.model.flowarrays import FlowArrays
 from steer.model.topology import read_int
 from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
@@ -323,7 +323,9 @@ class Tracer:
                 if e.program not in p.programs or e.program in refused:
                     # nothing names a program to leave out: the object itself does not load
                     if e.errno == errno.EPERM:
-                        raise TracerError(f"{e} (is a security policy denying BPF?)") from None
+                        why = SECCOMP_BPF if seccomp_filtered() else \
+                            "is a security policy denying BPF?"
+                        raise TracerError(f"{e} ({why})") from None
                     raise TracerError(str(e)) from None
                 refused[e.program] = refusal(e.program, e, self.refused_maps)
         raise TracerError("the kernel refused more programs than flowtrace has: "

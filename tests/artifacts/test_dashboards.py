@@ -121,8 +121,8 @@ def test_the_fleet_files_use_the_exporters_default_port():
     port = DEFAULT_LISTEN.rsplit(":", 1)[1]
     assert port != "9435"
     files = [f"{DASH}/fleet/{n}" for n in ("steer-exporter.service", "steer-exporter.default",
-                                            "daemonset.yaml", "Containerfile", "prometheus.yml")] \
-        + [f"{DASH}/../docs/commands.md", f"{DASH}/../docs/guide/fleet.md"]
+                                            "daemonset.yaml", "prometheus.yml")] \
+        + [f"{DASH}/../docs/commands.md", f"{DASH}/../docs/guide/fleet.md", f"{DASH}/../Makefile"]
     for path in files:
         text = open(path).read()
         ports = set(re.findall(r"\b(9[0-9]{3})\b", text)) - {"9090"}   # 9090: Prometheus itself
@@ -245,6 +245,21 @@ def test_the_daemonset_is_valid_kubernetes(k8s):
 
 
 @pytest.mark.parametrize("k8s", ["1.25.0", "latest"])
+def test_the_daemonset_has_a_privileged_namespace_of_its_own(k8s):
+    """The privileged Pod Security level goes to the exporter's namespace alone, and every fleet
+    object of it lives there (Prometheus, elsewhere, is what the network policy admits)."""
+    import kubernetes_validate
+    version = kubernetes_validate.latest_version() if k8s == "latest" else k8s
+    ns = _fleet_yaml("namespace.yaml")
+    kubernetes_validate.validate(ns, version, strict=True)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    name = ns["metadata"]["name"]
+    assert name not in ("default", "kube-system", "monitoring")
+    for f in ("daemonset.yaml", "networkpolicy.yaml", "podmonitor.yaml"):
+        assert _fleet_yaml(f)["metadata"]["namespace"] == name, f
+
+
+@pytest.mark.parametrize("k8s", ["1.25.0", "latest"])
 def test_the_network_policy_is_valid_and_admits_prometheus_to_the_metrics_port_alone(k8s):
     import kubernetes_validate
     version = kubernetes_validate.latest_version() if k8s == "latest" else k8s
@@ -274,7 +289,9 @@ def test_the_daemonset_keeps_its_hardening():
     assert pod["priorityClassName"]
     assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(c)
     (bpffs,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/sys/fs/bpf"]
-    assert bpffs["mountPropagation"] == "HostToContainer"
+    assert bpffs["mountPropagation"] == "HostToContainer" and bpffs["readOnly"] is True
+    # /sys read-only too: the exporter writes nothing of the host's
+    assert all(m.get("readOnly") for m in c["volumeMounts"]), c["volumeMounts"]
     # the kubelet's log directories name pods and containers: read, never written
     logs = {m["mountPath"]: m for m in c["volumeMounts"] if m["mountPath"].startswith("/var/log")}
     assert set(logs) == {"/var/log/pods", "/var/log/containers"}
@@ -298,16 +315,24 @@ def test_the_podmonitor_is_valid_for_prometheus_operator():
     assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= ports
 
 
+def _image_config() -> dict[str, list[str]]:
+    """The ENTRYPOINT and CMD `make image` gives the image it imports."""
+    make = open(f"{DASH}/../Makefile").read()
+    return {k: json.loads(v) for k, v in re.findall(r"--change '(ENTRYPOINT|CMD) (\[.*?\])'", make)}
+
+
 def test_every_command_line_of_the_fleet_files_parses():
     """The DaemonSet's args, the image's CMD and the unit's ExecStart (with its defaults file) are
     command lines steer's own parser accepts; the image is Debian 12 with the package of `make deb`."""
     from steer.cli.main import build_parser
     parser = build_parser()
-    container = open(f"{DASH}/fleet/Containerfile").read()
-    assert re.search(r"^FROM \S+debian:bookworm", container, re.M)   # Debian 12, the package's target
-    assert re.search(r"^COPY steer_\*\.deb ", container, re.M)
-    assert json.loads(re.search(r"^ENTRYPOINT (.*)$", container, re.M).group(1)) == ["/usr/bin/steer"]
-    cmd = json.loads(re.search(r"^CMD (.*)$", container, re.M).group(1))
+    make = open(f"{DASH}/../Makefile").read()
+    recipe = make[make.index("\nimage: "):]
+    assert re.search(r"mmdebstrap .*\n(\t.*\n)*\t\tbookworm ", recipe)   # Debian 12, the package's
+    assert "$(DIST)/steer_$(VERSION)_" in recipe   # the package of `make deb`
+    config = _image_config()
+    assert config["ENTRYPOINT"] == ["/usr/bin/steer"]
+    cmd = config["CMD"]
     args = _fleet_yaml("daemonset.yaml")["spec"]["template"]["spec"]["containers"][0]["args"]
     unit = open(f"{DASH}/fleet/steer-exporter.service").read()
     env = dict(re.findall(r"^(\w+)=(.*)$", open(f"{DASH}/fleet/steer-exporter.default").read(), re.M))
