@@ -66,7 +66,8 @@ def test_profile_agrees_with_exact_and_finds_the_copy(held):
             if side == "app" and r.flow.app_cpu != r.flow.kernel_cpu:
                 # a reader on an idling CPU: the exact mode reads it low (test_timing_live), the
                 # profile less so. 12 runs (2026-11-27): the profile +25.6% over exact, sd 7.1%;
-                # these bounds are 4.1 and 5.2 spreads away at the spread's 95% upper bound
+                # these bounds are 4.1 and 5.2 spreads away at the spread's 95% upper bound:
+                # by a normal model, out by chance 2 times in 100,000 (below) and 1 in 10 million
                 low, high = 0.80, 1.1 / 0.6
             print(f"{f.flow} {side}: exact {want:.3f} s, profile {got:.3f} s in {split.samples} "
                   f"samples ({got / want - 1:+.1%}, bounds {low - 1:+.1%} {high - 1:+.1%}); "
