@@ -68,7 +68,7 @@ def lab_flow():
 def run(main) -> None:
     """A benchmark's entry point: what steer refuses (no iperf3, a CPU this process may not use,
     no BTF...) ends it with steer's one-line message and exit 1, not a traceback."""
-    from steer.kernel.gateway import KernelError
+    from steer.kernel.errors import KernelError
     from steer.experiment.lab import LabError
     from steer.kernel.privileges import PrivilegeError
     from steer.steering.xdp import SteerError

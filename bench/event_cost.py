@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import statistics
 
-from steer.kernel.gateway import BpfObject, bpf_dir, prog_run_stats
+from steer.kernel.links import prog_run_stats
+from steer.kernel.objects import BpfObject, bpf_dir
 from steer.experiment.lab import Lab
 
 from .common import TRACER_MODES, fmt, start_tracer, lab_flow, parser, require_root, run, write

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from steer.model.flowspec import FlowSpec
-from steer.kernel.gateway import prog_test_run
+from steer.kernel.links import prog_test_run
 from steer.steering.xdp import load_unattached
 
 from .common import parser, require_root, run, write

@@ -13,7 +13,7 @@ import subprocess
 import time
 
 from steer.abi import flowtrace as abi
-from steer.kernel.gateway import BpfObject, bpf_dir
+from steer.kernel.objects import BpfObject, bpf_dir
 from steer.experiment.lab import Lab
 
 from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, run, stats,

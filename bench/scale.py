@@ -13,7 +13,7 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 
 from steer.abi import flowtrace as abi
-from steer.kernel.gateway import trim_heap
+from steer.kernel.process import trim_heap
 from steer.present.exporter import SteerCollector
 from steer.model.flows import build_snapshot
 from steer.model.topology import read_topology

@@ -121,7 +121,8 @@ def kernel_row(flows: int, repeat: int) -> dict:
     synthetic flows, one entry each over the CPUs. One tracer read (sample_arrays: the socket
     flush, the flow map's batches, the per-CPU totals with a value per possible CPU, the NAPI
     map), the per-CPU totals' lookup alone, and one exporter scrape; medians of REPEAT."""
-    from steer.kernel.gateway import possible_cpus, trim_heap
+    from steer.kernel.maps import possible_cpus
+    from steer.kernel.process import trim_heap
     from steer.trace.tracer import Tracer
     from .scale import fill
     topo = read_topology()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from steer.model.flowspec import FlowSpec
 from steer.experiment.lab import Lab
-from steer.kernel.gateway import prog_test_run
+from steer.kernel.links import prog_test_run
 from steer.steering.xdp import XdpSteering, load_unattached
 
 from .common import (alternate, fmt, lab_flow, parser, ratio_stats, require_root, run, stats,

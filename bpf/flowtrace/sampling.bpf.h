@@ -399,6 +399,16 @@ static __always_inline void profile_sample(struct bpf_perf_event_data *ctx,
 	v->ns += weight;
 }
 
+/* One side's PMU deltas since the previous sample, added to a flow's or a CPU's figures (both
+ * name them alike): SIDE is kernel or app. */
+#define ADD_EVENTS(x, side, dllc, dev)						\
+	do {									\
+		(x)->llc_##side += (dllc);					\
+		(x)->refs_##side += (dev)[FT_EVENT_REFERENCES];			\
+		(x)->instructions_##side += (dev)[FT_EVENT_INSTRUCTIONS];	\
+		(x)->cycles_##side += (dev)[FT_EVENT_CYCLES];			\
+	} while (0)
+
 SEC("perf_event")
 int ft_sample(struct bpf_perf_event_data *ctx)
 {
@@ -447,10 +457,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 			else
 				st->kernel_ns += period;
 			st->kernel_samples++;
-			st->llc_kernel += dllc;
-			st->refs_kernel += dev[FT_EVENT_REFERENCES];
-			st->instructions_kernel += dev[FT_EVENT_INSTRUCTIONS];
-			st->cycles_kernel += dev[FT_EVENT_CYCLES];
+			ADD_EVENTS(st, kernel, dllc, dev);
 			st->last_seen_ns = s->clock_ns;
 		} else if (kthread) {
 			tot->kthread_unattributed_ns += period;
@@ -466,10 +473,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 			tot->net_rx_ns += period;
 			tot->softirq_ns += period;
 		}
-		tot->llc_kernel += dllc;
-		tot->refs_kernel += dev[FT_EVENT_REFERENCES];
-		tot->instructions_kernel += dev[FT_EVENT_INSTRUCTIONS];
-		tot->cycles_kernel += dev[FT_EVENT_CYCLES];
+		ADD_EVENTS(tot, kernel, dllc, dev);
 		if (cfg.profile_ranges)
 			profile_sample(ctx, st ? &k : 0, cpu, kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL,
 				       period);
@@ -493,15 +497,9 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	if (where == WHERE_TASK) {
 		st->app_ns += period;
 		st->app_samples++;
-		st->llc_app += dllc;
-		st->refs_app += dev[FT_EVENT_REFERENCES];
-		st->instructions_app += dev[FT_EVENT_INSTRUCTIONS];
-		st->cycles_app += dev[FT_EVENT_CYCLES];
+		ADD_EVENTS(st, app, dllc, dev);
 		tot->app_ns += period;
-		tot->llc_app += dllc;
-		tot->refs_app += dev[FT_EVENT_REFERENCES];
-		tot->instructions_app += dev[FT_EVENT_INSTRUCTIONS];
-		tot->cycles_app += dev[FT_EVENT_CYCLES];
+		ADD_EVENTS(tot, app, dllc, dev);
 		if (cfg.profile_ranges)
 			profile_sample(ctx, &rk, cpu, FT_SIDE_APP, period);
 	} else {

@@ -67,6 +67,76 @@ static __always_inline void note_rx_path_skb(struct ft_flow_stats *st, struct sk
 		st->rx_napi_id = BPF_CORE_READ(x, napi_id);
 }
 
+/* The IPv4 header at DATA (HEADLEN bytes linear): the key's addresses, the transport header's
+ * offset and protocol, whether this is a non-first fragment; *LEN cut to the datagram's own
+ * length. -1 for anything else. */
+static __always_inline int ipv4_header(unsigned char *data, __u32 *len, __u32 headlen,
+				       struct ft_flow_key *k, __u32 *l4off, __u8 *proto,
+				       int *frag_tail)
+{
+	struct iphdr iph;
+	__u32 tot;
+
+	if (headlen < sizeof(iph) || bpf_probe_read_kernel(&iph, sizeof(iph), data))
+		return -1;
+	if (iph.version != 4 || iph.ihl < 5)
+		return -1;
+	*l4off = iph.ihl * 4;
+	*proto = iph.protocol;
+	*frag_tail = (bpf_ntohs(iph.frag_off) & IP_OFFSET) != 0;
+	tot = bpf_ntohs(iph.tot_len);
+	/* short frames carry Ethernet padding; tot_len 0 means BIG TCP: trust skb->len */
+	if (tot && tot < *len)
+		*len = tot;
+	__builtin_memcpy(k->saddr, &iph.saddr, 4);
+	__builtin_memcpy(k->daddr, &iph.daddr, 4);
+	k->family = 4;
+	return 0;
+}
+
+/* The IPv6 header and its extension headers at DATA, as ipv4_header. */
+static __always_inline int ipv6_header(unsigned char *data, __u32 *len, __u32 headlen,
+				       struct ft_flow_key *k, __u32 *l4off, __u8 *proto,
+				       int *frag_tail)
+{
+	struct ipv6hdr ip6;
+	__u32 plen, off;
+	__u8 next;
+	int i;
+
+	if (headlen < sizeof(ip6) || bpf_probe_read_kernel(&ip6, sizeof(ip6), data))
+		return -1;
+	if (ip6.version != 6)
+		return -1;
+	plen = bpf_ntohs(ip6.payload_len);
+	if (plen && plen + sizeof(ip6) < *len)
+		*len = plen + sizeof(ip6);
+	off = sizeof(ip6);
+	next = ip6.nexthdr;
+	for (i = 0; i < MAX_IPV6_EXT; i++) {
+		__u8 ext[8];
+
+		if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING &&
+		    next != IPPROTO_DSTOPTS && next != IPPROTO_FRAGMENT && next != IPPROTO_AH)
+			break;
+		if (off + 8 > headlen || bpf_probe_read_kernel(ext, 8, data + off))
+			return -1;
+		if (next == IPPROTO_FRAGMENT) {
+			*frag_tail = ((ext[2] << 8 | ext[3]) & 0xFFF8) != 0;
+			off += 8;
+		} else {
+			off += ipv6_ext_len(next, ext[1]);
+		}
+		next = ext[0];
+	}
+	*l4off = off;
+	*proto = next;
+	__builtin_memcpy(k->saddr, &ip6.saddr, 16);
+	__builtin_memcpy(k->daddr, &ip6.daddr, 16);
+	k->family = 6;
+	return 0;
+}
+
 /* parse the network and transport headers at DATA, an skb's data of LEN bytes (HEADLEN of them
  * linear) and Ethernet protocol ETH_PROTO (netif_receive_skb runs after eth_type_trans, before the
  * network header offset is reset). Returns 0 and fills the key and the transport payload length,
@@ -74,61 +144,16 @@ static __always_inline void note_rx_path_skb(struct ft_flow_stats *st, struct sk
 static __always_inline int headers_flow(unsigned char *data, __u32 len, __u32 headlen,
 					__u16 eth_proto, struct ft_flow_key *k, __u64 *payload)
 {
-	__u32 l4off;
-	__u8 proto;
+	__u32 l4off = 0;
+	__u8 proto = 0;
 	int frag_tail = 0;
 
 	if (eth_proto == ETH_P_IP) {
-		struct iphdr iph;
-		__u32 tot;
-
-		if (headlen < sizeof(iph) || bpf_probe_read_kernel(&iph, sizeof(iph), data))
+		if (ipv4_header(data, &len, headlen, k, &l4off, &proto, &frag_tail))
 			return -1;
-		if (iph.version != 4 || iph.ihl < 5)
-			return -1;
-		l4off = iph.ihl * 4;
-		proto = iph.protocol;
-		frag_tail = (bpf_ntohs(iph.frag_off) & IP_OFFSET) != 0;
-		tot = bpf_ntohs(iph.tot_len);
-		/* short frames carry Ethernet padding; tot_len 0 means BIG TCP: trust skb->len */
-		if (tot && tot < len)
-			len = tot;
-		__builtin_memcpy(k->saddr, &iph.saddr, 4);
-		__builtin_memcpy(k->daddr, &iph.daddr, 4);
-		k->family = 4;
 	} else if (eth_proto == ETH_P_IPV6) {
-		struct ipv6hdr ip6;
-		__u32 plen;
-		int i;
-
-		if (headlen < sizeof(ip6) || bpf_probe_read_kernel(&ip6, sizeof(ip6), data))
+		if (ipv6_header(data, &len, headlen, k, &l4off, &proto, &frag_tail))
 			return -1;
-		if (ip6.version != 6)
-			return -1;
-		plen = bpf_ntohs(ip6.payload_len);
-		if (plen && plen + sizeof(ip6) < len)
-			len = plen + sizeof(ip6);
-		l4off = sizeof(ip6);
-		proto = ip6.nexthdr;
-		for (i = 0; i < MAX_IPV6_EXT; i++) {
-			__u8 ext[8];
-
-			if (proto != IPPROTO_HOPOPTS && proto != IPPROTO_ROUTING &&
-			    proto != IPPROTO_DSTOPTS && proto != IPPROTO_FRAGMENT && proto != IPPROTO_AH)
-				break;
-			if (l4off + 8 > headlen || bpf_probe_read_kernel(ext, 8, data + l4off))
-				return -1;
-			if (proto == IPPROTO_FRAGMENT) {
-				frag_tail = ((ext[2] << 8 | ext[3]) & 0xFFF8) != 0;
-				l4off += 8;
-			} else {
-				l4off += ipv6_ext_len(proto, ext[1]);
-			}
-			proto = ext[0];
-		}
-		__builtin_memcpy(k->saddr, &ip6.saddr, 16);
-		__builtin_memcpy(k->daddr, &ip6.daddr, 16);
-		k->family = 6;
 	} else {
 		return -1;
 	}

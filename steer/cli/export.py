@@ -209,7 +209,7 @@ def _enter_pin_root() -> None:
     """Work from the pin directory, as root still, so that the pins stay in reach of the user
     the exporter becomes: bpffs's root is root's alone. Where that fails, the rules are not
     read and steer_steering_readable says why; the flows are."""
-    from steer.kernel.gateway import KernelError
+    from steer.kernel.errors import KernelError
     from steer.steering.xdp import SteerError, read_pins_from_here
     # lazy imports from a relative sys.path entry ('' for the start directory) would look in
     # the pin directory from now on
@@ -222,7 +222,7 @@ def _enter_pin_root() -> None:
 
 
 def cmd_export(args) -> int:
-    from steer.kernel.gateway import one_heap, trim_heap
+    from steer.kernel.process import one_heap, trim_heap
     from steer.present.exporter import SteerCollector, parse_listen
     from steer.steering.xdp import pinned_state
     from steer.model.names import printable
@@ -262,7 +262,7 @@ def cmd_export(args) -> int:
             # maps and counters open, the certificates read, the port bound; and no thread
             # running (the tracer's stopped meanwhile), so that what the main thread gives up,
             # all of them have given up
-            from steer.kernel.gateway import bpf_syscall_needs_capability, drop_privileges
+            from steer.kernel.privileges import bpf_syscall_needs_capability, drop_privileges
             from steer.kernel.privileges import CAP_BPF
             keep = (CAP_BPF,) if bpf_syscall_needs_capability() else ()
             if user is not None:

@@ -88,7 +88,7 @@ def _stop_inside(e: BaseException | None) -> bool:
 # command loaded (a class whose module was never imported cannot have been raised), so that
 # naming them costs no import of the tracer (numpy) for a command that never traces.
 ONE_LINE_ERRORS = (("steer.cli.common", "UserError"), ("steer.kernel.privileges", "PrivilegeError"),
-                   ("steer.trace.tracer", "TracerError"), ("steer.kernel.gateway", "KernelError"),
+                   ("steer.trace.tracer", "TracerError"), ("steer.kernel.errors", "KernelError"),
                    ("steer.experiment.lab", "LabError"), ("steer.steering.xdp", "SteerError"))
 
 

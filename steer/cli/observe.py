@@ -13,13 +13,19 @@ from steer.cli.common import (EXIT_ERROR, MAX_INTERVAL, MAX_ROWS, UserError, bou
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.defaults import (DEFAULT_LIMIT, DEFAULT_MAX_FLOWS, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ,
-                                PROFILE_HZ)
+    for add in (_add_topology, _add_flows, _add_top, _add_profile, _add_check):
+        add(sub, fmt)
+    return {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "profile": cmd_profile, "check": cmd_check}
+
+
+def _add_topology(sub, fmt) -> None:
     t = sub.add_parser("topology", formatter_class=fmt, help="CPUs, cores, LLC domains, sockets",
                        description="Print the CPU topology steer classifies flows with.")
     t.add_argument("--json", action="store_true", help="JSON instead of a table")
     t.add_argument("--sysfs", default="/sys", help="sysfs root to read (for inspecting a copy)")
 
+
+def _add_flows(sub, fmt) -> None:
     f = sub.add_parser("flows", formatter_class=fmt, help="one snapshot of every flow over N seconds",
                        description="Trace for DURATION seconds, then print every TCP/UDP flow "
                        "received in that window: bytes, kernel and application CPU and time, "
@@ -31,6 +37,9 @@ def add_parsers(sub, fmt) -> dict:
     view_options(f)
     tracer_options(f)
 
+
+def _add_top(sub, fmt) -> None:
+    from steer.defaults import DEFAULT_LIMIT
     top = sub.add_parser("top", formatter_class=fmt, help="live view of flows and CPUs",
                          description="Live view: per-CPU bars of NET_RX, cpumap kthread and "
                          "application receive time; the flows by rate with where their kernel "
@@ -47,6 +56,9 @@ def add_parsers(sub, fmt) -> dict:
     view_options(top)
     tracer_options(top)
 
+
+def _add_profile(sub, fmt) -> None:
+    from steer.defaults import DEFAULT_MAX_FLOWS, MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ, PROFILE_HZ
     pr = sub.add_parser("profile", formatter_class=fmt,
                         help="where each flow's receive CPU goes, by category",
                         description="Sample every CPU's kernel stack for DURATION seconds (a "
@@ -77,6 +89,8 @@ def add_parsers(sub, fmt) -> dict:
                     help="kernel BTF for CO-RE relocations, for kernels without "
                          "/sys/kernel/btf/vmlinux (default: the running kernel's)")
 
+
+def _add_check(sub, fmt) -> None:
     ck = sub.add_parser("check", formatter_class=fmt,
                         help="what this kernel lets steer measure, tried, and what to change",
                         description="Load and attach each timing mode and receive hook as the "
@@ -91,7 +105,6 @@ def add_parsers(sub, fmt) -> dict:
                          "every device of this namespace backed by hardware)")
     ck.add_argument("--netns", type=netns_name, metavar="NAME",
                     help="network namespace of IFACE (a name under /run/netns, or a path)")
-    return {"topology": cmd_topology, "flows": cmd_flows, "top": cmd_top, "profile": cmd_profile, "check": cmd_check}
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -182,7 +195,7 @@ def cmd_check(args) -> int:
     import shutil
     from steer.trace.check import device_methods, hardware_devices, run_checks, text_lines
     if args.dev:   # a device asked for by name must be there, before the minute of checks
-        from steer.kernel.gateway import KernelError
+        from steer.kernel.errors import KernelError
         from steer.steering.methods import describe
         from steer.steering.xdp import SteerError
         try:

@@ -15,13 +15,22 @@ from steer.steering.methods import QUEUE_METHODS
 
 def add_parsers(sub, fmt) -> dict:
     """Adds this module's commands to SUB; returns {name: function}."""
-    from steer.cli.logs import LOG_FORMATS
-    def steer_target(sp):
-        sp.add_argument("--dev", required=True, type=device_name, metavar="IFACE",
-                        help="receiving interface")
-        sp.add_argument("--netns", type=netns_name, metavar="NAME",
-                        help="network namespace of IFACE (a name under /run/netns, or a path)")
+    for add in (_add_pin_commands, _add_affinity_commands, _add_auto):
+        add(sub, fmt)
+    sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
+                   description="Detach and unpin every pinned steering program, restore IRQ and "
+                   "RPS settings steer changed, and remove lab namespaces of dead processes.")
+    return {"pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app, "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "reset": cmd_reset}
 
+
+def steer_target(sp) -> None:
+    sp.add_argument("--dev", required=True, type=device_name, metavar="IFACE",
+                    help="receiving interface")
+    sp.add_argument("--netns", type=netns_name, metavar="NAME",
+                    help="network namespace of IFACE (a name under /run/netns, or a path)")
+
+
+def _add_pin_commands(sub, fmt) -> None:
     pin = sub.add_parser("pin", formatter_class=fmt, help="steer flows to a CPU",
                          description="Move the receive processing of the flows matching "
                          "FLOWSPEC, as they arrive on IFACE, to CPU N. By default (--method "
@@ -68,6 +77,8 @@ def add_parsers(sub, fmt) -> dict:
                            "irq, rps, pin --method), with the values steer reset puts back.")
     rules.add_argument("--json", action="store_true", help="JSON instead of a table")
 
+
+def _add_affinity_commands(sub, fmt) -> None:
     app = sub.add_parser("app", formatter_class=fmt, help="pin an application to CPUs",
                          description="Set the CPU affinity of every thread of a process.")
     app.add_argument("--pid", required=True, type=bounded_int(1, PID_MAX_LIMIT), help="process id")
@@ -92,6 +103,9 @@ def add_parsers(sub, fmt) -> dict:
     steer_target(rps)
     rps.add_argument("--cpu", required=True, metavar="LIST", help="CPU list")
 
+
+def _add_auto(sub, fmt) -> None:
+    from steer.cli.logs import LOG_FORMATS
     auto = sub.add_parser("auto", formatter_class=fmt, help="steer flows by a policy, continuously",
                           description="Every INTERVAL, trace the flows, ask the policy where each "
                           "should be processed, and move the ones it wants elsewhere (exact XDP "
@@ -163,11 +177,6 @@ def add_parsers(sub, fmt) -> dict:
                            "auth, where others can reach it")
     series_options(auto)
     web_options(auto)
-
-    sub.add_parser("reset", formatter_class=fmt, help="remove everything steer left in the kernel",
-                   description="Detach and unpin every pinned steering program, restore IRQ and "
-                   "RPS settings steer changed, and remove lab namespaces of dead processes.")
-    return {"pin": cmd_pin, "unpin": cmd_unpin, "rules": cmd_rules, "app": cmd_app, "irq": cmd_irq, "rps": cmd_rps, "auto": cmd_auto, "reset": cmd_reset}
 
 
 def _spec(text: str):
@@ -355,12 +364,60 @@ def cmd_rps(args) -> int:
 
 def cmd_auto(args) -> int:
     from steer.steering import auto
-    from steer.model.busyflows import BusyIntervals
-    from steer.model.flows import Intervals
-    from steer.cli.logs import make_logger
-    from steer.steering.policies import PolicyError, load_policy
     from steer.steering.xdp import XdpSteering
+    web, name, policy, log, topo, expect = _auto_setup(args)
+    steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
+                                                      pinned=False).open()
+    tracer = server = queues = None
+    try:
+        if args.method == "auto":
+            from steer.steering.methods import QueueSteering
+            queues = QueueSteering(args.dev, args.netns)
+            if queues.method is None:
+                log(f"steer auto: no per-queue method on {args.dev} ({queues.why}): every move "
+                    "is an XDP rule")
+        if args.listen:
+            from steer.kernel.process import one_heap
+            one_heap()   # before any thread: the scrapes' arrays, given back after each
+        tracer = start_tracer(args)
+        engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
+                                window=args.window, tolerance=args.tolerance,
+                                on_inconclusive=args.on_inconclusive,
+                                revert_hold=args.revert_hold, log=log, queues=queues,
+                                expect=expect)
+        intervals = _auto_intervals(args, tracer, topo, engine)
+        if args.listen:
+            server = _serve_auto(args, web, tracer, topo, steering, engine, name)
+        mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
+        log(f"steer auto: policy {name}, every {args.interval:g} s, {mode}")
+        auto.run(engine, intervals, period=args.interval, duration=args.duration,
+                 detached=steering.detached if steering else lambda: None)
+    except auto.AutoStopped as e:
+        raise UserError(str(e)) from None
+    finally:
+        if server:
+            server.close()
+        if tracer:
+            tracer.stop()
+        if steering:
+            steering.close()
+        if queues is not None and not args.dry_run:
+            queues.close()
+    if tracer:
+        for line in engine.summary():
+            log(f"steer auto: {line}")
+    by_queue = len(engine.by_queue) if tracer else 0
+    log(f"steer auto: stopped; {len(engine.placed) - by_queue if tracer else 0} rule(s) removed "
+        f"with it" + (f", {by_queue} queue(s) put back" if by_queue else ""))
+    return 0
+
+
+def _auto_setup(args):
+    """What steer auto checks and reads before it touches the kernel: the listen address, the
+    web config, the policy, the log, the topology and the sweep's expectations."""
+    from steer.cli.logs import make_logger
     from steer.model.topology import read_topology
+    from steer.steering.policies import PolicyError, load_policy
     if args.listen:
         from steer.present.exporter import parse_listen
         try:
@@ -384,66 +441,32 @@ def cmd_auto(args) -> int:
         if expect.other_host:
             log(f"steer auto: warning: --expect-from {expect.where} was measured on "
                 f"{expect.other_host}, not on this host")
-    steering = None if args.dry_run else XdpSteering(args.dev, args.netns, mode=args.mode,
-                                                      pinned=False).open()
-    tracer = server = queues = None
-    try:
-        from steer.trace.netdevs import DeviceResolver
-        if args.method == "auto":
-            from steer.steering.methods import QueueSteering
-            queues = QueueSteering(args.dev, args.netns)
-            if queues.method is None:
-                log(f"steer auto: no per-queue method on {args.dev} ({queues.why}): every move "
-                    "is an XDP rule")
-        from steer.trace.workloads import WorkloadResolver
-        if args.listen:
-            from steer.kernel.gateway import one_heap
-            one_heap()   # before any thread: the scrapes' arrays, given back after each
-        tracer = start_tracer(args)
-        # the readers' workloads: what static rules may select by, and what the log names
-        engine = auto.AutoSteer(policy, steering, topo, confirm=args.confirm, hold=args.hold,
-                                window=args.window, tolerance=args.tolerance,
-                                on_inconclusive=args.on_inconclusive,
-                                revert_hold=args.revert_hold, log=log, queues=queues,
-                                expect=expect)
-        if args.min_rate > 0:
-            # the policy sees the flows at --min-rate or more (and those it placed): under
-            # connection churn the others would cost an object each at every interval
-            intervals = BusyIntervals(tracer, topo, args.min_rate, keep=lambda: engine.placed,
-                                      devices=DeviceResolver(), workloads=WorkloadResolver())
-        else:
-            intervals = Intervals(tracer, topo, devices=DeviceResolver(),
-                                  workloads=WorkloadResolver())
-        if args.listen:
-            from steer.kernel.gateway import trim_heap
-            from steer.present.exporter import SteerCollector
-            server = serve(SteerCollector(tracer, topo, top_k=args.top_k,
-                                          flow_labels=args.flow_labels, cpu_labels=args.cpu_labels,
-                                          steering=lambda: [steering.state()] if steering else [],
-                                          actions=lambda: {name: engine.actions()},
-                                          release_memory=trim_heap), args, web)
-        mode = "dry run" if steering is None else f"{steering.attached_mode} XDP on {args.dev}"
-        log(f"steer auto: policy {name}, every {args.interval:g} s, {mode}")
-        auto.run(engine, intervals, period=args.interval, duration=args.duration,
-                 detached=steering.detached if steering else lambda: None)
-    except auto.AutoStopped as e:
-        raise UserError(str(e)) from None
-    finally:
-        if server:
-            server.close()
-        if tracer:
-            tracer.stop()
-        if steering:
-            steering.close()
-        if queues is not None and not args.dry_run:
-            queues.close()
-    if tracer:
-        for line in engine.summary():
-            log(f"steer auto: {line}")
-    by_queue = len(engine.by_queue) if tracer else 0
-    log(f"steer auto: stopped; {len(engine.placed) - by_queue if tracer else 0} rule(s) removed "
-        f"with it" + (f", {by_queue} queue(s) put back" if by_queue else ""))
-    return 0
+    return web, name, policy, log, topo, expect
+
+
+def _auto_intervals(args, tracer, topo, engine):
+    """The intervals the policy sees, with the readers' workloads (what static rules may select
+    by, and what the log names): at --min-rate or more (and those it placed), since under
+    connection churn the others would cost an object each at every interval."""
+    from steer.model.busyflows import BusyIntervals
+    from steer.model.flows import Intervals
+    from steer.trace.netdevs import DeviceResolver
+    from steer.trace.workloads import WorkloadResolver
+    if args.min_rate > 0:
+        return BusyIntervals(tracer, topo, args.min_rate, keep=lambda: engine.placed,
+                             devices=DeviceResolver(), workloads=WorkloadResolver())
+    return Intervals(tracer, topo, devices=DeviceResolver(), workloads=WorkloadResolver())
+
+
+def _serve_auto(args, web, tracer, topo, steering, engine, name):
+    """--listen: steer auto's own metrics, its moves included."""
+    from steer.kernel.process import trim_heap
+    from steer.present.exporter import SteerCollector
+    return serve(SteerCollector(tracer, topo, top_k=args.top_k, flow_labels=args.flow_labels,
+                                cpu_labels=args.cpu_labels,
+                                steering=lambda: [steering.state()] if steering else [],
+                                actions=lambda: {name: engine.actions()},
+                                release_memory=trim_heap), args, web)
 
 
 def cmd_reset(args) -> int:

@@ -89,12 +89,41 @@ def add_parsers(sub, fmt) -> dict:
 
 
 def cmd_sweep(args) -> int:
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-    from steer.experiment.sweep import (SweepConfig, SweepError, SweepStopped, cells_of, describe, run_sweep,
-                                        write_outputs)
+    cfg, topo, why = _sweep_config(args)
+    if args.plan:
+        from steer.experiment.sweep import plan
+        print(json.dumps(plan(cfg, topo, why), indent=1))
+        return 0
+    if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
+        raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
+                        "another --out")
+    from steer.experiment.sweep import cells_of, write_outputs
+    from steer.present.live import make_console
+    console = make_console()
+    results = _run_sweep(args, cfg, topo, console)
+    if results is None:
+        if not os.path.exists(os.path.join(args.out, "results.json")):
+            console.print("interrupted before the first cell: nothing to keep")
+            return interrupted_status()
+        with open(os.path.join(args.out, "results.json")) as f:
+            results = json.load(f)
+        write_outputs(results, args.out, topo, figures=not args.no_figures)
+        console.print(f"interrupted after {len(results['cells'])} of {len(cells_of(cfg))} cells; "
+                      f"the lab is torn down. `steer sweep --resume --out {args.out}` with the "
+                      "same options continues.")
+        return interrupted_status()
+    files = write_outputs(results, args.out, topo, figures=not args.no_figures)
+    console.print(f"wrote {len(files)} files to {args.out}: " + ", ".join(os.path.basename(f) for f in files))
+    return 0
+
+
+def _sweep_config(args):
+    """(SweepConfig, the topology it is for, why these CPUs) from the options, each refused
+    combination with one line."""
+    from steer.experiment.lab import usable_cpus
+    from steer.experiment.report import PAPER_PRESET
+    from steer.experiment.sweep import SweepConfig, default_cpus, paper_sender_cpu
     from steer.model.topology import read_topology
-    from steer.experiment.sweep import default_cpus
     if args.sysfs and not args.plan:
         raise UsageError("--sysfs plans for another machine: it goes with --plan")
     if not args.plan and not args.out:
@@ -106,7 +135,6 @@ def cmd_sweep(args) -> int:
             raise UserError(f"--sysfs {args.sysfs}: {e}") from None
         usable = topo.online
     else:
-        from steer.experiment.lab import usable_cpus
         topo, usable = read_topology(), usable_cpus()
     why = ""
     if args.cpus and args.cpus != "all":
@@ -117,6 +145,22 @@ def cmd_sweep(args) -> int:
         cpus, why = [c for c in topo.online if c in set(usable)], "--cpus all"
     else:
         cpus, why = default_cpus(topo, usable)
+    _refuse_combinations(args)
+    seconds = args.seconds or (PAPER_PRESET["seconds"] if args.paper else 5.0)
+    repeat = args.repeat or (PAPER_PRESET["repeat"] if args.paper else 1)
+    sender = paper_sender_cpu(cpus, usable_cpus()) if args.paper and not args.dev else None
+    if not args.plan and not args.no_figures:
+        need_matplotlib("steer sweep (--no-figures draws none)")
+    cfg = SweepConfig(cpus=cpus, seconds=seconds, repeat=repeat,
+                      method=args.method or ("xdp" if args.dev else "rps"),
+                      mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
+                      server_cmd=args.server_cmd, port=args.port, flows=args.flows,
+                      profile=args.profile, paper=args.paper, sender_cpu=sender,
+                      pause=args.pause, offloads=args.offloads)
+    return cfg, topo, why
+
+
+def _refuse_combinations(args) -> None:
     if bool(args.dev) != bool(args.server_cmd):
         raise UsageError("--dev and --server-cmd go together: a real host needs its receiver command")
     if args.dev and args.method == "rps":
@@ -129,41 +173,23 @@ def cmd_sweep(args) -> int:
         raise UsageError("--flows is for the lab; on a real host the client decides how many flows")
     if args.paper and args.flows != [1]:
         raise UsageError("--paper measures one flow per cell, as the papers did: drop --flows")
-    from steer.experiment.report import PAPER_PRESET
-    from steer.experiment.sweep import paper_sender_cpu
-    seconds = args.seconds or (PAPER_PRESET["seconds"] if args.paper else 5.0)
-    repeat = args.repeat or (PAPER_PRESET["repeat"] if args.paper else 1)
-    sender = None
-    if args.paper and not args.dev:
-        from steer.experiment.lab import usable_cpus
-        sender = paper_sender_cpu(cpus, usable_cpus())
     if args.pause and not args.dev:
         raise UsageError("--pause switches a NIC's Ethernet flow control, and the lab's veth has "
                          "none: give --dev IFACE --server-cmd CMD")
     if args.port + max(args.flows) - 1 > 65535:
         raise UsageError(f"--port {args.port} with --flows {max(args.flows)}: ports past 65535")
-    if not args.plan and not args.no_figures:
-        need_matplotlib("steer sweep (--no-figures draws none)")
-    cfg = SweepConfig(cpus=cpus, seconds=seconds, repeat=repeat,
-                      method=args.method or ("xdp" if args.dev else "rps"),
-                      mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
-                      server_cmd=args.server_cmd, port=args.port, flows=args.flows,
-                      profile=args.profile, paper=args.paper, sender_cpu=sender,
-                      pause=args.pause, offloads=args.offloads)
-    if args.plan:
-        from steer.experiment.sweep import plan
-        print(json.dumps(plan(cfg, topo, why), indent=1))
-        return 0
-    if os.path.exists(os.path.join(args.out, "results.json")) and not args.resume:
-        raise UserError(f"{args.out} already holds a sweep: --resume continues it, or choose "
-                        "another --out")
-    from steer.present.live import make_console
-    console = make_console()
+
+
+def _run_sweep(args, cfg, topo, console) -> dict | None:
+    """The sweep's cells under a progress bar, the tracer (and profiler) around them: its
+    results, or None when stopped."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from steer.experiment.sweep import SweepError, SweepStopped, describe, run_sweep
     stop = GracefulStop(console, "stopping after tearing down the run under way (Ctrl-C again "
                                   "to stop at once)")
     tracer = start_tracer(args)
     profiler = None
-    interrupted = False
     try:
         if args.profile:
             from steer.defaults import PROFILE_HZ
@@ -173,28 +199,14 @@ def cmd_sweep(args) -> int:
                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                             console=console) as progress:
             try:
-                results = run_sweep(cfg, args.out, tracer, topo, resume=args.resume,
-                                    progress=progress, should_stop=stop.requested,
-                                    profiler=profiler)
+                return run_sweep(cfg, args.out, tracer, topo, resume=args.resume,
+                                 progress=progress, should_stop=stop.requested,
+                                 profiler=profiler)
             except (SweepStopped, KeyboardInterrupt):
-                interrupted = True
+                return None
     except SweepError as e:
         raise UserError(str(e)) from None
     finally:
         if profiler:
             profiler.stop()
         tracer.stop()
-    if interrupted:
-        if not os.path.exists(os.path.join(args.out, "results.json")):
-            console.print("interrupted before the first cell: nothing to keep")
-            return interrupted_status()
-        with open(os.path.join(args.out, "results.json")) as f:
-            results = json.load(f)
-    files = write_outputs(results, args.out, topo, figures=not args.no_figures)
-    done = len(results["cells"])
-    if interrupted:
-        console.print(f"interrupted after {done} of {len(cells_of(cfg))} cells; the lab is torn down. "
-                      f"`steer sweep --resume --out {args.out}` with the same options continues.")
-        return interrupted_status()
-    console.print(f"wrote {len(files)} files to {args.out}: " + ", ".join(os.path.basename(f) for f in files))
-    return 0

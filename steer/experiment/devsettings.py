@@ -173,7 +173,7 @@ def setting_problems(dev: str, found: dict, settings: list[dict]) -> list[str]:
 
 
 def _link_up(dev: str, netns: str | None) -> bool:
-    from steer.kernel.gateway import enter_netns
+    from steer.kernel.namespaces import enter_netns
     r = subprocess.run(["ip", "-j", "link", "show", "dev", dev], capture_output=True, text=True,
                        preexec_fn=(lambda: enter_netns(netns)) if netns else None)
     try:

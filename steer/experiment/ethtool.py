@@ -43,7 +43,7 @@ def ethtool(args: list[str], netns: str | None = None) -> tuple[str | None, str 
         return None, "unavailable: ethtool not installed (apt-get install ethtool)"
     enter = None
     if netns:
-        from steer.kernel.gateway import enter_netns
+        from steer.kernel.namespaces import enter_netns
         enter = lambda: enter_netns(netns)   # noqa: E731  (the child, before exec)
     try:
         r = subprocess.run(["ethtool", *args], capture_output=True, text=True,

@@ -136,7 +136,8 @@ def host_config(dev: str | None, netns: str | None, sysfs: str = "/sys", proc: s
     /run/netns or a path; None: this namespace)."""
     cfg: dict = {"smt": _smt(sysfs), "governor": _governor(sysfs), "irqbalance": _irqbalance(proc)}
     if dev:
-        from steer.kernel.gateway import KernelError, call_with_netns_sysfs
+        from steer.kernel.errors import KernelError
+        from steer.kernel.namespaces import call_with_netns_sysfs
         from steer.steering.xdp import SteerError, netns_path
         try:
             d = call_with_netns_sysfs(netns_path(netns), device_config, dev)
@@ -177,7 +178,8 @@ def parse_netstat(text: str) -> dict[str, int]:
 def receiver_tcp(netns: str | None) -> dict[str, int] | None:
     """RECEIVER_TCP's counters in network namespace NETNS (a name under /run/netns or a path;
     None: this one), or None where it cannot be read; a name this kernel lacks counts 0."""
-    from steer.kernel.gateway import KernelError, netns_of
+    from steer.kernel.errors import KernelError
+    from steer.kernel.namespaces import netns_of
     from steer.steering.xdp import SteerError, netns_path
     try:
         with netns_of(netns_path(netns)):

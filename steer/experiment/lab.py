@@ -20,7 +20,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field, replace
 
-from steer.kernel.gateway import die_with_parent, enter_netns
+from steer.kernel.namespaces import enter_netns
+from steer.kernel.process import die_with_parent
 from steer.steering.affinity import napi_threads
 
 PREFIX = "steerlab"

@@ -306,7 +306,27 @@ def arrival_md(cells: list[dict], method: str) -> list[str]:
 
 
 def report_md(results: dict, topo: Topology) -> str:
+    """The sweep's report: the setup, then a section per view of the cells."""
     cells = matrix_cells(results)
+    cfg = results["config"]
+    counts = cfg.get("flows") or [1]
+    swept = bool(cfg.get("pause") or cfg.get("offloads"))
+    lines = _setup_md(results, topo, cells)
+    lines += arrival_md(cells, cfg["method"])
+    lines += _by_class_md(cells) + _all_cells_md(cells)
+    lines += counters_md(cells, results.get("capabilities") or {})
+    if cells:
+        lines += _placement_md(cells, topo)
+    if swept:
+        lines += settings_md(results)
+    if len(counts) > 1:
+        lines += _flows_per_core_md(results)
+    lines += _profile_md(results, swept) + _papers_md(cells)
+    return "\n".join(lines)
+
+
+def _setup_md(results: dict, topo: Topology, cells: list[dict]) -> list[str]:
+    """The host, the sweep's cells and method, and the host's receive settings."""
     cfg, host = results["config"], results.get("host", {})
     counts = cfg.get("flows") or [1]
     settings = sweep_settings(results)
@@ -329,94 +349,108 @@ def report_md(results: dict, topo: Topology) -> str:
     if not results.get("complete", True):
         lines += ["**Incomplete**: the sweep was interrupted; `steer sweep --resume` continues it.", ""]
     lines += config_md(host.get("config"), swept)
-    lines += arrival_md(cells, cfg["method"])
+    return lines
 
-    lines += ["## Throughput by class", "",
-              "| class | cells | median Gbit/s | min | max | kernel CPU-s/GB | app CPU-s/GB |",
-              "|---|---|---|---|---|---|---|"]
+
+def _by_class_md(cells: list[dict]) -> list[str]:
+    lines = ["## Throughput by class", "",
+             "| class | cells | median Gbit/s | min | max | kernel CPU-s/GB | app CPU-s/GB |",
+             "|---|---|---|---|---|---|---|"]
     for cls, s in by_class(cells).items():
         lines.append(f"| {cls} | {s['cells']} | {_gbps(s['median_bps'])} | {_gbps(s['min_bps'])} | "
                      f"{_gbps(s['max_bps'])} | {figure(s['kernel_seconds_per_gb'])} | "
                      f"{figure(s['app_seconds_per_gb'])} |")
     lines.append("")
+    return lines
 
-    lines += ["## All cells", "", "| kernel CPU | app CPU | class | Gbit/s | kernel CPU-s/GB | "
-              "app CPU-s/GB | LLC misses/GB kernel | LLC misses/GB app |", "|---|---|---|---|---|---|---|---|"]
+
+def _all_cells_md(cells: list[dict]) -> list[str]:
+    lines = ["## All cells", "", "| kernel CPU | app CPU | class | Gbit/s | kernel CPU-s/GB | "
+             "app CPU-s/GB | LLC misses/GB kernel | LLC misses/GB app |", "|---|---|---|---|---|---|---|---|"]
     for c in sorted(cells, key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
         lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c['class']} | {_gbps(c['throughput_bps'])} | "
                      f"{figure(c.get('kernel_seconds_per_gb'))} | {figure(c.get('app_seconds_per_gb'))} | "
                      f"{figure(c.get('llc_misses_kernel_per_gb'), '{:,.0f}')} | "
                      f"{figure(c.get('llc_misses_app_per_gb'), '{:,.0f}')} |")
     lines.append("")
+    return lines
 
-    lines += counters_md(cells, results.get("capabilities") or {})
 
-    if cells:
-        best = max(cells, key=lambda c: c["throughput_bps"])
-        lines += ["## Best placement", "",
-                  f"Kernel CPU {best['kernel_cpu']}, app CPU {best['app_cpu']} ({best['class']}): "
-                  f"{_gbps(best['throughput_bps'])} Gbit/s.", ""]
-        lines += ["## Where llc-peer would place the flow", "",
-                  "| app CPU | llc-peer kernel CPU | that cell Gbit/s | best cell for this app CPU | "
-                  "llc-peer / best |", "|---|---|---|---|---|"]
-        index = {(c["kernel_cpu"], c["app_cpu"]): c for c in cells}
-        for a in sorted({c["app_cpu"] for c in cells}):
-            k, _ = llc_peer_choice(a, topo)
-            row_best = max((c for c in cells if c["app_cpu"] == a), key=lambda c: c["throughput_bps"])
-            chosen = index.get((k, a)) if k is not None else None
-            if chosen is None:
-                why = "no candidate" if k is None else f"CPU {k} (not in the sweep)"
-                lines.append(f"| {a} | {why} | - | {row_best['kernel_cpu']} "
-                             f"({_gbps(row_best['throughput_bps'])}) | - |")
-                continue
-            ratio = chosen["throughput_bps"] / row_best["throughput_bps"]
-            lines.append(f"| {a} | {k} | {_gbps(chosen['throughput_bps'])} | {row_best['kernel_cpu']} "
-                         f"({_gbps(row_best['throughput_bps'])}) | {ratio:.2f} |")
-        lines.append("")
+def _placement_md(cells: list[dict], topo: Topology) -> list[str]:
+    """The best cell, and where the llc-peer policy would have put each app CPU's flow."""
+    best = max(cells, key=lambda c: c["throughput_bps"])
+    lines = ["## Best placement", "",
+             f"Kernel CPU {best['kernel_cpu']}, app CPU {best['app_cpu']} ({best['class']}): "
+             f"{_gbps(best['throughput_bps'])} Gbit/s.", ""]
+    lines += ["## Where llc-peer would place the flow", "",
+              "| app CPU | llc-peer kernel CPU | that cell Gbit/s | best cell for this app CPU | "
+              "llc-peer / best |", "|---|---|---|---|---|"]
+    index = {(c["kernel_cpu"], c["app_cpu"]): c for c in cells}
+    for a in sorted({c["app_cpu"] for c in cells}):
+        k, _ = llc_peer_choice(a, topo)
+        row_best = max((c for c in cells if c["app_cpu"] == a), key=lambda c: c["throughput_bps"])
+        chosen = index.get((k, a)) if k is not None else None
+        if chosen is None:
+            why = "no candidate" if k is None else f"CPU {k} (not in the sweep)"
+            lines.append(f"| {a} | {why} | - | {row_best['kernel_cpu']} "
+                         f"({_gbps(row_best['throughput_bps'])}) | - |")
+            continue
+        ratio = chosen["throughput_bps"] / row_best["throughput_bps"]
+        lines.append(f"| {a} | {k} | {_gbps(chosen['throughput_bps'])} | {row_best['kernel_cpu']} "
+                     f"({_gbps(row_best['throughput_bps'])}) | {ratio:.2f} |")
+    lines.append("")
+    return lines
 
-    if swept:
-        lines += settings_md(results)
 
-    if len(counts) > 1:
-        measured = first_setting_cells(results)
-        lines += ["## Flows per core", "",
-                  "All of a cell's flows steered to its kernel CPU and read on its app CPU (Cai "
-                  "et al., SIGCOMM'21, Fig. 6: throughput per core and L3 misses as flows per "
-                  "core grow). Medians over the cells of each class.", "",
-                  "| flows | class | cells | Gbit/s per core | per flow | kernel CPU-s/GB | "
-                  "app CPU-s/GB | LLC misses/GB app |", "|---|---|---|---|---|---|---|---|"]
-        for n, by in flows_per_core(measured).items():
-            for cls, s in by.items():
-                lines.append(f"| {n} | {cls} | {s['cells']} | {_gbps(s['median_bps'])} | "
-                             f"{_gbps(s['per_flow_bps'])} | {figure(s['kernel_seconds_per_gb'])} | "
-                             f"{figure(s['app_seconds_per_gb'])} | "
-                             f"{figure(s['llc_misses_app_per_gb'], '{:,.0f}')} |")
-        lines.append("")
+def _flows_per_core_md(results: dict) -> list[str]:
+    measured = first_setting_cells(results)
+    lines = ["## Flows per core", "",
+             "All of a cell's flows steered to its kernel CPU and read on its app CPU (Cai "
+             "et al., SIGCOMM'21, Fig. 6: throughput per core and L3 misses as flows per "
+             "core grow). Medians over the cells of each class.", "",
+             "| flows | class | cells | Gbit/s per core | per flow | kernel CPU-s/GB | "
+             "app CPU-s/GB | LLC misses/GB app |", "|---|---|---|---|---|---|---|---|"]
+    for n, by in flows_per_core(measured).items():
+        for cls, s in by.items():
+            lines.append(f"| {n} | {cls} | {s['cells']} | {_gbps(s['median_bps'])} | "
+                         f"{_gbps(s['per_flow_bps'])} | {figure(s['kernel_seconds_per_gb'])} | "
+                         f"{figure(s['app_seconds_per_gb'])} | "
+                         f"{figure(s['llc_misses_app_per_gb'], '{:,.0f}')} |")
+    lines.append("")
+    return lines
 
+
+def _profile_md(results: dict, swept: bool) -> list[str]:
+    """Each profiled cell's CPU seconds by category, per side."""
     profiled = [c for c in results["cells"] if c.get("profile")]
-    if profiled:
-        from steer.trace.profile import CATEGORIES
-        lines += ["## Where the CPU went (steer profile)", "",
-                  "Each side's sampled CPU seconds by category (Cai et al., SIGCOMM'21), in "
-                  "percent, over the cell's runs. The profiler ran beside the tracer in these "
-                  "cells and cost some of their throughput.", "",
-                  "| kernel CPU | app CPU | flows | " + ("setting | " if swept else "")
-                  + "class | side | CPU s | samples | "
-                  + " | ".join(c.replace("_", " ") for c in CATEGORIES) + " |",
-                  "|---|---|---|---|---|---|---|" + "---|" * (len(CATEGORIES) + swept)]
-        for c in sorted(profiled, key=sweep_order(results)):
-            p = c["profile"]
-            for side in ("kernel", "app"):
-                shares = p.get(side) or {}
-                cols = " | ".join("-" if shares.get(k) is None else f"{100 * shares[k]:.0f}%"
-                                  for k in CATEGORIES)
-                lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c.get('flows', 1)} | "
-                             + (f"{setting_label(c.get('setting'))} | " if swept else "")
-                             + f"{c['class']} | {side} | {p.get(f'{side}_seconds', 0):.3f} | "
-                             f"{p['samples']} | {cols} |")
-        lines.append("")
+    if not profiled:
+        return []
+    from steer.trace.profile import CATEGORIES
+    lines = ["## Where the CPU went (steer profile)", "",
+             "Each side's sampled CPU seconds by category (Cai et al., SIGCOMM'21), in "
+             "percent, over the cell's runs. The profiler ran beside the tracer in these "
+             "cells and cost some of their throughput.", "",
+             "| kernel CPU | app CPU | flows | " + ("setting | " if swept else "")
+             + "class | side | CPU s | samples | "
+             + " | ".join(c.replace("_", " ") for c in CATEGORIES) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * (len(CATEGORIES) + swept)]
+    for c in sorted(profiled, key=sweep_order(results)):
+        p = c["profile"]
+        for side in ("kernel", "app"):
+            shares = p.get(side) or {}
+            cols = " | ".join("-" if shares.get(k) is None else f"{100 * shares[k]:.0f}%"
+                              for k in CATEGORIES)
+            lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c.get('flows', 1)} | "
+                         + (f"{setting_label(c.get('setting'))} | " if swept else "")
+                         + f"{c['class']} | {side} | {p.get(f'{side}_seconds', 0):.3f} | "
+                         f"{p['samples']} | {cols} |")
+    lines.append("")
+    return lines
 
-    lines += ["## The papers' numbers (theirs, not measured here)", ""]
+
+def _papers_md(cells: list[dict]) -> list[str]:
+    """The papers' figures beside ours, by class."""
+    lines = ["## The papers' numbers (theirs, not measured here)", ""]
     lines += [f"- {p['name']}: {p['source']}." for p in PAPERS]
     lines += ["", f"Hardware: {PAPERS_HARDWARE}. Approximate Gbit/s, read from the papers.", "",
               "| class | " + " | ".join(f"{p['name']} Gbit/s" for p in PAPERS)
@@ -430,4 +464,4 @@ def report_md(results: dict, topo: Topology) -> str:
     lines += ["", "A lab on a small VM shares cores between sender, softirq and reader, so its "
               "ordering of classes need not match a 40 GbE server's: steer measures, it does not "
               "assume.", ""]
-    return "\n".join(lines)
+    return lines

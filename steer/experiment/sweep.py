@@ -501,7 +501,8 @@ class HostRunner:
                  profiler: Tracer | None = None, device: dict | None = None):
         """DEVICE: the device's part of host.config, as the sweep's first start recorded it."""
         from steer.experiment.hostconfig import host_config
-        from steer.kernel.gateway import die_with_parent, enter_netns
+        from steer.kernel.namespaces import enter_netns
+        from steer.kernel.process import die_with_parent
         from steer.steering.xdp import SteerError, XdpSteering, netns_path
         self.cfg, self.tracer, self.topo, self.should_stop = cfg, tracer, topo, should_stop
         self.profiler = profiler

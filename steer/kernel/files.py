@@ -14,7 +14,7 @@ import os
 import stat
 import tempfile
 
-from steer.kernel.gateway import KernelError
+from steer.kernel.errors import KernelError
 
 
 class UnsafePath(KernelError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 
-from steer.kernel.gateway import KernelError
+from steer.kernel.errors import KernelError
 
 FAMILY = "netdev"
 CMD_QUEUE_GET, CMD_NAPI_GET, CMD_NAPI_SET = 10, 11, 14

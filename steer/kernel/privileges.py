@@ -1,5 +1,14 @@
-"""Which Linux capabilities this process holds, and the one-line refusal when it lacks one."""
+"""Which Linux capabilities this process holds, the one-line refusal when it lacks one, and giving
+them up (with uid 0) for good."""
 from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+
+from steer.kernel.errors import KernelError
+from steer.kernel.libc import libc, syscall
 
 
 class PrivilegeError(Exception):
@@ -54,3 +63,70 @@ def require_caps(needed: list[int], what: str) -> None:
     if missing:
         raise PrivilegeError(f"{what} needs {' and '.join(missing)}: run as root "
                           f"(or grant {', '.join(missing)})")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+_PR_SET_KEEPCAPS = 8
+
+
+def bpf_syscall_needs_capability() -> bool:
+    """Whether this kernel refuses every bpf() command, reading an open map included, to a process
+    without CAP_BPF: before Linux 6.5 the syscall checked unprivileged_bpf_disabled at its entry
+    (Debian and most distributions set it), since then only loading programs and making maps."""
+    try:
+        with open("/proc/sys/kernel/unprivileged_bpf_disabled") as f:
+            disabled = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        disabled = 1
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+    return disabled != 0 and (major, minor) < (6, 5)
+
+
+def drop_privileges(user: tuple[int, int] | None = None, keep: tuple[int, ...] = ()) -> None:
+    """Give up every capability but KEEP (bit numbers), for good, in every thread of this process,
+    and become USER (uid, gid) with no supplementary groups where one is given. What is already
+    loaded and open keeps working: map and link fds are checked when opened, not when used.
+
+    Call it before any thread starts: capset() changes the calling thread alone (setresuid() is
+    applied to all of them by the C library). no_new_privs is set too."""
+    if user is not None:
+        uid, gid = user
+        if keep and libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise KernelError(f"prctl(PR_SET_KEEPCAPS): {os.strerror(err)}", err)
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        except OSError as e:
+            raise KernelError(f"switching to uid {uid}, gid {gid}: {e.strerror}", e.errno) from None
+        # what the process ended with, not what was asked: an id the calls take for "unchanged"
+        # ((uid_t)-1) or a call that a seccomp filter turns into a no-op would leave root
+        ended = (os.getresuid(), os.getresgid(), os.getgroups())
+        if ended != ((uid,) * 3, (gid,) * 3, []):
+            raise KernelError(f"switching to uid {uid}, gid {gid}: the process has uids "
+                              f"{ended[0]}, gids {ended[1]}, groups {ended[2]}", errno.EPERM)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}", err)
+    hdr = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
+    data = (_CapData * 2)()
+    for cap in keep:
+        data[cap // 32].effective |= 1 << (cap % 32)
+        data[cap // 32].permitted |= 1 << (cap % 32)
+    rc = syscall("capset", ctypes.byref(hdr), ctypes.byref(data))
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"capset: {os.strerror(err)}", err)

@@ -6,7 +6,7 @@ in a program load. ctypes prints an exception raised in a callback ("Exception i
 ctypes callback function") and drops it, so the stop request would be lost and the process would
 run on with its tracer attached and its lab up. steer's handlers call interrupt(): it raises
 StopRequested (a KeyboardInterrupt) where that is safe, and inside a callback holds it instead;
-the kernel gateway raises what is held as soon as the C call returns (raise_held()).
+the kernel package raises what is held as soon as the C call returns (raise_held()).
 
 Python drops an exception the same way in the functions it calls itself, with nothing to raise it
 afterwards: a weakref callback (importlib's module locks end in one at the end of every import, and

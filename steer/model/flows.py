@@ -504,6 +504,27 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
                    caps: Capabilities) -> Snapshot:
     """What happened between BEFORE (None: since the tracer started) and AFTER."""
     duration = (after.monotonic_ns - before.monotonic_ns) / NS if before else 0.0
+    napi = napi_deltas(before, after)
+    placements: dict[tuple, Placement] = {}   # (kernel CPU, app CPU) -> its class, once
+    reports = [_flow_report(fid, parts, duration, topo, caps, napi, placements)
+               for fid, parts in _interval_parts(before, after).items()]
+    reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
+    before_cpus = {c.cpu: c for c in before.cpus} if before else {}
+    return Snapshot(duration=duration, flows=reports,
+                    cpus=_cpu_reports(before, after, topo, caps, napi), capabilities=caps,
+                    live_entries=after.live_entries, max_entries=after.max_entries,
+                    evictions=after.evictions, napi=napi,
+                    flow_failures=sum(c.flow_failures for c in after.cpus),
+                    lost={k: sum(getattr(c, k) for c in after.cpus) for k in LOST_COUNTS},
+                    untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
+                                     for c in after.cpus))
+
+
+def _interval_parts(before: TraceSample | None,
+                    after: TraceSample) -> dict[FlowId, list[FlowCpuSample]]:
+    """Each flow active between BEFORE and AFTER (a delta in one of ACTIVITY): its entries'
+    deltas, one per CPU. An unconnected UDP socket knows no peer: its reads go to the one flow
+    to that port."""
     per_flow: dict[FlowId, list[FlowCpuSample]] = defaultdict(list)
     old = before.entries if before else {}
     if before is not None and before.seq and after.seq == before.seq + 1:
@@ -515,10 +536,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
         if a is b:
             continue   # the tracer hands back the same object for an entry that did not change
         d = _delta(a, b)
-        if d.rx_bytes or d.rx_skbs or d.app_calls or d.kernel_ns or d.kthread_ns or d.app_ns or d.rx_drops:
+        if any(getattr(d, name) for name in ACTIVITY):
             per_flow[d.flow].append(d)
-
-    # an unconnected UDP socket knows no peer: give its reads to the one flow to that port
     for fid in [f for f in per_flow if _is_wildcard(f)]:
         peers = [f for f in per_flow if not _is_wildcard(f) and
                  (f.proto, f.dst, f.dport) == (fid.proto, fid.dst, fid.dport)]
@@ -526,64 +545,70 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             per_flow[peers[0]].extend(replace(s, flow=peers[0], rx_bytes=0, rx_packets=0, rx_skbs=0,
                                               kernel_ns=0, kthread_ns=0, llc_kernel=0)
                                       for s in per_flow.pop(fid))
+    return per_flow
 
+
+def _flow_report(fid: FlowId, parts: list[FlowCpuSample], duration: float, topo: Topology,
+                 caps: Capabilities, napi, placements: dict[tuple, Placement]) -> FlowReport:
+    """One flow's report from its per-CPU deltas PARTS; PLACEMENTS caches each pair's class."""
     llc = caps.llc_available
     per_flow_events = caps.counters_per_flow_available
     sampled = caps.mode == "sampled"
-    napi = napi_deltas(before, after)
-    placements: dict[tuple, Placement] = {}   # (kernel CPU, app CPU) -> its class, once
-    reports = []
-    for fid, parts in per_flow.items():
-        t = _summed(parts)
-        if len(parts) == 1:
-            # one CPU for everything: its shares are whole (the loop below, without its dicts)
-            p, cpu = t, t.cpu
-            ks, as_ = (p.kernel_ns + p.kthread_ns) / NS, p.app_ns / NS
-            kcpu, acpu = ({cpu: ks} if ks else {}), ({cpu: as_} if as_ else {})
-            kernel_cpu = cpu if ks > 0 else None
-            stack_cpu = cpu if p.rx_skbs > 0 or p.kthread_ns > 0 else kernel_cpu
-            app_cpu = cpu if as_ > 0 or p.app_calls > 0 else None
-            kshare, stack_share, ashare = (None if c is None else 1.0
-                                           for c in (kernel_cpu, stack_cpu, app_cpu))
-            if kernel_cpu is None:
-                kernel_cpu, kshare = stack_cpu, stack_share
-            reader = p if p.app_pid else None
-        else:
-            kernel_cpu, kshare, stack_cpu, stack_share, app_cpu, ashare, kcpu, acpu = \
-                _dominant_cpus(parts)
-            # the reader: of the processes seen reading, the one with most calls, else most time
-            reader = max((p for p in parts if p.app_pid), key=lambda p: (p.app_calls, p.app_ns),
-                         default=None)
-        # the class is the stack's CPU against the reader's, as in the papers: with generic XDP
-        # steering the arrival CPU's share (XDP, linearising) can outweigh the stack's own
-        placement = placements.get((stack_cpu, app_cpu))
-        if placement is None:
-            placement = placements[stack_cpu, app_cpu] = classify(stack_cpu, app_cpu, topo)
-        reports.append(FlowReport(
-            flow=fid, duration=duration,
-            rx_bytes=t.rx_bytes, rx_packets=t.rx_packets, rx_skbs=t.rx_skbs,
-            kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
-            kernel_seconds=sum(kcpu.values()),
-            kernel_kthread_seconds=t.kthread_ns / NS,
-            app_cpu=app_cpu, app_cpu_share=ashare, app_seconds=sum(acpu.values()),
-            app_nested_seconds=t.app_nested_ns / NS,
-            app_bytes=t.app_bytes,
-            app_calls=t.app_calls if caps.app_calls_counted else None,
-            app_pid=reader.app_pid if reader else None, app_comm=reader.app_comm if reader else None,
-            app_cgroup_id=reader.app_cgroup or None if reader else None,
-            llc_misses_kernel=t.llc_kernel if llc else None,
-            llc_misses_app=t.llc_app if llc else None,
-            placement=placement,
-            kernel_cpus={c: s for c, s in kcpu.items() if s},
-            app_cpus={c: s for c, s in acpu.items() if s},
-            stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=(rx := RxPath.of(parts)),
-            rx_poll_cpus=poll_cpus(napi, rx) if napi else ({} if rx else None),
-            rx_drops=t.rx_drops, last_drop_reason=_last_drop(parts) if t.rx_drops else None,
-            kernel_samples=t.kernel_samples if sampled else None,
-            app_samples=t.app_samples if sampled else None,
-            **(side_events([t]) if per_flow_events else {})))
-    reports.sort(key=lambda r: (-r.rx_bytes, -r.app_bytes, r.flow))
+    t = _summed(parts)
+    if len(parts) == 1:
+        # one CPU for everything: its shares are whole (the loop below, without its dicts)
+        p, cpu = t, t.cpu
+        ks, as_ = (p.kernel_ns + p.kthread_ns) / NS, p.app_ns / NS
+        kcpu, acpu = ({cpu: ks} if ks else {}), ({cpu: as_} if as_ else {})
+        kernel_cpu = cpu if ks > 0 else None
+        stack_cpu = cpu if p.rx_skbs > 0 or p.kthread_ns > 0 else kernel_cpu
+        app_cpu = cpu if as_ > 0 or p.app_calls > 0 else None
+        kshare, stack_share, ashare = (None if c is None else 1.0
+                                       for c in (kernel_cpu, stack_cpu, app_cpu))
+        if kernel_cpu is None:
+            kernel_cpu, kshare = stack_cpu, stack_share
+        reader = p if p.app_pid else None
+    else:
+        kernel_cpu, kshare, stack_cpu, stack_share, app_cpu, ashare, kcpu, acpu = \
+            _dominant_cpus(parts)
+        # the reader: of the processes seen reading, the one with most calls, else most time
+        reader = max((p for p in parts if p.app_pid), key=lambda p: (p.app_calls, p.app_ns),
+                     default=None)
+    # the class is the stack's CPU against the reader's, as in the papers: with generic XDP
+    # steering the arrival CPU's share (XDP, linearising) can outweigh the stack's own
+    placement = placements.get((stack_cpu, app_cpu))
+    if placement is None:
+        placement = placements[stack_cpu, app_cpu] = classify(stack_cpu, app_cpu, topo)
+    return FlowReport(
+        flow=fid, duration=duration,
+        rx_bytes=t.rx_bytes, rx_packets=t.rx_packets, rx_skbs=t.rx_skbs,
+        kernel_cpu=kernel_cpu, kernel_cpu_share=kshare,
+        kernel_seconds=sum(kcpu.values()),
+        kernel_kthread_seconds=t.kthread_ns / NS,
+        app_cpu=app_cpu, app_cpu_share=ashare, app_seconds=sum(acpu.values()),
+        app_nested_seconds=t.app_nested_ns / NS,
+        app_bytes=t.app_bytes,
+        app_calls=t.app_calls if caps.app_calls_counted else None,
+        app_pid=reader.app_pid if reader else None, app_comm=reader.app_comm if reader else None,
+        app_cgroup_id=reader.app_cgroup or None if reader else None,
+        llc_misses_kernel=t.llc_kernel if llc else None,
+        llc_misses_app=t.llc_app if llc else None,
+        placement=placement,
+        kernel_cpus={c: s for c, s in kcpu.items() if s},
+        app_cpus={c: s for c, s in acpu.items() if s},
+        stack_cpu=stack_cpu, stack_cpu_share=stack_share, rx_path=(rx := RxPath.of(parts)),
+        rx_poll_cpus=poll_cpus(napi, rx) if napi else ({} if rx else None),
+        rx_drops=t.rx_drops, last_drop_reason=_last_drop(parts) if t.rx_drops else None,
+        kernel_samples=t.kernel_samples if sampled else None,
+        app_samples=t.app_samples if sampled else None,
+        **(side_events([t]) if per_flow_events else {}))
 
+
+def _cpu_reports(before: TraceSample | None, after: TraceSample, topo: Topology,
+                 caps: Capabilities, napi) -> list[CpuReport]:
+    """Each present CPU's interval."""
+    llc = caps.llc_available
+    per_flow_events = caps.counters_per_flow_available
     cpus = []
     before_cpus = {c.cpu: c for c in before.cpus} if before else {}
     for c in after.cpus:
@@ -606,14 +631,7 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
             events=by_side(side_events([c], [b])) if per_flow_events else None,
             whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},
                                  after.cpu_events.get(c.cpu))))
-    return Snapshot(duration=duration, flows=reports, cpus=cpus, capabilities=caps,
-                    live_entries=after.live_entries, max_entries=after.max_entries,
-                    evictions=after.evictions, napi=napi,
-                    flow_failures=sum(c.flow_failures for c in after.cpus),
-                    lost={k: sum(getattr(c, k) for c in after.cpus) for k in LOST_COUNTS},
-                    untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
-                                     for c in after.cpus))
-
+    return cpus
 
 class Intervals:
     """Successive snapshots of a tracer, each covering the time since the previous one (the

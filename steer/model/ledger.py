@@ -150,9 +150,36 @@ class FlowLedger:
         for i, name in enumerate(COUNTERS):
             counts[:, i] = values[name][order]
         flow, cpu = flows_of(keys), cpus_of(keys)
+        deltas, before, restarted, gone = self._deltas(keys, counts)
+        flows, flow_at, totals, gone_flows, gone_totals = self._fold_totals(
+            flow, counts, before, restarted, gone)
+        self._keys, self._flow, self._counts = keys, flow, counts
 
-        # this read against the previous one: the interval's deltas; an entry whose counts went
-        # down was deleted (evicted) and made again in between, and counts from zero
+        # the interval: its entries with traffic, by flow
+        rows = np.flatnonzero((deltas[:, _ACTIVITY] != 0).any(axis=1))
+        row_flow, row_counts = flow_at[rows], deltas[rows]
+        self._give_wildcards(flows, row_flow, row_counts)
+        active, group = np.unique(row_flow, return_inverse=True)
+        group = group.ravel()
+        n = len(active)
+        kernel_s = (row_counts[:, KNS] + row_counts[:, KT]) / NS
+        app_s = row_counts[:, ANS] / NS
+        kernel_sum = _group_sum(group, n, kernel_s)
+        kernel_cpu, stack_cpu, app_cpu = self._where(
+            flows[active], group, cpu[rows], row_counts, kernel_s, app_s, kernel_sum, duration)
+        cls = self._classes(stack_cpu, app_cpu)
+        reader_pid, reader_comm, reader_cgroup = _readers(
+            read, order[rows], row_counts, group, n)
+        return Fold(duration, flows, totals, active, _group_sum(group, n, row_counts),
+                    kernel_sum, _group_sum(group, n, app_s),
+                    kernel_cpu, stack_cpu, app_cpu, cls, reader_pid, reader_comm, reader_cgroup,
+                    gone_flows, gone_totals)
+
+    def _deltas(self, keys: np.ndarray, counts: np.ndarray):
+        """This read against the previous one: the interval's deltas, the previous counts in this
+        read's order, which entries restarted and which of the previous ones are gone. An entry
+        whose counts went down was deleted (evicted) and made again in between: it counts from
+        zero."""
         at, seen = find(self._keys, keys)
         before = self._counts[at] if len(self._keys) else np.zeros_like(counts)
         before[~seen] = 0
@@ -163,13 +190,18 @@ class FlowLedger:
         deltas[seen & ~restarted] -= before[seen & ~restarted]
         gone = np.ones(len(self._keys), bool)
         gone[at[seen]] = False
+        return deltas, before, restarted, gone
 
-        # flows, in key order (a key is its flow's bytes, then the CPU's)
+    def _fold_totals(self, flow: np.ndarray, counts: np.ndarray, before: np.ndarray,
+                     restarted: np.ndarray, gone: np.ndarray):
+        """Each flow's totals since it began (a key is its flow's bytes, then the CPU's, so the
+        flows come in key order): what entries gone or made again had counted stays with their
+        flow while it lives on. Returns (flows, each entry's flow index, totals, and the flows
+        gone since the last read with their last totals)."""
         first = np.r_[True, flow[1:] != flow[:-1]] if len(flow) else np.empty(0, bool)
         flow_at = np.cumsum(first) - 1
         flows = flow[first]
         totals = _group_sum(flow_at, len(flows), _totals(counts))
-        # what entries gone or made again had counted stays with their flow while it lives on
         retired_flows = np.concatenate([self._retired_flows, flow[restarted], self._flow[gone]])
         retired = np.concatenate([self._retired, _totals(before[restarted]),
                                   _totals(self._counts[gone])])
@@ -178,26 +210,20 @@ class FlowLedger:
         totals += kept
         held = kept.any(axis=1)
         self._retired_flows, self._retired = flows[held], kept[held]
-
         _, still = find(flows, self._flows)
         gone_flows, gone_totals = self._flows[~still], self._flow_totals[~still]
         self._flows, self._flow_totals = flows, totals
-        self._keys, self._flow, self._counts = keys, flow, counts
+        return flows, flow_at, totals, gone_flows, gone_totals
 
-        # the interval: its entries with traffic, by flow
-        rows = np.flatnonzero((deltas[:, _ACTIVITY] != 0).any(axis=1))
-        row_flow, row_counts = flow_at[rows], deltas[rows]
-        self._give_wildcards(flows, row_flow, row_counts)
-        active, group = np.unique(row_flow, return_inverse=True)
-        group = group.ravel()
-        n = len(active)
-        row_cpu = cpu[rows]
-        sums = _group_sum(group, n, row_counts)
-        kernel_s = (row_counts[:, KNS] + row_counts[:, KT]) / NS
-        app_s = row_counts[:, ANS] / NS
-
-        # the interval's own CPUs (build_snapshot): kernel time, else where the skbs went up the
-        # stack, else the cpumap kthread's; the app's time, else its calls
+    def _where(self, active_flows: np.ndarray, group: np.ndarray, row_cpu: np.ndarray,
+               row_counts: np.ndarray, kernel_s: np.ndarray, app_s: np.ndarray,
+               kernel_sum: np.ndarray, duration: float):
+        """(kernel CPU, stack CPU, app CPU) of each active flow: the interval's own CPUs
+        (build_snapshot: kernel time, else where the skbs went up the stack, else the cpumap
+        kthread's; the app's time, else its calls) weighed with their decayed past
+        (PlacementMemory), which is kept for the flows of this interval only; the stack CPU's
+        votes are the flow's kernel seconds, to the interval's stack CPU."""
+        n = len(active_flows)
         g, c, ks, as_, skbs, kth, calls = _per_cpu(
             group, row_cpu, kernel_s, app_s, np.maximum(row_counts[:, SKBS], 0).astype(float),
             row_counts[:, KT].astype(float), row_counts[:, CALLS].astype(float))
@@ -209,15 +235,11 @@ class FlowLedger:
         app_guess = _dominant(g, c, as_, n)
         app_guess = np.where(app_guess >= 0, app_guess, _dominant(g, c, calls, n))
 
-        # with their decayed past (PlacementMemory): kept for the flows of this interval only
-        # the stack CPU's votes: the flow's kernel seconds, to the interval's stack CPU
         factor = 0.5 ** (duration / self.half_life)
-        active_flows = flows[active]
         past_group, known = find(active_flows, self._past_flow)
         pk, pa, ps = (p[known] * factor for p in (self._past_kernel, self._past_app,
                                                    self._past_stack))
         pk[pk <= 1e-9], pa[pa <= 1e-9], ps[ps <= 1e-9] = 0.0, 0.0, 0.0
-        kernel_sum = _group_sum(group, n, kernel_s)
         voters = np.flatnonzero((stack >= 0) & (kernel_sum > 0))
         nothing = np.zeros(len(voters))
         g, c, mk, ma, ms = _per_cpu(
@@ -234,31 +256,16 @@ class FlowLedger:
         keep = (mk > 0) | (ma > 0) | (ms > 0)
         self._past_flow, self._past_cpu = active_flows[g[keep]], c[keep]
         self._past_kernel, self._past_app, self._past_stack = mk[keep], ma[keep], ms[keep]
+        return kernel_cpu, stack_cpu, app_cpu
 
-        # each (stack CPU, app CPU) pair classified once
+    def _classes(self, stack_cpu: np.ndarray, app_cpu: np.ndarray) -> np.ndarray:
+        """Each flow's class index, each (stack CPU, app CPU) pair classified once."""
+        if not len(stack_cpu):
+            return np.empty(0, np.int8)
         width = int(max(stack_cpu.max(initial=0), app_cpu.max(initial=0))) + 2
         pairs, inv = np.unique((stack_cpu + 1) * width + app_cpu + 1, return_inverse=True)
-        cls = np.array([_CLASS_INDEX[self.placement(int(p // width) - 1, int(p % width) - 1).cls]
-                        for p in pairs], np.int8)[inv.ravel()] if n else np.empty(0, np.int8)
-
-        # the reader: of the entries with a process, most calls, then most time
-        pid = values["app_pid"][order[rows]]
-        readers = np.flatnonzero(pid != 0)
-        reader_pid = np.zeros(n, np.int64)
-        reader_comm = np.zeros(n, "S16")
-        reader_cgroup = np.zeros(n, np.uint64)
-        if len(readers):
-            o = readers[np.lexsort((-row_counts[readers, ANS], -row_counts[readers, CALLS],
-                                    group[readers]))]
-            best = o[np.r_[True, group[o][1:] != group[o][:-1]]]
-            reader_pid[group[best]] = pid[best]
-            at = order[rows[best]]   # in the read's own order
-            reader_comm[group[best]] = FlowArrays(read.keys[at], values[at]).comms()
-            reader_cgroup[group[best]] = values["app_cgroup"][at]
-        return Fold(duration, flows, totals, active, sums,
-                    kernel_sum, _group_sum(group, n, app_s),
-                    kernel_cpu, stack_cpu, app_cpu, cls, reader_pid, reader_comm, reader_cgroup,
-                    gone_flows, gone_totals)
+        return np.array([_CLASS_INDEX[self.placement(int(p // width) - 1, int(p % width) - 1).cls]
+                         for p in pairs], np.int8)[inv.ravel()]
 
     @staticmethod
     def _give_wildcards(flows: np.ndarray, row_flow: np.ndarray, row_counts: np.ndarray) -> None:
@@ -279,3 +286,24 @@ class FlowLedger:
                 mine = row_flow == w
                 row_flow[mine] = same[0]
                 row_counts[np.ix_(mine, _RX_SIDE)] = 0
+
+
+def _readers(read: FlowArrays, at: np.ndarray, row_counts: np.ndarray, group: np.ndarray,
+             n: int):
+    """(pid, comm, cgroup) of each active flow's reader: of its entries with a process (AT: the
+    rows' places in the read's own order), most calls, then most time."""
+    values = read.values
+    pid = values["app_pid"][at]
+    readers = np.flatnonzero(pid != 0)
+    reader_pid = np.zeros(n, np.int64)
+    reader_comm = np.zeros(n, "S16")
+    reader_cgroup = np.zeros(n, np.uint64)
+    if len(readers):
+        o = readers[np.lexsort((-row_counts[readers, ANS], -row_counts[readers, CALLS],
+                                group[readers]))]
+        best = o[np.r_[True, group[o][1:] != group[o][:-1]]]
+        reader_pid[group[best]] = pid[best]
+        own = at[best]
+        reader_comm[group[best]] = FlowArrays(read.keys[own], values[own]).comms()
+        reader_cgroup[group[best]] = values["app_cgroup"][own]
+    return reader_pid, reader_comm, reader_cgroup

@@ -66,7 +66,7 @@ class SteerCollector(Collector):
         if cpu_labels not in CPU_LABELS:
             raise ValueError(f"cpu labels {cpu_labels!r}: one of {', '.join(CPU_LABELS)}")
         self.cpu_labels = cpu_labels
-        # called after each scrape (gateway.trim_heap): this module calls no C itself
+        # called after each scrape (steer.kernel.process.trim_heap): this module calls no C itself
         self.release_memory = release_memory
         self.tracer, self.topo, self.top_k = tracer, topo, top_k
         self.steering, self.actions, self.flow_labels = steering, actions, flow_labels

@@ -10,7 +10,8 @@ import os
 import re
 
 from steer.model.irqs import DeviceIrq, device_irqs, queue_irq, rx_irqs
-from steer.kernel.gateway import KernelError, call_with_netns_sysfs
+from steer.kernel.errors import KernelError
+from steer.kernel.namespaces import call_with_netns_sysfs
 from steer.kernel.files import UnsafePath, trusted_dir, write_json
 from steer.steering.xdp import SteerError, check_names, netns_path
 from steer.model.topology import format_cpulist
@@ -196,7 +197,7 @@ def set_rps(dev: str, cpus: list[int], netns: str | None = None,
     """Spread DEV's receive processing (of RX QUEUE alone, if given) over CPUS with RPS; the
     originals are kept for reset (unless REMEMBER is false: a lab device that goes away with its
     namespace). A device in another namespace is only visible to a sysfs mounted there (the
-    gateway's call_with_netns_sysfs)."""
+    steer.kernel.namespaces' call_with_netns_sysfs)."""
     mask = _cpu_mask(cpus)
     results = with_sysfs_of(netns, _write_rps, dev, mask, queue)
     if not remember:
@@ -381,7 +382,7 @@ def _restore_napi(key: str, rec: dict) -> str | None:
 
 def with_sysfs_of(netns: str | None, fn, dev: str, *args):
     """FN(sysfs root, DEV, *ARGS) where that sysfs shows the devices of namespace NETNS (None:
-    this one), DEV's name checked first; the gateway's errors as SteerError."""
+    this one), DEV's name checked first; the kernel's errors as SteerError."""
     check_names(dev, netns)   # DEV becomes a path under sysfs
     try:
         return call_with_netns_sysfs(netns_path(netns), fn, dev, *args)

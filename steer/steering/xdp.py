@@ -24,10 +24,14 @@ from urllib.parse import unquote_to_bytes
 
 from steer.abi import xdp as abi
 from steer.model.flowspec import FlowSpec, mask_order
-from steer.kernel.gateway import (BPFFS, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, BpfMap, BpfObject,
-                                  KernelError, bpf_dir, ensure_bpffs, netns_of, obj_get, obj_pin,
-                                  generic_xdp_redirects_to_cpumap, possible_cpus, xdp_link,
-                                  xdp_link_ifindex)
+from steer.kernel.btf import generic_xdp_redirects_to_cpumap
+from steer.kernel.errors import KernelError
+from steer.kernel.links import (XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, obj_get, obj_pin, xdp_link,
+                                xdp_link_ifindex)
+from steer.kernel.maps import BpfMap, possible_cpus
+from steer.kernel.mounts import BPFFS, ensure_bpffs
+from steer.kernel.namespaces import netns_of
+from steer.kernel.objects import BpfObject, bpf_dir
 from steer.kernel.files import UnsafePath, remove_tree, trusted_dir
 from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, require_caps
 from steer.model.names import file_part, ifname_error, netns_error, printable

@@ -81,7 +81,7 @@ def _counters() -> dict:
 
 def steering_status() -> str:
     """Whether the XDP steering program loads and a cpumap entry (a kthread) can be made."""
-    from steer.kernel.gateway import KernelError
+    from steer.kernel.errors import KernelError
     from steer.steering.xdp import CPUMAP_QSIZE, load_unattached
     from steer.abi import xdp as steer_abi
     try:
@@ -96,7 +96,7 @@ def steering_status() -> str:
         return f"unavailable: the kernel refused a cpumap entry: {e}"
     finally:
         obj.close()
-    from steer.kernel.gateway import generic_xdp_redirects_to_cpumap
+    from steer.kernel.btf import generic_xdp_redirects_to_cpumap
     from steer.steering.xdp import NO_GENERIC_CPUMAP
     if not generic_xdp_redirects_to_cpumap():
         return ("available with native XDP only (XDP program and cpumap; " + NO_GENERIC_CPUMAP
@@ -106,7 +106,8 @@ def steering_status() -> str:
 
 def run_checks() -> dict:
     """Try everything; the report."""
-    from steer.kernel.gateway import BPFFS, TRACEFS, _fs_magic, _BPF_FS_MAGIC, _TRACEFS_MAGIC
+    from steer.kernel.libc import fs_magic
+    from steer.kernel.mounts import BPFFS, TRACEFS, BPF_FS_MAGIC, TRACEFS_MAGIC
     from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN, missing_caps
     from steer.trace.tracer import VMLINUX_BTF
     uname = platform.uname()
@@ -115,8 +116,8 @@ def run_checks() -> dict:
         "privileges": {"missing": missing_caps([CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN,
                                                 CAP_SYS_ADMIN])},
         "btf": os.path.exists(VMLINUX_BTF),
-        "bpffs": _fs_magic(BPFFS) == _BPF_FS_MAGIC,
-        "tracefs": _fs_magic(TRACEFS) == _TRACEFS_MAGIC,
+        "bpffs": fs_magic(BPFFS) == BPF_FS_MAGIC,
+        "tracefs": fs_magic(TRACEFS) == TRACEFS_MAGIC,
     }
     default = _tracer_run("auto", "auto")
     runs = {"default": default}

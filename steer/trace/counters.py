@@ -13,9 +13,11 @@ import errno
 from dataclasses import dataclass, field
 
 from steer.defaults import COUNTER_MODES
-from steer.kernel.gateway import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_HW_CACHE_REFERENCES,
-                                  PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_HW_INSTRUCTIONS, PERF_COUNT_SW_CPU_CLOCK,
-                                  PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, KernelError, PerfCounter)
+from steer.kernel.errors import KernelError
+from steer.kernel.perf import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_HW_CACHE_REFERENCES,
+                               PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_HW_INSTRUCTIONS,
+                               PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE,
+                               PerfCounter)
 
 # event -> (its generic hardware config, the flowtrace map its per-CPU events go in); the order
 # is the order of every per-CPU tuple of counts

@@ -11,7 +11,8 @@ import os
 import time
 
 from steer.model.irqs import device_irqs, irq_cpus, rx_irqs
-from steer.kernel.gateway import KernelError, call_with_netns_sysfs
+from steer.kernel.errors import KernelError
+from steer.kernel.namespaces import call_with_netns_sysfs
 from steer.model.topology import nic_place, read_text
 
 NETNS_DIR = "/run/netns"

@@ -1,5 +1,5 @@
 """The flow tracer: loads bpf/flowtrace.bpf.c, attaches it with BPF links, and hands out immutable
-samples of its maps (steer.model.samples). Its BPF objects are loaded through steer.kernel.gateway, the gateway;
+samples of its maps (steer.model.samples). Its BPF objects are loaded through steer.kernel (objects, maps, perf);
 steer.steering.xdp loads the XDP side the same way."""
 from __future__ import annotations
 
@@ -14,10 +14,14 @@ from dataclasses import dataclass, field
 
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
-from steer.kernel.gateway import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, BpfObject, BpfRing, KernelError,
-                                  PerfCounter, bpf_dir, errno_name,
-                                  BTF_KIND_ENUM, drop_reason_names, kernel_text_ranges, netns_of, network_namespaces,
-                                  possible_cpus, vmlinux_func_params, vmlinux_has_type)
+from steer.kernel.btf import BTF_KIND_ENUM, vmlinux_func_params, vmlinux_has_type
+from steer.kernel.errors import KernelError, errno_name
+from steer.kernel.maps import BpfRing, possible_cpus
+from steer.kernel.mounts import drop_reason_names
+from steer.kernel.namespaces import netns_of, network_namespaces
+from steer.kernel.objects import BpfObject, bpf_dir
+from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, PerfCounter,
+                               kernel_text_ranges)
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOKED, HOOKS,
                                   MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
                                   UDP_READS_FALLBACK, Figure, Plan, PlanError,
@@ -581,7 +585,7 @@ class Tracer:
 
     def program_stats(self) -> dict[str, tuple[int, int]]:
         """Program -> (run time ns, runs), counted by the kernel while kernel.bpf_stats_enabled=1."""
-        from steer.kernel.gateway import prog_run_stats
+        from steer.kernel.links import prog_run_stats
         return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self.attached_programs}
 
     # -- reading -----------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def test_installed_wheel_runs_from_any_directory(wheel, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STEER_BPF_DIR")}
-    where = subprocess.run([str(py), "-c", "import steer.kernel.gateway as k; print(k.bpf_dir())"],
+    where = subprocess.run([str(py), "-c", "import steer.kernel.objects as k; print(k.bpf_dir())"],
                            capture_output=True, text=True, cwd=elsewhere, env=env, check=True)
     assert where.stdout.strip().startswith(str(venv)), where.stdout
     r = subprocess.run([str(venv / "bin" / "steer"), "--version"], capture_output=True, text=True,
@@ -104,7 +104,7 @@ def test_debian_package_installs_runs_and_purges_clean(debian_package):
         v = subprocess.run(["/usr/bin/steer", "--version"], capture_output=True, text=True,
                            cwd="/", env=env)
         assert v.returncode == 0 and v.stdout.split() == ["steer", __version__], v
-        where = subprocess.run(["/usr/bin/python3", "-c", "import steer.kernel.gateway as k; print(k.bpf_dir())"],
+        where = subprocess.run(["/usr/bin/python3", "-c", "import steer.kernel.objects as k; print(k.bpf_dir())"],
                                capture_output=True, text=True, cwd="/", env=env, check=True)
         assert where.stdout.strip() == "/usr/lib/python3/dist-packages/steer/bpf", where.stdout
         flows = subprocess.run(["/usr/bin/steer", "flows", "--duration", "1", "--json"],

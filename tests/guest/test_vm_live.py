@@ -14,7 +14,7 @@ from autolog import AutoLog
 from helpers import ROOT, STEER, assert_one_line_error, live, steer
 from kernel_scale import in_a_guest, measure_and_check
 from steer.model.flows import build_snapshot
-from steer.kernel.gateway import vmlinux_has_type
+from steer.kernel.btf import vmlinux_has_type
 from steer.experiment.lab import Lab, LabFlow
 from steer.model.topology import parse_cpulist, read_topology
 from steer.trace.tracer import Tracer, TracerError

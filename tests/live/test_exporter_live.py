@@ -266,7 +266,7 @@ def test_scrape_loop_at_10_per_second_keeps_memory_flat():
     assert rss[-1] - rss[1] < 2048, rss   # flat after warm-up: under 2 MB of growth
 
 
-@pytest.mark.skipif(__import__("steer.kernel.gateway", fromlist=["x"]).bpf_syscall_needs_capability(),
+@pytest.mark.skipif(__import__("steer.kernel.privileges", fromlist=["x"]).bpf_syscall_needs_capability(),
                     reason="this kernel gates every bpf() call on CAP_BPF (before 6.5, "
                            "unprivileged_bpf_disabled set): steer keeps that one, said on stderr")
 def test_exporter_as_nobody_has_no_capability_in_any_thread_and_counts_the_traffic():

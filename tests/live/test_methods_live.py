@@ -17,7 +17,7 @@ from autolog import AutoLog
 from helpers import CPU_A, CPU_B, ROOT, STEER, assert_one_line_error, live, steer, two_cpus
 from witness import TraceEvents
 from steer.experiment.lab import Lab, LabFlow
-from steer.kernel.gateway import call_with_netns_sysfs
+from steer.kernel.namespaces import call_with_netns_sysfs
 
 pytestmark = [live, two_cpus]
 SHARE = 0.95      # of the skbs on the CPU a queue was moved to

@@ -305,7 +305,7 @@ def test_udp_reads_where_fexit_is_refused_come_on_with_datagrams_and_go_off_afte
     once the datagrams stop it comes off again."""
     from steer.trace import tracer as tracer_module
     from steer.trace.programs import UDP_READS_FALLBACK
-    from steer.kernel.gateway import vmlinux_has_type
+    from steer.kernel.btf import vmlinux_has_type
     if not vmlinux_has_type("btf_trace_sock_recv_length"):
         pytest.skip("sock:sock_recv_length is Linux 6.3+")
     monkeypatch.setenv(REFUSE_ENV, "ft_udp_recvmsg_exit,ft_udpv6_recvmsg_exit")

@@ -14,7 +14,8 @@ from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.model.flowspec import FlowSpec
-from steer.kernel.gateway import BPFFS, prog_test_run
+from steer.kernel.links import prog_test_run
+from steer.kernel.mounts import BPFFS
 from steer.experiment.lab import Lab, LabFlow
 from steer.steering.xdp import load_unattached, pin_root
 from steer.model.topology import read_topology
@@ -530,7 +531,7 @@ def test_a_namespace_named_with_separators_pins_and_resets_as_itself(no_pins):
 
 
 def test_steer_mounts_its_own_bpffs_private_to_root(tmp_path):
-    from steer.kernel.gateway import ensure_bpffs
+    from steer.kernel.mounts import ensure_bpffs
     mnt = tmp_path / "bpf"
     ensure_bpffs(str(mnt))
     try:

@@ -3,7 +3,7 @@ import os
 import re
 import time
 
-from steer.kernel.gateway import ensure_tracefs
+from steer.kernel.mounts import ensure_tracefs
 
 
 class TraceEvents:

@@ -272,8 +272,9 @@ def test_demo_refuses_a_cpu_that_does_not_exist():
 @live
 def test_bpffs_is_mounted_when_missing(tmp_path):
     """ensure_bpffs mounts a bpffs where there is none (in a private mount namespace here)."""
-    code = ("import sys; from steer.kernel.gateway import ensure_bpffs, _fs_magic, _BPF_FS_MAGIC; "
-            f"p = ensure_bpffs('{tmp_path}/bpf'); assert _fs_magic(p) == _BPF_FS_MAGIC; "
+    code = ("import sys; from steer.kernel.mounts import ensure_bpffs, BPF_FS_MAGIC; "
+            "from steer.kernel.libc import fs_magic; "
+            f"p = ensure_bpffs('{tmp_path}/bpf'); assert fs_magic(p) == BPF_FS_MAGIC; "
             f"ensure_bpffs('{tmp_path}/bpf'); print('ok')")
     r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", code],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))

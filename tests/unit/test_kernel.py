@@ -1,4 +1,4 @@
-"""The kernel gateway's own behaviour where it needs no privileges: a stop request that arrives
+"""The kernel package's own behaviour where it needs no privileges: a stop request that arrives
 while libbpf is calling back into Python is not lost (steer.kernel.signals)."""
 import os
 import signal
@@ -10,7 +10,7 @@ import pytest
 
 from helpers import ROOT
 from steer.kernel import signals as interrupts
-from steer.kernel import gateway as kernel
+from steer.kernel import errors, libbpf
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
@@ -33,8 +33,8 @@ def test_a_stop_signal_inside_libbpfs_print_callback_is_raised_when_libbpf_retur
     """Ctrl-C or SIGTERM whose handler runs while libbpf is in steer's print callback (a program
     load prints hundreds of lines) would be dropped by ctypes, and the process would run on with
     its tracer attached: the libbpf call raises the KeyboardInterrupt when it returns."""
-    lib = kernel._libbpf()
-    real = kernel._libc
+    lib = libbpf.libbpf()
+    real = libbpf.libc
 
     class SignalledLibc:
         """The signal comes in the callback: its handler runs at the callback's next bytecode."""
@@ -43,7 +43,7 @@ def test_a_stop_signal_inside_libbpfs_print_callback_is_raised_when_libbpf_retur
             return real.vsnprintf(*args)
 
     old = signal.signal(signal.SIGUSR1, handler)
-    monkeypatch.setattr(kernel, "_libc", SignalledLibc())
+    monkeypatch.setattr(libbpf, "libc", SignalledLibc())
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)   # where ctypes reports a drop
     try:
@@ -54,7 +54,7 @@ def test_a_stop_signal_inside_libbpfs_print_callback_is_raised_when_libbpf_retur
     assert not unraisable
     monkeypatch.undo()
     assert _open_missing(lib, tmp_path) is None   # raised once, not again
-    assert any("missing.bpf.o" in line for line in kernel._libbpf_log)
+    assert any("missing.bpf.o" in line for line in errors.libbpf_log)
 
 
 def test_interrupt_raises_outside_a_callback_and_holds_inside_one():
@@ -169,12 +169,12 @@ def test_dropping_privileges_checks_the_ids_the_process_ends_with():
     """A setresuid() that changes nothing (a seccomp filter can make it return 0) must not leave
     the exporter root while it says it is nobody: the ids are read back."""
     code = ("import os\n"
-            "from steer.kernel import gateway\n"
+            "from steer.kernel import errors, privileges\n"
             "os.setresuid = lambda *ids: None\n"
             "try:\n"
-            "    gateway.drop_privileges((65534, 65534))\n"
+            "    privileges.drop_privileges((65534, 65534))\n"
             "    print('dropped', os.getresuid())\n"
-            "except gateway.KernelError as e:\n"
+            "except errors.KernelError as e:\n"
             "    print('refused:', e)\n")
     r = _python(code)
     assert r.stdout.startswith("refused: switching to uid 65534, gid 65534: the process has uids "

@@ -1,0 +1,118 @@
+"""Network namespaces: entering one (a thread, for good or there and back), finding them all, and
+another namespace's sysfs, mounted by a child process."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import tempfile
+
+from steer.kernel.errors import KernelError
+from steer.kernel.libc import MNT_DETACH, MS_PRIVATE, MS_REC, libc, mount, syscall
+
+CLONE_NEWNET = 0x40000000
+
+
+def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
+    """Move the calling thread into a namespace (os.setns arrived only in Python 3.12)."""
+    rc = syscall("setns", ctypes.c_int(fd), ctypes.c_int(nstype))
+    if rc < 0:
+        err = ctypes.get_errno()
+        raise KernelError(f"setns: {os.strerror(err)}", err)
+
+
+def enter_netns(path: str) -> None:
+    """The calling thread into the network namespace at PATH for good: in a child before exec,
+    or in one that exits after its work (netns_of goes there and back)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise KernelError(f"network namespace {path}: {e.strerror}", e.errno) from None
+    try:
+        setns(fd, CLONE_NEWNET)
+    finally:
+        os.close(fd)
+
+
+CLONE_NEWNS = 0x00020000
+
+
+def call_with_netns_sysfs(ns_path: str | None, fn, *args):
+    """fn(sysfs_root, *ARGS) where sysfs_root shows the devices of the network namespace at
+    NS_PATH (None: this one, /sys). sysfs shows the namespace of whoever mounts it, so another
+    namespace's sysfs is mounted by a child process, in a mount namespace of its own that dies
+    with it; FN's result must be JSON, and its exception comes back as a KernelError."""
+    if not ns_path:
+        return fn("/sys", *args)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            enter_netns(ns_path)
+            if libc.unshare(CLONE_NEWNS) != 0:
+                raise KernelError(f"unshare: {os.strerror(ctypes.get_errno())}")
+            mount("none", "/", None, MS_REC | MS_PRIVATE)   # nothing leaks to the host
+            mnt = tempfile.mkdtemp(prefix="steer-sysfs-")
+            try:
+                mount("sysfs", mnt, "sysfs")
+                out = fn(mnt, *args)
+                libc.umount2(mnt.encode(), MNT_DETACH)
+            finally:
+                os.rmdir(mnt)
+            os.write(w, json.dumps({"ok": out}).encode())
+            code = 0
+        except BaseException as e:   # noqa: BLE001 - reported to the parent as one line
+            os.write(w, json.dumps({"error": str(e)}).encode())
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    reply = json.loads(data or b'{"error": "the child process died"}')
+    if "error" in reply:
+        raise KernelError(reply["error"])
+    return reply["ok"]
+
+
+def network_namespaces(proc: str = "/proc") -> list[str]:
+    """A path to each network namespace some process is in (/proc/PID/ns/net, one per namespace),
+    the caller's first; processes that go away while we look are passed over."""
+    seen: dict[tuple[int, int], str] = {}
+    own = f"{proc}/thread-self/ns/net"
+    for path in [own] + [f"{proc}/{p}/ns/net" for p in os.listdir(proc) if p.isdigit()]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        seen.setdefault((st.st_dev, st.st_ino), path)
+    return list(seen.values())
+
+
+class netns_of:
+    """Context manager: the calling thread in the network namespace at PATH, then back."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+
+    def __enter__(self):
+        if not self.path:
+            return self
+        self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
+            enter_netns(self.path)
+        except KernelError:
+            os.close(self._home)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.path:
+            try:
+                setns(self._home, CLONE_NEWNET)
+            finally:
+                os.close(self._home)

@@ -1,0 +1,96 @@
+"""perf events (a counter per CPU, or a clock that runs a BPF program) and the kernel's text
+addresses from kallsyms, which sampled timing matches its samples against."""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from dataclasses import dataclass
+
+from steer.kernel.errors import KernelError
+from steer.kernel.libc import syscall
+
+
+# perf_event_open: the fields up to config1 (PERF_ATTR_SIZE_VER0, 64 bytes) are all steer sets
+class _PerfEventAttr(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+                ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+                ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64),
+                ("wakeup_events", ctypes.c_uint32), ("bp_type", ctypes.c_uint32),
+                ("config1", ctypes.c_uint64)]
+
+
+PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE = 0, 1
+PERF_COUNT_HW_CPU_CYCLES = 0
+PERF_COUNT_HW_INSTRUCTIONS = 1
+PERF_COUNT_HW_CACHE_REFERENCES = 2  # the generic "LLC reference" (LONGEST_LAT_CACHE.REFERENCE on Intel)
+PERF_COUNT_HW_CACHE_MISSES = 3     # the generic "LLC miss" event (LONGEST_LAT_CACHE.MISS on Intel)
+_PERF_FORMAT_TOTAL_TIMES = 1 | 2   # TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING
+PERF_COUNT_SW_CPU_CLOCK = 0
+_PERF_FLAG_FD_CLOEXEC = 1 << 3
+
+
+
+@dataclass
+class PerfCounter:
+    """One counting perf event per CPU, kept open for as long as the map refers to them."""
+    cpu: int
+    fd: int
+
+    @staticmethod
+    def open(ptype: int, config: int, cpu: int, sample_period: int = 0) -> "PerfCounter":
+        """A counter on CPU; with SAMPLE_PERIOD, one that overflows every that many events (for
+        cpu-clock: nanoseconds), to run a BPF program attached to it."""
+        attr = _PerfEventAttr(type=ptype, size=ctypes.sizeof(_PerfEventAttr), config=config,
+                              sample_period=sample_period,
+                              read_format=0 if sample_period else _PERF_FORMAT_TOTAL_TIMES)
+        fd = syscall("perf_event_open", ctypes.byref(attr), ctypes.c_int(-1), ctypes.c_int(cpu),
+                     ctypes.c_int(-1), ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise KernelError(f"perf_event_open on CPU {cpu}: {os.strerror(err)}", err)
+        return PerfCounter(cpu, fd)
+
+    def read(self) -> int:
+        """A counting event's count since it was opened, scaled up for the time it was not on
+        the PMU (the kernel multiplexes more events than the PMU has counters)."""
+        value, enabled, running = struct.unpack("QQQ", os.read(self.fd, 24))
+        return value if running in (0, enabled) else int(value * enabled / running)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def kernel_text_ranges(names: list[list[str]], path: str = "/proc/kallsyms") -> list[tuple[int, int]]:
+    """[start, end) of the first of each group of NAMES that the running kernel has ((0, 0): none
+    of them), from kallsyms: a function ends where the next text symbol begins. Addresses read as 0
+    without CAP_SYSLOG (kptr_restrict): that raises, since nothing could be matched."""
+    wanted = {n: gi for gi, group in enumerate(names) for n in group}
+    found: dict[str, int] = {}
+    pending: list[str] = []   # symbols found, waiting for the next address as their end
+    ends: dict[str, int] = {}
+    with open(path) as f:
+        for line in f:
+            addr, kind, name = line.split(maxsplit=3)[:3]
+            if kind not in "tTwW":
+                continue
+            a = int(addr, 16)
+            for p in pending:
+                if a > found[p]:
+                    ends[p] = a
+            pending = [p for p in pending if p not in ends]
+            if name in wanted and name not in found:
+                if a == 0:
+                    raise KernelError("/proc/kallsyms shows no addresses (kptr_restrict): "
+                                      "sampled timing needs CAP_SYSLOG, or run as root")
+                found[name] = a
+                pending.append(name)
+            if len(ends) == len(wanted):
+                break
+    out = []
+    for group in names:
+        hit = next((n for n in group if n in ends), None)
+        out.append((found[hit], ends[hit]) if hit else (0, 0))
+    return out
