@@ -13,21 +13,13 @@
  * around it gives the on-CPU time (segments split at sched_switch), minus the softirq time that
  * ran nested inside it, which the kernel side already counts.
  */
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
-#include <bpf/bpf_endian.h>
-#include "flowtrace.h"
-#include "protocols.bpf.h"
+#include "flowtrace/common.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* The programs and their helpers, by concern, in the order the compiler needs them (each part
- * says what it adds and what it costs; the hot paths are skb.bpf.h and sampling.bpf.h). One
- * object: the parts are included, not linked. */
-#include "flowtrace/maps.bpf.h"
-#include "flowtrace/account.bpf.h"
+/* The programs, by concern. Each part includes what it uses and compiles on its own
+ * (tests/artifacts/test_build.py); the hot paths are skb.bpf.h and sampling.bpf.h. One object:
+ * the parts are included, not linked. */
 #include "flowtrace/skb.bpf.h"
 #include "flowtrace/kthread.bpf.h"
 #include "flowtrace/softirq.bpf.h"

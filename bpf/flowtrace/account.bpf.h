@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* flowtrace, account: Accounting helpers every mode uses: this CPU's totals and context, the PMU counters'
  * current values, and the (flow, CPU) entry, created on first use. No program of its own. */
+#ifndef FT_ACCOUNT_BPF_H
+#define FT_ACCOUNT_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
 
 /* .rodata must hold the configuration alone (userspace writes it whole), so map keys are locals */
 static __always_inline struct ft_cpu_stats *totals(void)
@@ -80,3 +85,5 @@ static __always_inline int skb_counted_proto(__u8 proto)
 {
 	return cfg.skb_count & (proto == IPPROTO_TCP ? FT_COUNT_TCP : FT_COUNT_UDP);
 }
+
+#endif /* FT_ACCOUNT_BPF_H */

@@ -2,6 +2,12 @@
 /* flowtrace, arrival: The arrival CPU: device interrupt handlers (a program pair per handler run, none per
  * packet) and NAPI polls (one program per poll, ~67 ns here: a NIC's poll takes in up to 64
  * packets, a veth's backlog about one). Every mode. */
+#ifndef FT_ARRIVAL_BPF_H
+#define FT_ARRIVAL_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
 
 /* Device interrupt handlers per CPU: where a NIC queue's interrupt lands is the arrival CPU, the
  * third CPU of a flow besides its softirq's and its reader's. One program pair per handler run,
@@ -82,3 +88,5 @@ int BPF_PROG(ft_napi_poll, struct napi_struct *napi, int work, int budget)
 	v->full_polls += full;
 	return 0;
 }
+
+#endif /* FT_ARRIVAL_BPF_H */

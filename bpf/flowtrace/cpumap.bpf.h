@@ -2,6 +2,13 @@
 /* flowtrace, cpumap: Steered flows: generic XDP's redirect (so that a redirected skb is not counted twice)
  * and the cpumap kthread's batches, bracketed as a softirq is. A program per redirect and one
  * per batch. */
+#ifndef FT_CPUMAP_BPF_H
+#define FT_CPUMAP_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
+#include "kthread.bpf.h"
 
 /* generic XDP runs inside netif_receive_skb, after the event above: when it redirects that skb to
  * a cpumap, the stack work happens on the target CPU, which counts the skb in its own pass */
@@ -61,3 +68,5 @@ int BPF_PROG(ft_xdp_cpumap_enqueue, int map_id, unsigned int processed, unsigned
 		tot->cpumap_enqueue_drops += drops;
 	return 0;
 }
+
+#endif /* FT_CPUMAP_BPF_H */

@@ -2,6 +2,12 @@
 /* flowtrace, drops: Received skbs the kernel drops, per flow and CPU, with the latest reason (skb:kfree_skb,
  * 5.17+). One program per freed skb of any kind; it returns at once for the consumed ones and
  * for skbs that were never received (~0.8 us per counted drop here). */
+#ifndef FT_DROPS_BPF_H
+#define FT_DROPS_BPF_H
+
+#include "common.bpf.h"
+#include "account.bpf.h"
+#include "skb.bpf.h"
 
 /* Received skbs the kernel drops (a full socket buffer, a bad checksum, no socket, a netfilter
  * rule...), per flow and per CPU, with the reason of the latest: NDM'13 reads a starved same-core
@@ -55,3 +61,5 @@ int BPF_PROG(ft_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_re
 	st->last_seen_ns = bpf_ktime_get_ns();
 	return 0;
 }
+
+#endif /* FT_DROPS_BPF_H */

@@ -2,6 +2,12 @@
 /* flowtrace, kthread: Charging a CPU's receive context: an interval [mark, now] to the current flow or to the
  * unattributed rest, and the receive kthreads (cpumap, threaded NAPI) told apart by name.
  * Exact timing's core; no program of its own. */
+#ifndef FT_KTHREAD_BPF_H
+#define FT_KTHREAD_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
 
 /* close the interval [mark, now] of this CPU's receive context: charge it to the current flow,
  * whose entry the caller may have looked up already (KNOWN) */
@@ -103,3 +109,5 @@ static __always_inline void close_kthread(struct cpu_state *s, struct ft_cpu_sta
 	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now(), 0);
 	s->ctx = CTX_NONE;
 }
+
+#endif /* FT_KTHREAD_BPF_H */

@@ -3,6 +3,10 @@
  * the flow map ((flow, CPU) -> ft_flow_stats, LRU, --max-flows), per-CPU totals and receive
  * context, the PMU counter arrays, the readers' task storage. Costs memory only: about 300
  * bytes per (flow, CPU) entry. */
+#ifndef FT_MAPS_BPF_H
+#define FT_MAPS_BPF_H
+
+#include "common.bpf.h"
 
 #define NET_RX_SOFTIRQ	3	/* enum in include/linux/interrupt.h; stable since 2.6 */
 #define AF_INET		2
@@ -170,3 +174,5 @@ struct {
 	__type(key, int);
 	__type(value, struct recv_state);
 } readers SEC(".maps");
+
+#endif /* FT_MAPS_BPF_H */

@@ -3,6 +3,14 @@
  * packets, and the interval since the previous skb charged to the previous flow. A header parse,
  * a map lookup and a clock read per skb: the largest per-packet cost steer has (bench.event_cost,
  * exact). */
+#ifndef FT_RECEIVE_BPF_H
+#define FT_RECEIVE_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
+#include "skb.bpf.h"
+#include "kthread.bpf.h"
 
 /* the bytes and wire packets of SKB, whose transport payload is PAYLOAD bytes, into its entry */
 static __always_inline void count_payload(struct ft_flow_stats *st, struct sk_buff *skb,
@@ -73,3 +81,5 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	count_payload(st, skb, payload);
 	return 0;
 }
+
+#endif /* FT_RECEIVE_BPF_H */

@@ -2,6 +2,13 @@
 /* flowtrace, recvmsg: The reader's side, a program per receive call (--app-hook tracepoint, fexit, kprobe; UDP
  * in the sampled mode where fexit loads): sock_recv_length (6.3+), else the exit of tcp_recvmsg
  * and udp(v6)_recvmsg. Bytes, calls and the reader's CPU at each read. */
+#ifndef FT_RECVMSG_BPF_H
+#define FT_RECVMSG_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
+#include "sock.bpf.h"
 
 /* one receive call returned RET bytes (or an error) from SK to the current thread */
 static __always_inline void on_receive(struct sock *sk, int ret, int flags, int sk_storage)
@@ -170,3 +177,5 @@ int BPF_KRETPROBE(ft_udpv6_recvmsg_return, int ret)
 	recv_call_exit(ret);
 	return 0;
 }
+
+#endif /* FT_RECVMSG_BPF_H */

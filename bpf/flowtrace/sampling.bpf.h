@@ -1,5 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* flowtrace, sampling: the default mode (see the block below). */
+#ifndef FT_SAMPLING_BPF_H
+#define FT_SAMPLING_BPF_H
+
+#include "common.bpf.h"
+#include "stack.bpf.h"
+#include "profile.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
+#include "skb.bpf.h"
+#include "kthread.bpf.h"
+#include "receive.bpf.h"
+#include "sock.bpf.h"
+#include "syscall.bpf.h"
 
 /* ---- sampled timing ------------------------------------------------------------------------
  * A cpu-clock perf event per CPU fires every period; ft_sample charges that period to what the
@@ -12,11 +25,11 @@
  * scheduler's account of it (sum_exec_runtime), not for one nominal period: a timer that fires
  * late (interrupts off, or a virtual CPU woken late from a halt, where the kernel forwards the
  * timer and drops the periods it missed) would otherwise lose that time, and a task that shares
- * its CPU with others would be charged theirs. But never for more than the time since the
- * previous sample on its CPU: where tasks take turns on a busy CPU, a task's run time since its
- * own previous sample spans periods that other tasks' samples stand for, and charging all of it
- * to where this one sample landed only adds noise (a busy CPU is sampled every period, so one
- * period each is the unbiased count there). A sample taken on the idle task's stack (a softirq
+ * its CPU with others would be charged theirs. But never for more than SAMPLE_WEIGHT_CPU_PERIODS
+ * (4) times the time since the previous sample on its CPU: where tasks take turns on a busy
+ * CPU, a task's run time since its own previous sample spans periods that other tasks' samples
+ * stand for, and charging all of it to where this one sample landed only adds noise (a busy CPU
+ * is sampled every period, so one period each is the unbiased count there). A sample taken on the idle task's stack (a softirq
  * on an idle CPU) stands for one period.
  * sum_exec_runtime is brought up to date only at scheduler events (a tick, a switch, a wake-up),
  * so a sample reads it late by up to a tick, and by how much depends on the context: receive
@@ -136,17 +149,6 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 	return 0;
 }
 
-/* frames of the interrupted kernel stack looked at: net_rx_action sits ~15-25 frames below the
- * deepest TCP function, and a softirq that interrupted a syscall adds the syscall's frames below */
-#define FT_STACK_DEPTH	24
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64[FT_STACK_DEPTH]);
-} stack_scratch SEC(".maps");
-
 #define WHERE_TASK	0	/* none of the ranges below: task context (or hardirq, idle) */
 #define WHERE_NET_RX	1
 #define WHERE_SOFTIRQ	2	/* a softirq other than NET_RX */
@@ -159,20 +161,6 @@ struct {
 static __always_inline int in_text(__u64 ip, int which)
 {
 	return ip >= cfg.text[which][0] && ip < cfg.text[which][1];
-}
-
-/* the interrupted kernel stack, innermost frame first, in this CPU's scratch: its frame count
- * (0 where it could not be taken) */
-static __always_inline long sampled_frames(struct bpf_perf_event_data *ctx, __u64 **ips)
-{
-	__u32 zero = 0;
-	long n;
-
-	*ips = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!*ips)
-		return 0;
-	n = bpf_get_stack(ctx, *ips, FT_STACK_DEPTH * sizeof(__u64), 0);
-	return n > 0 ? n / sizeof(__u64) : 0;
 }
 
 /* the innermost of net_rx_action / threaded NAPI / softirq handling on the interrupted stack.
@@ -304,101 +292,6 @@ static __always_inline int current_recv_flow(struct ft_flow_key *k)
 	return sock_flow(BPF_CORE_READ(sock, sk), k);
 }
 
-/* steer profile: the category ranges of kernel text (sized by userspace: 1 entry when not
- * profiling) and the samples per (flow, CPU, side, category) */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ft_text_category);
-} profile_text SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1);
-	__type(key, struct ft_profile_key);
-	__type(value, struct ft_profile_value);
-} profile SEC(".maps");
-
-/* 2^FT_SEARCH_STEPS ranges at most: a distribution kernel with its modules has ~100k functions,
- * merged into far fewer ranges */
-#define FT_SEARCH_STEPS	20
-
-/* the category of the range that IP falls in: a binary search for the last start <= ip */
-static __always_inline __u32 text_category(__u64 ip)
-{
-	__u32 lo = 0, hi = cfg.profile_ranges, mid, j;
-	struct ft_text_category *e;
-
-	for (j = 0; j < FT_SEARCH_STEPS; j++) {
-		if (lo + 1 >= hi)
-			break;
-		mid = lo + (hi - lo) / 2;
-		e = bpf_map_lookup_elem(&profile_text, &mid);
-		if (!e)
-			return FT_CATEGORY_NONE;
-		if (e->start <= ip)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	e = bpf_map_lookup_elem(&profile_text, &lo);
-	return e && e->start <= ip ? e->category : FT_CATEGORY_NONE;
-}
-
-/* the category of the sampled kernel stack: its innermost frame with one (Cai et al. charge a
- * sample to the function it landed in; a helper without a rule, such as a usercopy check, is
- * charged to the caller that has one) */
-static __always_inline __u32 stack_category(struct bpf_perf_event_data *ctx)
-{
-	__u64 *ips;
-	long n = sampled_frames(ctx, &ips);
-	__u32 c;
-	int i;
-
-	if (!n)
-		return FT_CATEGORY_OTHER;
-	for (i = 0; i < FT_STACK_DEPTH; i++) {
-		if (i >= n)
-			break;
-		c = text_category(ips[i]);
-		if (c != FT_CATEGORY_NONE)
-			return c;
-	}
-	return FT_CATEGORY_OTHER;
-}
-
-static __always_inline void profile_sample(struct bpf_perf_event_data *ctx,
-					   const struct ft_flow_key *flow, __u32 cpu, __u32 side,
-					   __u64 weight)
-{
-	struct ft_profile_key pk = {};
-	struct ft_profile_value *v, fresh = {};
-
-	if (flow)
-		__builtin_memcpy(&pk.flow, flow, sizeof(pk.flow));
-	pk.cpu = cpu;
-	pk.side = side;
-	pk.category = stack_category(ctx);
-	v = bpf_map_lookup_elem(&profile, &pk);
-	if (!v) {
-		/* a full map (PROFILE_ENTRIES in tracer.py: 32768 counts of (flow, CPU, side,
-		 * category)) drops the sample, and counts it */
-		bpf_map_update_elem(&profile, &pk, &fresh, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&profile, &pk);
-		if (!v) {
-			struct ft_cpu_stats *tot = totals();
-
-			if (tot)
-				tot->profile_map_full++;
-			return;
-		}
-	}
-	/* only this CPU writes an entry with its number in the key, and a sample does not nest */
-	v->samples++;
-	v->ns += weight;
-}
-
 /* One side's PMU deltas since the previous sample, added to a flow's or a CPU's figures (both
  * name them alike): SIDE is kernel or app. */
 #define ADD_EVENTS(x, side, dllc, dev)						\
@@ -509,3 +402,5 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	st->last_seen_ns = s->clock_ns;
 	return 0;
 }
+
+#endif /* FT_SAMPLING_BPF_H */

@@ -3,6 +3,11 @@
  * its network and transport headers parsed with probe reads (Ethernet is not needed: the
  * network header is set by now), and the hint the sampler reads later. No program of its own;
  * the parse is the most expensive step of the per-skb programs that call it. */
+#ifndef FT_SKB_BPF_H
+#define FT_SKB_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
 
 /* Where a flow's packets come in (device, namespace, RX queue, NAPI instance), for its NIC's
  * locality. The fields that depend on the kernel's configuration are read through flavours that
@@ -241,3 +246,5 @@ static __always_inline int hint_flow(struct cpu_state *s, struct ft_flow_key *k)
 	return headers_flow((unsigned char *)h->data, h->len, h->headlen, bpf_ntohs(h->proto), k,
 			    &payload);
 }
+
+#endif /* FT_SKB_BPF_H */

@@ -3,6 +3,13 @@
  * connection opens (inet_sock_set_state: once per connection), flushed into the flow map at each
  * read of the maps (the iterator over the storage, or a walk of iter/tcp where the kernel refuses
  * it), at TCP_CLOSE and when the socket is destroyed. Nothing runs per packet or per read. */
+#ifndef FT_SOCK_BPF_H
+#define FT_SOCK_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
+#include "skb.bpf.h"
 
 /* fold v4-mapped IPv6 sockets (an IPv6 listener accepting IPv4) into IPv4 keys, as the packets
  * carry them. Probe reads, not direct access: the kprobe fallback hands in an untyped pointer. */
@@ -399,3 +406,5 @@ int ft_tcp_sockets(struct bpf_iter__tcp *ctx)
 				      state == TCP_CLOSING);
 	return 0;
 }
+
+#endif /* FT_SOCK_BPF_H */

@@ -1,6 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* flowtrace, softirq: Exact timing: the NET_RX softirq's entry and exit bracket each run. Two programs per
  * softirq (of any kind: they return at once for the others); a clock read each. */
+#ifndef FT_SOFTIRQ_BPF_H
+#define FT_SOFTIRQ_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
+#include "kthread.bpf.h"
 
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(ft_softirq_entry, unsigned int vec_nr)
@@ -52,3 +59,5 @@ int BPF_PROG(ft_softirq_exit, unsigned int vec_nr)
 	}
 	return 0;
 }
+
+#endif /* FT_SOFTIRQ_BPF_H */

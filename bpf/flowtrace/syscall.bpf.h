@@ -3,6 +3,13 @@
  * (raw sys_enter/sys_exit on every syscall of the host, and sched_switch to split the segments),
  * less the softirq time nested in them. This is what makes exact timing cost 1.6x on a trivial
  * syscall (bench.syscall_tax). */
+#ifndef FT_SYSCALL_BPF_H
+#define FT_SYSCALL_BPF_H
+
+#include "common.bpf.h"
+#include "maps.bpf.h"
+#include "account.bpf.h"
+#include "kthread.bpf.h"
 
 static __always_inline void segment_start(struct recv_state *r, struct ft_cpu_stats *tot, __u64 now)
 {
@@ -115,3 +122,5 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		segment_start(r, tot, now);
 	return 0;
 }
+
+#endif /* FT_SYSCALL_BPF_H */

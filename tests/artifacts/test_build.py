@@ -148,3 +148,21 @@ def test_unknown_arch_is_refused(tmp_path):
     r = subprocess.run(["make", "-s", "-C", ROOT, f"BUILD={tmp_path}/b", "UNAME_M=sparc64"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "unsupported architecture" in r.stderr
+
+
+FRAGMENTS = sorted(f for f in os.listdir(os.path.join(ROOT, "bpf", "flowtrace"))
+                   if f.endswith(".bpf.h"))
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS)
+def test_each_part_of_flowtrace_compiles_on_its_own(built, fragment, tmp_path):
+    """A part of flowtrace includes what it uses and guards itself: included alone, and twice,
+    it compiles (its unused helpers aside), so the parts need no order of inclusion."""
+    unit = tmp_path / "unit.c"
+    unit.write_text(f'#include "flowtrace/{fragment}"\n#include "flowtrace/{fragment}"\n')
+    arch = {"x86_64": "x86", "aarch64": "arm64"}[os.uname().machine]
+    r = subprocess.run(["clang", "-fsyntax-only", "-g", "-O2", "-Wall", "-Werror",
+                        "-Wno-unused-function", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",
+                        f"-I{ROOT}/build", f"-I{ROOT}/bpf", str(unit)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
