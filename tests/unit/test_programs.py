@@ -24,10 +24,23 @@ def states(p) -> dict[str, str]:
 
 
 def _flowtrace_source() -> str:
-    """bpf/flowtrace.bpf.c with its parts (bpf/flowtrace/*.bpf.h) included where it includes them."""
+    """bpf/flowtrace.bpf.c with its parts (bpf/flowtrace/*.bpf.h) included where the preprocessor
+    includes them: each once (they are guarded), a part's own includes first."""
     bpf = os.path.join(ROOT, "bpf")
-    return re.sub(r'^#include "(flowtrace/[\w.]+)"$', lambda m: open(os.path.join(bpf, m.group(1))).read(),
-                  open(os.path.join(bpf, "flowtrace.bpf.c")).read(), flags=re.M)
+    seen = set()
+
+    def expand(path: str) -> str:
+        def include(m):
+            name = m.group(1)
+            target = os.path.join(bpf, name) if name.startswith("flowtrace/") else \
+                os.path.join(os.path.dirname(path), name)
+            target = os.path.normpath(target)
+            if not os.path.exists(target) or target in seen:   # protocols.bpf.h: bpf/, kept out
+                return ""
+            seen.add(target)
+            return expand(target)
+        return re.sub(r'^#include "([\w./]+\.bpf\.h)"$', include, open(path).read(), flags=re.M)
+    return expand(os.path.join(bpf, "flowtrace.bpf.c"))
 
 
 def test_the_section_table_is_the_objects():
@@ -207,5 +220,6 @@ def test_the_tests_stand_in_for_a_refusing_kernel():
 def test_the_map_table_is_the_objects():
     src = _flowtrace_source()
     from steer.trace.programs import MAPS
-    assert tuple(re.findall(r'^\} (\w+) SEC\("\.maps"\);', src, re.M)) == MAPS
+    found = re.findall(r'^\} (\w+) SEC\("\.maps"\);', src, re.M)
+    assert sorted(found) == sorted(MAPS) and len(set(found)) == len(found), found
     assert forced_refusals("readers,ft_tcp_state") == {"readers", "ft_tcp_state"}
