@@ -31,6 +31,7 @@ COUNTERS = ("rx_bytes", "rx_packets", "rx_skbs", "redirected_skbs", "kernel_ns",
 # a delta in any of these makes a flow part of an interval (build_snapshot's test; the arrays of
 # steer.model.ledger and steer.model.busyflows apply the same)
 ACTIVITY = ("rx_bytes", "rx_skbs", "app_calls", "kernel_ns", "kthread_ns", "app_ns", "rx_drops")
+_ACTIVE = attrgetter(*ACTIVITY)   # a delta's ACTIVITY figures at once, per changed entry
 
 
 # FlowCpuSample's fields in order, all read at once, and where its counters are among them
@@ -536,7 +537,7 @@ def _interval_parts(before: TraceSample | None,
         if a is b:
             continue   # the tracer hands back the same object for an entry that did not change
         d = _delta(a, b)
-        if any(getattr(d, name) for name in ACTIVITY):
+        if any(_ACTIVE(d)):
             per_flow[d.flow].append(d)
     for fid in [f for f in per_flow if _is_wildcard(f)]:
         peers = [f for f in per_flow if not _is_wildcard(f) and
