@@ -14,7 +14,7 @@ import sys
 from steer import __version__
 from steer.cli import demo, export, observe, steering, sweep
 from steer.cli.common import (EXIT_ERROR, EXIT_USAGE, HelpFormatter, Parser, UsageError,
-                              UserError, check_tracer_options, interrupted_status, sigterm)
+                              check_tracer_options, interrupted_status, sigterm)
 from steer.kernel.signals import handle_sigint
 
 

@@ -43,6 +43,7 @@ EXTRA_HEADERS = {"Strict-Transport-Security": None, "X-Content-Type-Options": ("
 # and digest in bcrypt's base64 (a malformed one would fail at the first login, in a worker)
 BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 QUEUED_PER_WORKER = 4           # requests that wait for a worker; beyond that they are answered 503
+CHECKERS = 1                    # threads that check passwords not seen before (bcrypt), beside the workers
 IDLE_TIMEOUT = 90.0             # a kept-alive connection with no request begun (Go's client's own)
 MAX_CONNECTIONS = 512           # open at once; a new one closes the one the loop has held longest
 MAX_HEAD = 16384                # a request's line and headers
@@ -188,8 +189,9 @@ class BasicAuth:
     """Checks Authorization headers against bcrypt hashes. bcrypt takes tens of milliseconds by
     design, so a password that passed is remembered (as its SHA-256, a bounded number of them),
     as the toolkit does, and one is checked at a time: while one is, allows() answers None at
-    once (the request gets a 503), so that wrong passwords by the hundred a second take one
-    worker, not all of them, and scrapers whose password passed before are served throughout.
+    once (the request gets a 503). The server sends a password not seen before to its own
+    checker thread, not to the scrape workers, so that wrong passwords by the hundred a second
+    take that thread only and scrapers whose password passed before are served throughout.
     An unknown user costs as much as a known one."""
 
     CACHE = 64
@@ -204,7 +206,8 @@ class BasicAuth:
         self._checking = threading.Lock()
 
     @staticmethod
-    def _credentials(header: str | None) -> tuple[str, str] | None:
+    def credentials(header: str | None) -> tuple[str, str] | None:
+        """HEADER's (user, password), or None: no basic credentials in it."""
         if not header or not header.startswith("Basic "):
             return None
         try:
@@ -219,7 +222,7 @@ class BasicAuth:
 
     def remembered(self, header: str | None) -> bool:
         """HEADER's password passed before (no bcrypt)."""
-        cred = self._credentials(header)
+        cred = self.credentials(header)
         if cred is None:
             return False
         digest = self._digest(*cred)
@@ -228,7 +231,7 @@ class BasicAuth:
 
     def allows(self, header: str | None) -> bool | None:
         """Whether HEADER's user and password are right; None: another check is running."""
-        cred = self._credentials(header)
+        cred = self.credentials(header)
         if cred is None:
             return False
         if self.remembered(header):
@@ -309,6 +312,31 @@ class _Connection:
         return min(ends) if ends else -1
 
 
+class _Head:
+    """What the event loop reads of a request's line and headers to answer it without a worker;
+    a malformed one is a worker's (BaseHTTPRequestHandler's 400) unless basic auth answers it
+    first."""
+
+    def __init__(self, head: bytes):
+        lines = head.split(b"\n")
+        request = lines[0].rstrip(b"\r").split(b" ")
+        fields = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if sep:
+                fields.setdefault(name.strip().lower(), value.strip())
+        self.method = request[0]
+        version = request[2] if len(request) == 3 else b""
+        value = fields.get(b"authorization")
+        self.authorization = value.decode("latin-1") if value is not None else None
+        self.healthy = (len(request) == 3 and self.method in (b"GET", b"HEAD")
+                        and request[1] == b"/-/healthy" and version in (b"HTTP/1.0", b"HTTP/1.1"))
+        # a body would be read as the next request: the connection ends after the reply
+        bodiless = b"transfer-encoding" not in fields and fields.get(b"content-length", b"0") == b"0"
+        self.keep_alive = (version == b"HTTP/1.1" and bodiless
+                           and fields.get(b"connection", b"").lower() != b"close")
+
+
 _LISTENER, _WAKE = object(), object()
 
 
@@ -322,7 +350,9 @@ class ExporterServer:
     connects and waits, sends a byte at a time, or keeps its connection open between scrapes
     holds no worker, only one of MAX_CONNECTIONS slots (a new connection takes the slot of the
     one the loop has held longest). /-/healthy is answered by the loop itself, so a probe is
-    never queued behind a collection."""
+    never queued behind a collection; with basic auth, so is a request without credentials (401),
+    and a password not seen before goes to CHECKERS threads of its own (503 at once while they
+    are busy): only a request whose password passed before waits for a worker."""
 
     def __init__(self, render: Callable[[], bytes], addresses: list[tuple[str, int]],
                  web: WebConfig | None = None, workers: int = DEFAULT_WORKERS,
@@ -336,6 +366,7 @@ class ExporterServer:
         self.served = (web, BasicAuth(web.users) if web and web.users else None)
         self._socks: list[socket.socket] = []
         self._queue: queue.Queue = queue.Queue(maxsize=workers * QUEUED_PER_WORKER)
+        self._checks: queue.Queue = queue.Queue(maxsize=CHECKERS)   # passwords not seen before
         self._held: set[_Connection] = set()      # by the loop
         self._active: set[_Connection] = set()    # by a worker
         self._back: list[_Connection] = []       # handed back by the workers, for the loop
@@ -346,7 +377,7 @@ class ExporterServer:
         self._wake_w.setblocking(False)   # a worker never waits on a wake-up
         self._sel = selectors.DefaultSelector()
         self._looping: threading.Thread | None = None
-        self.refused = 0   # requests answered 503 at once: every worker busy and the queue full
+        self.refused = 0   # requests answered 503 at once: every worker (or checker) busy, the queue full
         self.evicted = 0   # connections closed to make room for a new one
 
     def bind(self) -> "ExporterServer":
@@ -383,7 +414,9 @@ class ExporterServer:
         self._spawn(self._loop)
         self._looping = self._threads[-1]
         for _ in range(self.workers):
-            self._spawn(self._work)
+            self._spawn(self._work, self._queue)
+        for _ in range(CHECKERS):
+            self._spawn(self._work, self._checks)
         return self
 
     def _spawn(self, fn, *args) -> None:
@@ -404,11 +437,12 @@ class ExporterServer:
                 s.close()
             return
         self._wake()
-        for _ in range(self.workers):
-            try:
-                self._queue.put_nowait(None)
-            except queue.Full:
-                break   # the workers see the stop after their connection
+        for lane, threads in ((self._queue, self.workers), (self._checks, CHECKERS)):
+            for _ in range(threads):
+                try:
+                    lane.put_nowait(None)
+                except queue.Full:
+                    break   # the threads see the stop after their connection
         with self._lock:
             for c in self._active:
                 _shutdown(c.sock)
@@ -465,7 +499,8 @@ class ExporterServer:
                 if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     self._evict()   # out of descriptors: the eldest waiting connection goes
                 return
-            if len(self._held) + len(self._active) + self._queue.qsize() >= self.max_connections:
+            queued = self._queue.qsize() + self._checks.qsize()
+            if len(self._held) + len(self._active) + queued >= self.max_connections:
                 self._evict()
             now = time.monotonic()
             sock.setblocking(False)
@@ -557,23 +592,32 @@ class ExporterServer:
             self._drop(c)
 
     def _dispatch(self, c: _Connection, registered: bool = True) -> None:
-        """C has a whole request: /-/healthy answered here, the rest to a worker."""
-        line = c.buf.split(b"\n", 1)[0].rstrip(b"\r").split(b" ")
-        if len(line) == 3 and line[0] in (b"GET", b"HEAD") and line[1] == b"/-/healthy" \
-                and line[2] in (b"HTTP/1.0", b"HTTP/1.1") and self._allowed_here(c):
-            end = c.head_end()
-            keep = line[2] == b"HTTP/1.1" and b"connection: close" not in c.buf[:end].lower()
-            c.buf = c.buf[end:]
+        """C has a whole request: what needs no worker answered here (each request of a
+        pipeline in turn), a password not seen before to the checker, the rest to a worker."""
+        while True:
+            head = _Head(c.buf[:c.head_end()])
+            known = c.auth is None or c.auth.remembered(head.authorization)
+            if c.auth is not None and BasicAuth.credentials(head.authorization) is None:
+                reply = (401, "Unauthorized", b"Unauthorized\n",
+                         {"WWW-Authenticate": 'Basic realm="steer"'})
+            elif head.healthy and known:
+                reply = (200, "OK", b"OK\n", {})
+            else:
+                break
+            code, reason, body, headers = reply
+            c.buf = c.buf[c.head_end():]
             if not registered:
                 self._hold(c)
-            self._answer(c, 200, "OK", close=not keep, body=b"" if line[0] == b"HEAD" else b"OK\n")
-            if keep and c in self._held:
-                now = time.monotonic()
-                c.idle, c.since = not c.buf, now
-                c.deadline = now + (self.timeout if c.buf else self.idle_timeout)
-                if c.head_end() >= 0:
-                    self._dispatch(c)
-            return
+                registered = True
+            self._answer(c, code, reason, close=not head.keep_alive,
+                         body=b"" if head.method == b"HEAD" else body, headers=headers)
+            if not (head.keep_alive and c in self._held):
+                return
+            now = time.monotonic()
+            c.idle, c.since = not c.buf, now
+            c.deadline = now + (self.timeout if c.buf else self.idle_timeout)
+            if c.head_end() < 0:
+                return
         if registered:
             self._held.discard(c)
             try:
@@ -582,30 +626,21 @@ class ExporterServer:
                 pass
         c.busy_since = time.monotonic()
         try:
-            self._queue.put_nowait(c)
+            (self._queue if known else self._checks).put_nowait(c)
         except queue.Full:
             self.refused += 1
             self._held.add(c)   # for _answer's _drop
-            self._answer(c, 503, "Service Unavailable", close=True, retry=True)
-
-    def _allowed_here(self, c: _Connection) -> bool:
-        """A health check without basic auth, or with a password already checked: answered by the
-        loop; any other is a worker's (its bcrypt is)."""
-        if c.auth is None:
-            return True
-        head = c.buf[:c.head_end()].split(b"\n")
-        for line in head[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"authorization":
-                return c.auth.remembered(value.strip().decode("latin-1"))
-        return False
+            why = b"" if known else b"Busy checking a password: try again\n"
+            self._answer(c, 503, "Service Unavailable", close=True, retry=True, body=why)
 
     def _answer(self, c: _Connection, code: int, reason: str, close: bool, body: bytes = b"",
-                retry: bool = False) -> None:
+                retry: bool = False, headers: dict | None = None) -> None:
         """A short reply from the loop, sent without waiting: one that does not fit the socket's
         buffer at once ends the connection."""
+        extra = headers or {}
         headers = [f"HTTP/1.1 {code} {reason}", "Server: steer", f"Content-Length: {len(body)}",
                    "Content-Type: text/plain; charset=utf-8"]
+        headers += [f"{k}: {v}" for k, v in extra.items()]
         if c.web:
             headers += [f"{k}: {v}" for k, v in c.web.headers.items()]
         if retry:
@@ -622,9 +657,9 @@ class ExporterServer:
 
     # the workers: a request read whole, answered
 
-    def _work(self) -> None:
+    def _work(self, lane: queue.Queue) -> None:
         while not self._stop.is_set():
-            c = self._queue.get()
+            c = lane.get()
             if c is None:
                 return
             with self._lock:

@@ -28,8 +28,8 @@ from steer.model.flowspec import FlowSpec
 from steer.model.flows import FlowReport, Intervals, Snapshot
 from steer.steering.policies import Decision, Policy, stack_cpu_of
 from steer.steering.expectations import Expectation, SweepExpectations
-from steer.steering.verdict import (CONFIDENCE, INCONCLUSIVE, KEPT, REVERTED, TOLERANCE, Figures,
-                                    Trial, Verdict, confirm, figures_of, judge)
+from steer.steering.verdict import (CONFIDENCE, INCONCLUSIVE, REVERTED, TOLERANCE, Figures,
+                                    Trial, confirm, figures_of, judge)
 from steer.model.topology import Topology, online_cpus, read_topology
 from steer.model.samples import FlowId
 

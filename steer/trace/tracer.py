@@ -27,7 +27,7 @@ from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HO
                                   UDP_READS_FALLBACK, Figure, Plan, PlanError,
                                   forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
-                            MAX_FLOWS_LIMIT, MAX_SAMPLE_HZ)
+                            MAX_SAMPLE_HZ)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
 from steer.model.flowarrays import FlowArrays
 from steer.model.topology import read_int

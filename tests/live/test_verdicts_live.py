@@ -17,8 +17,6 @@ import subprocess
 import time
 from datetime import datetime
 
-import pytest
-
 from helpers import CPU_A, CPU_B, ROOT, STEER, steer, two_cpus
 from witness import TraceEvents
 from bench.verdicts import mean_rate, median_rate

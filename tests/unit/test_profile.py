@@ -3,7 +3,6 @@ file, what the BPF search computes for a stack, and the profile built from the k
 The live checks (against the exact tracer, and Cai et al.'s data-copy finding) are in
 test_profile_live.py."""
 import json
-import struct
 import xml.etree.ElementTree as ET
 
 import pytest

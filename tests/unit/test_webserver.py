@@ -301,6 +301,59 @@ def test_wrong_passwords_take_one_check_at_a_time_and_a_known_scraper_is_served(
         s.close()
 
 
+def test_requests_without_a_known_password_never_wait_for_a_scrape_worker(tmp_path):
+    """The one worker held by a collection: requests with no credentials are answered 401 by
+    the loop (kept alive), a password not seen before is checked beside the workers (401), and
+    a known scraper's request still waits for the worker instead of finding its queue taken by
+    them. The old server queued all of them for the worker: 50 kept-alive clients without a
+    password, arriving together, filled its queue and a known scraper got 503."""
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4)).decode()
+    hold, collecting, blocking = threading.Event(), threading.Event(), threading.Event()
+
+    def render():
+        if blocking.is_set():
+            collecting.set()
+            hold.wait(10)
+        return BODY
+    s = _server(_config(tmp_path, f"basic_auth_users: {{prometheus: {hashed}}}\n"),
+                render=render, workers=1, timeout=5.0)
+
+    def auth(password):
+        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        return {"Authorization": "Basic " + token}
+    try:
+        assert _get(s.port, None, auth("right")) == (200, BODY)   # checked once, remembered
+        blocking.set()
+        token = auth("right")["Authorization"].encode()
+        known = []
+        for i in range(5):   # one collecting, four waiting for the worker
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: " + token + b"\r\n\r\n")
+            known.append(c)
+            if i == 0:
+                assert collecting.wait(5)
+        start = time.monotonic()
+        anonymous = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
+        for _ in range(20):
+            anonymous.request("GET", "/metrics")
+            r = anonymous.getresponse()
+            assert (r.status, r.getheader("WWW-Authenticate")) == (401, 'Basic realm="steer"')
+            r.read()
+        anonymous.close()
+        assert _get(s.port, None, auth("wrong"))[0] == 401
+        assert _get(s.port, None, {"Authorization": "Bearer x"})[0] == 401
+        assert time.monotonic() - start < 2.5   # behind the collection they would wait 5 s
+        assert s.refused == 0
+        hold.set()
+        for c in known:
+            c.settimeout(5)
+            assert c.recv(4096).startswith(b"HTTP/1.1 200")
+            c.close()
+    finally:
+        hold.set()
+        s.close()
+
+
 def test_concurrent_scrapes_share_one_collection():
     calls = []
 
