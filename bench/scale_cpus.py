@@ -31,7 +31,8 @@ from rich.console import Console
 
 from steer.model.flowarrays import FlowArrays
 from steer.model.flows import build_snapshot
-from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.model.topology import read_topology
 from steer.present.exporter import SteerCollector
 from steer.present.view import ViewState, screen
@@ -44,8 +45,8 @@ from fakes import FakeTracer  # noqa: E402  (the tests' stand-in tracer)
 from sysfs import epyc_2s, xeon_2s_smt  # noqa: E402  (and fixture machines)
 
 VM = os.path.join(ROOT, "tests", "support", "fixtures", "sysfs-vm-2cpu")
-CAPS = Capabilities("available", "available", "available", "unavailable: no PMU",
-                    timing="available (sampled: 99 Hz)", mode="sampled")
+CAPS = Capabilities(*[Figure(WORKS, "")] * 3, Figure(MISSING, "no PMU"),
+                    timing=Figure(WORKS, "sampled: 99 Hz"), mode="sampled")
 S = 1_000_000_000
 
 

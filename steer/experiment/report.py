@@ -12,7 +12,8 @@ from steer.model.flows import CpuReport, FlowReport, Snapshot
 from steer.steering.policies import llc_peer
 from steer.experiment.hostconfig import PAPERS_PRECONDITIONS
 from steer.model.topology import Topology, format_cpulist
-from steer.model.samples import Capabilities, FlowId
+from steer.model.capabilities import MISSING, Capabilities, Figure
+from steer.model.samples import FlowId
 from steer.model.units import figure
 
 # Two measurements of one 40 GbE TCP flow into a dual-socket 6-core Intel Sandy Bridge receiver, by
@@ -138,7 +139,7 @@ def llc_peer_choice(app_cpu: int, topo: Topology) -> tuple[int | None, str]:
                       app_bytes=10**9, app_calls=1, app_pid=None, app_comm=None,
                       llc_misses_kernel=None, llc_misses_app=None,
                       placement=Placement(SAME_CORE, True), kernel_cpus={}, app_cpus={})
-    caps = Capabilities("", "", "", "")
+    caps = Capabilities(*[Figure(MISSING, "")] * 4)
     snap = Snapshot(1.0, [flow], [CpuReport(c, 0, 0, 0, 0, 0, None, None) for c in topo.online],
                     caps, 0, 0, 0, 0, 0)
     d = llc_peer(snap, topo, min_rate=0)

@@ -8,7 +8,8 @@ from operator import attrgetter
 from steer.model.classify import Placement, classify
 from steer.model.irqs import DeviceIrq, queue_irq
 from steer.model.topology import Topology, nic_local, nic_sockets
-from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, TraceSample,
+from steer.model.capabilities import Capabilities
+from steer.model.samples import (CpuSample, FlowCpuSample, FlowId, NapiCounts, TraceSample,
                                  TraceSource)
 from steer.model.units import hit_ratio, per_gb
 from steer.model.workloads import Workload
@@ -552,8 +553,8 @@ def _interval_parts(before: TraceSample | None,
 def _flow_report(fid: FlowId, parts: list[FlowCpuSample], duration: float, topo: Topology,
                  caps: Capabilities, napi, placements: dict[tuple, Placement]) -> FlowReport:
     """One flow's report from its per-CPU deltas PARTS; PLACEMENTS caches each pair's class."""
-    llc = caps.llc_available
-    per_flow_events = caps.counters_per_flow_available
+    llc = caps.llc.available
+    per_flow_events = caps.counters_per_flow.available
     sampled = caps.mode == "sampled"
     t = _summed(parts)
     if len(parts) == 1:
@@ -589,7 +590,7 @@ def _flow_report(fid: FlowId, parts: list[FlowCpuSample], duration: float, topo:
         app_cpu=app_cpu, app_cpu_share=ashare, app_seconds=sum(acpu.values()),
         app_nested_seconds=t.app_nested_ns / NS,
         app_bytes=t.app_bytes,
-        app_calls=t.app_calls if caps.app_calls_counted else None,
+        app_calls=t.app_calls if caps.app_calls.available else None,
         app_pid=reader.app_pid if reader else None, app_comm=reader.app_comm if reader else None,
         app_cgroup_id=reader.app_cgroup or None if reader else None,
         llc_misses_kernel=t.llc_kernel if llc else None,
@@ -608,8 +609,8 @@ def _flow_report(fid: FlowId, parts: list[FlowCpuSample], duration: float, topo:
 def _cpu_reports(before: TraceSample | None, after: TraceSample, topo: Topology,
                  caps: Capabilities, napi) -> list[CpuReport]:
     """Each present CPU's interval."""
-    llc = caps.llc_available
-    per_flow_events = caps.counters_per_flow_available
+    llc = caps.llc.available
+    per_flow_events = caps.counters_per_flow.available
     cpus = []
     before_cpus = {c.cpu: c for c in before.cpus} if before else {}
     for c in after.cpus:

@@ -8,6 +8,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from steer.model.capabilities import Capabilities
+
 PROTO_NUMBERS = {"tcp": 6, "udp": 17}   # the transports steer traces and steers
 PROTO_NAMES = {number: name for name, number in PROTO_NUMBERS.items()}
 
@@ -130,60 +132,6 @@ class CpuSample:
     cpumap_enqueue_drops: int = 0    # frames a cpumap's full queue dropped (redirecting CPU),
     cpumap_kthread_drops: int = 0    # frames a cpumap kthread dropped (target CPU),
     recv_calls_lost: int = 0         # receive calls the kprobe fallback could not count
-
-
-def lost_to_kernel(figures: dict) -> dict:
-    """Of FIGURES (name -> {state, how, why}), those not working because of what the kernel
-    refused or lacks (steer.trace.tracer words those reasons so), not because of an option."""
-    return {n: f for n, f in figures.items() if f["state"] != "works"
-            and ("refused" in f["why"] or "this kernel" in f["why"])}
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """Each mechanism: 'available ...' or 'unavailable: why'; and what the kernel let the tracer
-    run: the timing mode it took, each figure's state (steer.trace.programs.FIGURES: figure ->
-    {state: works | degraded | missing, how, why}) and the programs it refused (name -> why)."""
-    kernel_side: str
-    app_side: str
-    cpumap_context: str
-    llc: str
-    timing: str = "available (exact)"
-    app_calls: str = "available (a program per receive call)"
-    drops: str = "unavailable: not traced"
-    counters: str = "unavailable: not opened"   # the PMU events counted per CPU (steer.trace.counters)
-    counters_per_flow: str = "unavailable: not opened"   # references, instructions, cycles
-    mode: str = "exact"
-    figures: dict = field(default_factory=dict)
-    refused: dict = field(default_factory=dict)
-
-    def missing(self, figure: str) -> bool:
-        """Whether FIGURE (steer.trace.programs.FIGURES) is not measured at all on this kernel."""
-        return self.figures.get(figure, {}).get("state") == "missing"
-
-    @property
-    def lost(self) -> dict:
-        """The figures this kernel's refusals cost, not those an option left out: name ->
-        {state: degraded or missing, how, why}."""
-        return lost_to_kernel(self.figures)
-
-    @property
-    def llc_available(self) -> bool:
-        return self.llc.startswith("available")
-
-    @property
-    def counters_per_flow_available(self) -> bool:
-        return self.counters_per_flow.startswith("available")
-
-    @property
-    def app_calls_counted(self) -> bool:
-        return self.app_calls.startswith("available")
-
-    def as_dict(self) -> dict:
-        out = dict(self.__dict__)
-        out["figures"] = {n: dict(f) for n, f in self.figures.items()}
-        out["refused"] = dict(self.refused)
-        return out
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from steer import __version__
 from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS, DEFAULT_LISTEN, DEFAULT_TOP_K,
                             DEFAULT_TIMEOUT, DEFAULT_WORKERS, FLOW_LABEL_SETS)
+from steer.model.capabilities import MECHANISMS
 from steer.model.classify import CLASSES
 from steer.model.flowarrays import FlowArrays, flow_fields, flow_hashes, flow_id
 from steer.model.flows import (EPHEMERAL, SIDE_EVENTS, SIDES, FlowTotal, ServiceTotals, WorkloadTotals,
@@ -108,10 +109,10 @@ class SteerCollector(Collector):
         counts = fold.counts
         columns = [("rx_bytes", counts[:, AT["rx_bytes"]]), ("kernel_seconds", fold.kernel_seconds),
                    ("app_seconds", fold.app_seconds)]
-        if caps.llc_available:
+        if caps.llc.available:
             columns += [("llc_kernel", counts[:, AT["llc_kernel"]]),
                         ("llc_app", counts[:, AT["llc_app"]])]
-        if caps.counters_per_flow_available:
+        if caps.counters_per_flow.available:
             columns += [(f"{name}_{side}", counts[:, AT[f"{field}_{side}"]])
                         for name, field in SIDE_EVENTS.items() for side in SIDES]
         for key, values in columns:
@@ -212,7 +213,7 @@ class SteerCollector(Collector):
         sample, fold, series = self._advance()
         took = time.monotonic() - start
         caps = self.tracer.capabilities
-        yield from self._class_metrics(caps.llc_available, caps.counters_per_flow_available)
+        yield from self._class_metrics(caps.llc.available, caps.counters_per_flow.available)
         yield from self._cpu_metrics(sample, caps)
         yield from self._flow_metrics(fold, series)
         yield from self._health_metrics(sample, caps)
@@ -333,11 +334,11 @@ class SteerCollector(Collector):
         for cpu, counts in s.cpu_events.items():
             for event, n in counts.items():
                 add("whole", cpu, n, event)
-        if caps.llc_available or caps.counters_per_flow_available:
+        if caps.llc.available or caps.counters_per_flow.available:
             for c in s.cpus:
-                counts = by_side(side_events([c])) if caps.counters_per_flow_available else {}
+                counts = by_side(side_events([c])) if caps.counters_per_flow.available else {}
                 for side in SIDES:
-                    if caps.llc_available:
+                    if caps.llc.available:
                         add("recv", c.cpu, getattr(c, f"llc_{side}"), side, "llc_misses")
                     for event, n in counts.get(side, {}).items():
                         add("recv", c.cpu, n, side, event)
@@ -473,9 +474,9 @@ class SteerCollector(Collector):
         cap = GaugeMetricFamily("steer_capability_info",
                                 "Tracing mechanisms: state is available or unavailable (value 1).",
                                 labels=["mechanism", "state", "detail"])
-        for name, text in caps.as_dict().items():
-            if isinstance(text, str) and name != "mode":
-                cap.add_metric([name, *_capability_state(text)], 1)
+        for name in MECHANISMS:
+            f = getattr(caps, name)
+            cap.add_metric([name, "available" if f.available else "unavailable", str(f)], 1)
         yield cap
         mode = GaugeMetricFamily("steer_timing_mode_info",
                                  "The timing mode the tracer runs in on this kernel (value 1).",
@@ -487,7 +488,7 @@ class SteerCollector(Collector):
                                 "this kernel, why names the refused programs behind it (value 1).",
                                 labels=["figure", "state", "why"])
         for name, f in caps.figures.items():
-            fig.add_metric([name, f["state"], f["why"]], 1)
+            fig.add_metric([name, f.state, f.why], 1)
         yield fig
         refused = GaugeMetricFamily("steer_program_refused",
                                     "A tracer program this kernel refused or lacks (value 1); the "
@@ -538,16 +539,6 @@ class SteerCollector(Collector):
 # fields of them by side
 _EVENT_DOCS = {"llc_references": "LLC references", "instructions": "Instructions retired",
                "cycles": "Core cycles"}
-
-
-def _capability_state(text: str) -> tuple[str, str]:
-    """'available (sampled: ...)' or 'unavailable: why (ENOENT)' -> (state, detail), the detail
-    whole: only the separator after the state and one pair of parentheses around it all go."""
-    state, _, detail = text.partition(" ")
-    detail = detail.strip().removeprefix(":").strip()
-    if detail.startswith("(") and detail.endswith(")"):
-        detail = detail[1:-1]
-    return ("available" if state == "available" else "unavailable"), detail
 
 
 def _cpu_order(item) -> tuple:

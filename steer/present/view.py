@@ -186,7 +186,7 @@ def columns(snap: Snapshot, history: History | None) -> list[Column]:
         Column("k s/GB", lambda f: _per_gb(f.kernel_seconds_per_gb, f), 4),
         Column("a s/GB", lambda f: _per_gb(f.app_seconds_per_gb, f), 4),
     ]
-    if snap.capabilities.llc_available:
+    if snap.capabilities.llc.available:
         cols += [Column("LLC k", lambda f: figure(f.llc_misses_kernel, "{:,}"), 5),
                  Column("LLC a", lambda f: figure(f.llc_misses_app, "{:,}"), 5)]
     return cols
@@ -386,12 +386,12 @@ def degraded_line(snap: Snapshot, width: int) -> Text | None:
     lost = snap.capabilities.lost
     if not lost:
         return None
-    names = ", ".join(("no " if f["state"] == "missing" else "partial ") + FIGURE_NAMES[n]
+    names = ", ".join(("partial " if f.available else "no ") + FIGURE_NAMES[n]
                       for n, f in lost.items())
     whys: list[str] = []
     for f in lost.values():
-        if f["why"] not in whys:
-            whys.append(f["why"])
+        if f.why not in whys:
+            whys.append(f.why)
     t = Text("degraded: ", style="bold yellow")
     t.append(f"{names} ({'; '.join(whys)}); steer check", style="yellow")
     t.truncate(width, overflow="ellipsis")
@@ -411,10 +411,10 @@ def footer_lines(snap: Snapshot, state: ViewState, idle: int, filtered: int, mor
                      + (f" hides {filtered}" if filtered else ""))
     parts.append(f"sort {SORTS[state.sort]}")
     caps = snap.capabilities
-    if not caps.llc_available:
-        parts.append(f"LLC {caps.llc}")
-    if not caps.app_side.startswith("available") and not caps.lost:   # else degraded_line's
-        parts.append(f"app side {caps.app_side}")
+    if not caps.llc.available:
+        parts.append(f"LLC {caps.llc.line()}")
+    if not caps.app_side.available and not caps.lost:   # else degraded_line's
+        parts.append(f"app side {caps.app_side.line()}")
     if snap.evictions:
         parts.append(f"{snap.evictions} flow entries evicted (map full)")
     if keys:

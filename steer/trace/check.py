@@ -13,8 +13,8 @@ import platform
 import re
 import struct
 
-from steer.trace.programs import ALL_PROGRAMS, FIGURE_NAMES, FIGURES, SECTIONS, WORKS
-from steer.model.samples import lost_to_kernel
+from steer.trace.programs import ALL_PROGRAMS, FIGURE_NAMES, FIGURES, SECTIONS
+from steer.model.capabilities import WORKS, Figure, lost_to_kernel
 
 # checks of what the kernel refused, in order: the first whose pattern is in the reason gives
 # what to change. The reasons come from steer.trace.tracer (refusal, _absent) and steer.trace.counters.
@@ -64,7 +64,7 @@ def _tracer_run(timing: str, app_hook: str) -> dict:
         p = t.plan
         return {"runs": True, "mode": p.timing, "hook": p.hook, "why": p.timing_why,
                 "hook_why": p.hook_why, "loaded": sorted(p.programs), "refused": dict(t.refused),
-                "refused_maps": dict(t.refused_maps), "figures": t.capabilities.figures}
+                "refused_maps": dict(t.refused_maps), "figures": {n: f.as_dict() for n, f in t.capabilities.figures.items()}}
     finally:
         t.stop()
 
@@ -74,7 +74,7 @@ def _counters() -> dict:
     from steer.model.topology import online_cpus
     cs = CounterSet.open("auto", online_cpus())
     try:
-        return {e: cs.status(e) for e in EVENTS}
+        return {e: cs.status(e).line() for e in EVENTS}
     finally:
         cs.close()
 
@@ -284,7 +284,7 @@ def headline(report: dict) -> str:
     head = f"steer check: Linux {report['kernel']} {report['machine']}: "
     if not d["runs"]:
         return head + f"steer cannot trace here: {d['error']}"
-    lost = lost_to_kernel(report["figures"])
+    lost = lost_to_kernel({n: Figure.from_dict(f) for n, f in report["figures"].items()})
     return head + f"the default mode runs as {d['mode']} timing" + (
         f" ({d['why']})" if d["why"] else "") + (
         f"; degraded: {', '.join(FIGURE_NAMES[n] for n in lost)}" if lost else

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from steer.defaults import COUNTER_MODES
 from steer.kernel.errors import KernelError
+from steer.model.capabilities import MISSING, WORKS, Figure
 from steer.kernel.perf import (PERF_COUNT_HW_CACHE_MISSES, PERF_COUNT_HW_CACHE_REFERENCES,
                                PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_HW_INSTRUCTIONS,
                                PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE,
@@ -70,21 +71,21 @@ class CounterSet:
             out.counters[event] = opened
         return out
 
-    def status(self, event: str) -> str:
+    def status(self, event: str) -> Figure:
         if event not in self.counters:
-            return f"unavailable: {self.missing.get(event, 'not opened')}"
+            return Figure(MISSING, self.missing.get(event, "not opened"))
         if self.mode == "software":
-            return f"available (software cpu-clock standing in for {PERF_NAMES[event]})"
-        return f"available (hardware {PERF_NAMES[event]})"
+            return Figure(WORKS, f"software cpu-clock standing in for {PERF_NAMES[event]}")
+        return Figure(WORKS, f"hardware {PERF_NAMES[event]}")
 
-    def summary(self) -> str:
-        """One capability line for the set: what is counted."""
+    def summary(self) -> Figure:
+        """One figure for the set: what is counted."""
         if not self.counters:
-            return f"unavailable: {next(iter(self.missing.values()), 'not opened')}"
+            return Figure(MISSING, next(iter(self.missing.values()), "not opened"))
         names = ", ".join(PERF_NAMES[e] for e in self.counters)
         what = "software cpu-clock standing in for " if self.mode == "software" else "hardware "
         gone = "; ".join(f"{PERF_NAMES[e]}: {why}" for e, why in self.missing.items())
-        return f"available ({what}{names}, per CPU" + (f"; not {gone}" if gone else "") + ")"
+        return Figure(WORKS, f"{what}{names}, per CPU" + (f"; not {gone}" if gone else ""))
 
     def whole_cpu(self) -> dict[int, dict[str, int]]:
         """CPU -> event -> its count since opened, of everything the CPU ran."""

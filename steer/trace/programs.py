@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from steer.abi.flowtrace import FT_COUNT_TCP, FT_COUNT_UDP
+from steer.model.capabilities import DEGRADED, MISSING, WORKS, Figure
 
 # The timing modes, in the order --timing auto tries them. sampled: a cpu-clock sample per CPU,
 # charged to the flow the CPU works on. exact: clock reads at every softirq, skb and receive
@@ -141,24 +142,10 @@ FIGURE_NAMES = {"kernel_time": "kernel time", "kthread_time": "kthread time",
                 "open_connections": "connections open at start", "drops": "drops",
                 "napi_polls": "NAPI polls", "hardirqs": "IRQ time",
                 "cpumap_drops": "cpumap queue drops"}
-WORKS, DEGRADED, MISSING = "works", "degraded", "missing"
 
 
 class PlanError(Exception):
     """What was asked for cannot run on this kernel; str() is the one line to show."""
-
-
-@dataclass(frozen=True)
-class Figure:
-    state: str      # WORKS, DEGRADED or MISSING
-    how: str        # where it comes from; degraded or missing: what is lost
-    why: str = ""   # the refusals behind it (also behind a fallback that works)
-
-    def as_dict(self) -> dict:
-        return {"state": self.state, "how": self.how, "why": self.why}
-
-    def __str__(self) -> str:
-        return self.how + (f" ({self.why})" if self.why else "")
 
 
 @dataclass(frozen=True)
@@ -261,43 +248,61 @@ def plan(timing: str, app_hook: str, refused: dict[str, str]) -> Plan:
             # the sockets' counts would come late, or not at all; without time, the skbs are
             # also the only sign of where a flow's kernel work runs
             skb_count |= FT_COUNT_TCP
-    figures = _figures(mode, hook, programs, refused, skb_count, tcp_walk,
-                       timing_why, hook_why or ("--app-hook off" if app_hook == "off" else ""))
+    figures = _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why,
+                       _Lost(hook_why, "--app-hook off" if app_hook == "off" else ""))
     return Plan(mode, hook, programs, skb_count, tcp_walk, figures, timing_why, hook_why)
 
 
-def _state(ok: bool, how: str, lost: str, why: str) -> Figure:
-    return Figure(WORKS, how) if ok else Figure(MISSING, lost, why)
+@dataclass(frozen=True)
+class _Lost:
+    """Why a figure is lost: the kernel's refusals behind it (KERNEL), else the option that
+    left it out (OPTION)."""
+    kernel: str = ""
+    option: str = ""
+
+    def __or__(self, other: "_Lost") -> "_Lost":
+        """The first reason of the two: the kernel's, else the option's."""
+        return _Lost(self.kernel or other.kernel, "" if self.kernel or other.kernel
+                     else self.option or other.option)
+
+    def figure(self, state: str, how: str) -> Figure:
+        return Figure(state, how, self.kernel or self.option, kernel=bool(self.kernel))
 
 
-def _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why, hook_why) -> dict:
+def _state(ok: bool, how: str, lost: str, why: _Lost) -> Figure:
+    return Figure(WORKS, how) if ok else why.figure(MISSING, lost)
+
+
+def _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why: str,
+             hook_why: _Lost) -> dict:
     has = programs.__contains__
-    why = lambda *names: refusals(names, refused)   # noqa: E731
+    why = lambda *names: _Lost(refusals(names, refused))   # noqa: E731
+    timing_lost = _Lost(timing_why)
     f: dict[str, Figure] = {}
     sampled, exact = mode == "sampled", mode == "exact"
     reads = hook in ("tracepoint", "fexit", "kprobe")
 
     # the kernel side
     if exact:
-        napi = "" if has("ft_sched_switch") else why("ft_sched_switch")
-        f["kernel_time"] = Figure(DEGRADED, "threaded NAPI kthreads are charged until the next "
-                                  "softirq, past their sleep", napi) if napi else \
-            Figure(WORKS, "clock reads at each softirq and skb")
+        f["kernel_time"] = Figure(WORKS, "clock reads at each softirq and skb") \
+            if has("ft_sched_switch") else why("ft_sched_switch").figure(
+                DEGRADED, "threaded NAPI kthreads are charged until the next softirq, past their "
+                "sleep")
         f["kthread_time"] = _state(has("ft_sched_switch"), "clock reads at each skb and context "
                                    "switch of the kthread", "not measured", why("ft_sched_switch"))
     else:
-        f["kernel_time"] = _state(sampled, "cpu-clock samples", "not measured", timing_why)
-        f["kthread_time"] = _state(sampled, "cpu-clock samples", "not measured", timing_why)
+        f["kernel_time"] = _state(sampled, "cpu-clock samples", "not measured", timing_lost)
+        f["kthread_time"] = _state(sampled, "cpu-clock samples", "not measured", timing_lost)
     per_skb = f"counted per skb ({SECTIONS['ft_skb_hint']})"
     f["udp_rx_bytes"] = Figure(WORKS, "counted per skb" if exact else per_skb)
     if exact:
         f["tcp_rx_bytes"] = Figure(WORKS, "counted per skb")
     elif skb_count & FT_COUNT_TCP:
-        f["tcp_rx_bytes"] = Figure(WORKS, per_skb + ", in place of the sockets' counters",
-                                   why(*SOCKET_PROGRAMS) or hook_why)
+        f["tcp_rx_bytes"] = (why(*SOCKET_PROGRAMS) | hook_why).figure(
+            WORKS, per_skb + ", in place of the sockets' counters")
     else:
-        f["tcp_rx_bytes"] = Figure(WORKS, "the sockets' own counters, " + _flushed_by(tcp_walk),
-                                   why(FLUSH_ITERATOR) if tcp_walk else "")
+        f["tcp_rx_bytes"] = (why(FLUSH_ITERATOR) if tcp_walk else _Lost()).figure(
+            WORKS, "the sockets' own counters, " + _flushed_by(tcp_walk))
 
     # the reader
     if sampled:
@@ -305,14 +310,14 @@ def _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why, hoo
         f["app_time"] = Figure(WORKS, "cpu-clock samples")
     else:
         f["reader"] = _state(reads, "each receive call", "not known",
-                             hook_why or "no receive hook with --app-hook counters")
+                             hook_why | _Lost(option="no receive hook with --app-hook counters"))
         timed = reads and exact and all(has(p) for p in (*SYSCALL_PROGRAMS, "ft_sched_switch"))
         f["app_time"] = _state(timed, "clock reads at the receive syscalls", "not measured",
-                               why(*SYSCALL_PROGRAMS, "ft_sched_switch") or timing_why or hook_why)
+                               why(*SYSCALL_PROGRAMS, "ft_sched_switch") | timing_lost | hook_why)
     f["app_calls"] = _state(reads, "each receive call", "not counted",
                             hook_why if hook == "off" else
-                            "--app-hook counters runs no program per read (--app-hook "
-                            "tracepoint counts calls)")
+                            _Lost(option="--app-hook counters runs no program per read "
+                                  "(--app-hook tracepoint counts calls)"))
     f["tcp_app_bytes"], f["open_connections"] = _tcp_reads(mode, hook, programs, refused,
                                                            tcp_walk, hook_why)
     f["udp_app_bytes"] = _udp_reads(hook, programs, refused, hook_why)
@@ -338,9 +343,9 @@ def _flushed_by(tcp_walk: bool) -> str:
 def _tcp_reads(mode, hook, programs, refused, tcp_walk, hook_why) -> tuple[Figure, Figure]:
     """tcp_app_bytes and open_connections."""
     has = programs.__contains__
-    why = lambda *names: refusals(names, refused)   # noqa: E731
+    why = lambda *names: _Lost(refusals(names, refused))   # noqa: E731
     if hook == "off":
-        return Figure(MISSING, "not counted", hook_why), Figure(MISSING, "not counted", hook_why)
+        return hook_why.figure(MISSING, "not counted"), hook_why.figure(MISSING, "not counted")
     if hook not in SOCKET_HOOKS or mode == "exact":
         each = Figure(WORKS, f"each read ({HOOK_LABELS[hook]})")
         return each, Figure(WORKS, "counted from their first read")
@@ -348,45 +353,46 @@ def _tcp_reads(mode, hook, programs, refused, tcp_walk, hook_why) -> tuple[Figur
     flushed = _flushed_by(tcp_walk)
     if hook == "counters":
         opened = Figure(WORKS, "counted from the start (iter/tcp)") if has(TCP_ITERATOR) else \
-            Figure(MISSING, "not counted", why(TCP_ITERATOR))
+            why(TCP_ITERATOR).figure(MISSING, "not counted")
         source = "the sockets' own counters"
         if not has("ft_tcp_state") and not has(TCP_ITERATOR):
-            return Figure(MISSING, "not counted", why("ft_tcp_state", TCP_ITERATOR)), opened
+            return why("ft_tcp_state", TCP_ITERATOR).figure(MISSING, "not counted"), opened
         if not has("ft_tcp_state"):
-            return Figure(DEGRADED, f"{source}, {flushed}; a connection is counted from the "
-                          "first walk that finds it, so one opened and closed between two "
-                          "reads is not", why("ft_tcp_state")), opened
+            return why("ft_tcp_state").figure(
+                DEGRADED, f"{source}, {flushed}; a connection is counted from the first walk "
+                "that finds it, so one opened and closed between two reads is not"), opened
     else:
         opened = Figure(WORKS, "counted from their first read")
         source = f"each read ({HOOK_LABELS[hook]})"
     if live:
-        return Figure(WORKS, f"{source}, {flushed}", why(FLUSH_ITERATOR) if tcp_walk else ""), \
-            opened
-    return Figure(DEGRADED, f"{source}, counted when the connection closes"
-                  + (", and at end of file or a change of the reader's CPU"
-                     if hook != "counters" else ""),
-                  why(FLUSH_ITERATOR, TCP_ITERATOR)), opened
+        return (why(FLUSH_ITERATOR) if tcp_walk else _Lost()).figure(
+            WORKS, f"{source}, {flushed}"), opened
+    return why(FLUSH_ITERATOR, TCP_ITERATOR).figure(
+        DEGRADED, f"{source}, counted when the connection closes"
+        + (", and at end of file or a change of the reader's CPU" if hook != "counters" else "")), \
+        opened
 
 
-def _udp_reads(hook, programs, refused, hook_why) -> Figure:
+def _udp_reads(hook, programs, refused, hook_why: _Lost) -> Figure:
     if hook == "off":
-        return Figure(MISSING, "not counted", hook_why)
+        return hook_why.figure(MISSING, "not counted")
     if hook == "tracepoint":
         return Figure(WORKS, f"each read ({HOOK_LABELS[hook]})")
     if hook == "counters" and UDP_READS_FALLBACK in programs:
         # on demand (tracer.UDP_READS_POLL, UDP_READS_IDLE): not a program per TCP read always
-        return Figure(DEGRADED, f"each read by {HOOK_LABELS['tracepoint']}, on its hook while "
-                      "UDP datagrams arrive (every socket's reads pass it then): not the first "
-                      "moment's after 10 s without one", refusals(HOOKS["counters"], refused))
+        return _Lost(refusals(HOOKS["counters"], refused)).figure(
+            DEGRADED, f"each read by {HOOK_LABELS['tracepoint']}, on its hook while UDP datagrams "
+            "arrive (every socket's reads pass it then): not the first moment's after 10 s "
+            "without one")
     mine = [p for p in HOOKS[hook] if "udp" in p]
     v4 = [p for p in mine if "udpv6" not in p]
     label = "fexit" if hook in ("counters", "fexit") else "kretprobe"
-    lost = refusals(mine, refused)
+    lost = _Lost(refusals(mine, refused))
     if not all(p in programs for p in v4):
-        return Figure(MISSING, "not counted", refusals([*mine, UDP_READS_FALLBACK], refused)
-                      if hook == "counters" else lost)
+        return (_Lost(refusals([*mine, UDP_READS_FALLBACK], refused)) if hook == "counters"
+                else lost).figure(MISSING, "not counted")
     if not all(p in programs for p in mine):
-        return Figure(DEGRADED, f"IPv4 only, by {label} on udp_recvmsg", lost)
+        return lost.figure(DEGRADED, f"IPv4 only, by {label} on udp_recvmsg")
     return Figure(WORKS, f"each read, by {label} on udp_recvmsg/udpv6_recvmsg")
 
 

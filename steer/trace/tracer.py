@@ -24,14 +24,15 @@ from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, Perf
                                kernel_text_ranges)
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOKED, HOOKS,
                                   MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
-                                  UDP_READS_FALLBACK, Figure, Plan, PlanError,
+                                  UDP_READS_FALLBACK, Plan, PlanError,
                                   forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_SAMPLE_HZ)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
 from steer.model.flowarrays import FlowArrays
 from steer.model.topology import read_int
-from steer.model.samples import (Capabilities, CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
+from steer.model.capabilities import DEGRADED, MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import (CpuSample, FlowCpuSample, FlowId, NapiCounts, NapiId, TraceSample,
                                  address_text, proto_name)
 
 PROFILE_ENTRIES = 32768   # (flow, CPU, side, category) counts while profiling: ~3 MB
@@ -76,14 +77,6 @@ def refusal(program: str, e: KernelError, refused_maps: dict[str, str] | None = 
 # the figures that make up the app side's line, as it names them
 FIGURE_WORDS = {"tcp_app_bytes": "TCP bytes:", "udp_app_bytes": "UDP bytes:",
                 "reader": "reader:", "app_time": "time:"}
-
-
-def _legacy(f: Figure) -> str:
-    """A figure as the one-line mechanism states of Capabilities: 'available (...)' or
-    'unavailable: why'."""
-    if f.state == "missing":
-        return f"unavailable: {f.how}" + (f" ({f.why})" if f.why else "")
-    return f"available ({f})"
 
 
 class TracerError(Exception):
@@ -427,44 +420,39 @@ class Tracer:
             lost = (f"not counted in the {self.unreached_namespaces} network namespaces steer "
                     f"could not enter")
             for name in ("open_connections", "tcp_app_bytes"):
-                if figures[name].state == "works" and (name == "open_connections" or p.tcp_walk):
-                    figures[name] = Figure("degraded", f"{figures[name].how}; {lost}",
+                if figures[name].state == WORKS and (name == "open_connections" or p.tcp_walk):
+                    figures[name] = Figure(DEGRADED, f"{figures[name].how}; {lost}",
                                            self._unreached_why)
         sampled = p.timing == "sampled"
         if sampled:
-            timing = (f"available (sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
-                      "estimates, bytes exact; no syscall hooks)")
-            kernel = "available (cpu-clock samples + net:netif_receive_skb)"
+            timing = Figure(WORKS, f"sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
+                            "estimates, bytes exact; no syscall hooks", p.timing_why, bool(p.timing_why))
+            kernel = Figure(WORKS, "cpu-clock samples + net:netif_receive_skb")
         elif p.timing == "exact":
-            timing = ("available (exact: clock reads at every softirq, skb and receive syscall; "
-                      "hooks every syscall of the host)")
-            kernel = "available (irq:softirq_entry/exit + net:netif_receive_skb)"
+            timing = Figure(WORKS, "exact: clock reads at every softirq, skb and receive syscall; "
+                            "hooks every syscall of the host", p.timing_why, bool(p.timing_why))
+            kernel = Figure(WORKS, "irq:softirq_entry/exit + net:netif_receive_skb")
         else:
-            timing = f"unavailable: counts only, no CPU time ({p.timing_why})"
-            kernel = "available (bytes and packets per skb; no time: " + p.timing_why + ")"
-        if p.timing_why:
-            timing += f"; {p.timing_why}"
+            timing = Figure(MISSING, "counts only, no CPU time", p.timing_why, bool(p.timing_why))
+            kernel = Figure(DEGRADED, "bytes and packets per skb; no time", p.timing_why,
+                            bool(p.timing_why))
         if p.hook == "off":
-            app = "unavailable: " + (p.hook_why or "no receive hook")
+            app = Figure(MISSING, "no receive hook", p.hook_why, bool(p.hook_why))
         else:
-            app = "available (" + "; ".join(
-                f"{FIGURE_WORDS[n]} {figures[n]}" for n in
-                ("tcp_app_bytes", "udp_app_bytes", "reader", "app_time")) + ")"
+            app = Figure(WORKS, "; ".join(f"{FIGURE_WORDS[n]} {figures[n]}" for n in
+                                          ("tcp_app_bytes", "udp_app_bytes", "reader", "app_time")))
         if events := [e for e in _EVENT_BITS if e in counters.counters]:
-            per_flow = (f"available ({', '.join(events)} per flow and side, charged at each "
-                        "sample)") if sampled else \
-                ("unavailable: exact timing charges LLC misses alone to flows; the other events "
-                 "come with --timing sampled")
+            per_flow = Figure(WORKS, f"{', '.join(events)} per flow and side, charged at each "
+                              "sample") if sampled else \
+                Figure(MISSING, "exact timing charges LLC misses alone to flows; the other events "
+                       "come with --timing sampled")
         else:
             per_flow = counters.status("llc_references")
-        return Capabilities(kernel_side=kernel, app_side=app,
-                            cpumap_context=_legacy(figures["kthread_time"]),
+        return Capabilities(kernel_side=kernel, app_side=app, cpumap_context=figures["kthread_time"],
                             llc=counters.status("llc_misses"), timing=timing,
-                            app_calls=_legacy(figures["app_calls"]),
-                            drops=_legacy(figures["drops"]), counters=counters.summary(),
-                            counters_per_flow=per_flow, mode=p.timing,
-                            figures={n: f.as_dict() for n, f in figures.items()},
-                            refused=dict(self.refused))
+                            app_calls=figures["app_calls"], drops=figures["drops"],
+                            counters=counters.summary(), counters_per_flow=per_flow,
+                            mode=p.timing, figures=figures, refused=dict(self.refused))
 
     def _reason_name(self, reason: int) -> str:
         if not reason:

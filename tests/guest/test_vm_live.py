@@ -66,7 +66,7 @@ def test_app_hook_fallback_matches_iperf3(hook):
         raise
     try:
         assert tracer.app_hook_used == hook and \
-            tracer.capabilities.app_side.startswith("available"), tracer.capabilities.app_side
+            tracer.capabilities.app_side.available, tracer.capabilities.app_side
         (res,), snap = _trace_lab(tracer, [LabFlow(0, 1)], seconds=4)
     finally:
         tracer.stop()
@@ -84,7 +84,7 @@ def test_auto_picks_a_fallback_and_says_which():
     with Tracer(timing="exact") as t:
         app = t.capabilities.app_side
     print(f"app_side on this kernel: {app}")
-    assert t.app_hook_used in ("fexit", "kprobe") and app.startswith("available"), app
+    assert t.app_hook_used in ("fexit", "kprobe") and app.available, app
 
 
 def test_default_counts_udp_reads_by_fexit_where_the_kernel_allows_it():
@@ -95,7 +95,7 @@ def test_default_counts_udp_reads_by_fexit_where_the_kernel_allows_it():
 
     with Tracer(timing="sampled") as t:
         app = t.capabilities.app_side
-        if t.capabilities.figures["udp_app_bytes"]["state"] != "works":
+        if t.capabilities.figures["udp_app_bytes"].state != "works":
             pytest.skip(f"this kernel refuses fexit on udp_recvmsg: {app}")
         assert t.app_hook_used == "counters" and "ft_sock_recv_length" not in t.attached_programs
         assert "ft_tcp_recvmsg_exit" not in t.attached_programs

@@ -194,9 +194,9 @@ def test_llc_counter_path_with_a_software_event():
     """No PMU here: count cpu-clock (ns) through the same per-CPU counter path. Its kernel-side
     total must then agree with the kernel time measured by ktime, and app side likewise."""
     tracer = Tracer(counters="software", timing="exact").start()
-    assert tracer.capabilities.llc.startswith("available (software")
+    assert tracer.capabilities.llc.line().startswith("available (software")
     # exact timing charges misses alone to flows; the other events are per CPU only
-    assert tracer.capabilities.counters_per_flow.startswith("unavailable: exact timing")
+    assert tracer.capabilities.counters_per_flow.line().startswith("unavailable: exact timing")
     snap, f = _one_flow_traced(tracer, 2)
     print(f"kernel {f.kernel_seconds:.4f} s vs counter {f.llc_misses_kernel / 1e9:.4f}; "
           f"app {f.app_seconds:.4f} s vs counter {f.llc_misses_app / 1e9:.4f}")
@@ -215,9 +215,10 @@ def test_every_pmu_event_per_flow_side_and_cpu_with_software_stand_ins():
     flow's receive time, and at most the window (cpu-clock does not count a CPU twice)."""
     tracer = Tracer(counters="software", timing="sampled", sample_hz=999).start()
     caps = tracer.capabilities
-    assert caps.counters.startswith("available (software cpu-clock standing in for "
+    assert caps.counters.line().startswith("available (software cpu-clock standing in for "
                                     "cache-misses, cache-references, instructions, cycles")
-    assert caps.counters_per_flow.startswith("available (llc_references, instructions, cycles")
+    assert caps.counters_per_flow.line().startswith(
+        "available (llc_references, instructions, cycles")
     snap, f = _one_flow_traced(tracer, 3)
     seconds = {"kernel": f.kernel_seconds, "app": f.app_seconds}
     for side in ("kernel", "app"):
@@ -563,7 +564,7 @@ def test_receive_drops_per_flow_match_the_kernels_udp_counter(timing):
                 recv.communicate("", timeout=10)
     finally:
         tracer.stop()
-    assert tracer.capabilities.drops.startswith("available"), tracer.capabilities.drops
+    assert tracer.capabilities.drops.available, tracer.capabilities.drops
     snap = build_snapshot(before, after, read_topology(), tracer.capabilities)
     (f,) = [f for f in snap.flows if f.flow.proto == "udp" and f.flow.sport == sport
             and f.flow.dport == 9999]

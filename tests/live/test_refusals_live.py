@@ -117,8 +117,8 @@ def test_a_refused_program_costs_only_its_own_figures(mode, refuse, refusal_runs
         assert REFUSE_ENV in caps.refused[p], (p, caps.refused)
     figures = caps.figures
     for name, f in figures.items():
-        if f["state"] != "works":
-            assert f["why"], (name, f)
+        if f.state != "works":
+            assert f.why, (name, f)
     tcp_r, udp_r = results
     tcp, udp = _flow(snap, tcp_r), _flow(snap, udp_r)
     print(f"{mode} without {refuse}: TCP iperf3 {tcp_r.received_bytes} rx {tcp['rx_bytes']} "
@@ -127,7 +127,7 @@ def test_a_refused_program_costs_only_its_own_figures(mode, refuse, refusal_runs
           f"lost {sorted(caps.lost)}")
 
     # bytes on the kernel side: every kernel counts them, per skb or by the sockets' counters
-    assert_tcp_rx(tcp["rx_bytes"], tcp_r, figures["tcp_rx_bytes"]["how"], passed)
+    assert_tcp_rx(tcp["rx_bytes"], tcp_r, figures["tcp_rx_bytes"].how, passed)
     # every datagram that arrived, those the reader's full buffer then dropped too: between what
     # iperf3 received and what it sent
     sent = udp_r.raw["end"]["sum_sent"]["bytes"]
@@ -135,7 +135,7 @@ def test_a_refused_program_costs_only_its_own_figures(mode, refuse, refusal_runs
     # what the readers got: exact where counted, null where the kernel refused what counts it
     for flow, r, extra, figure in ((tcp, tcp_r, COOKIE, "tcp_app_bytes"),
                                    (udp, udp_r, UDP_CONNECT, "udp_app_bytes")):
-        state = figures[figure]["state"]
+        state = figures[figure].state
         if state == "works":
             assert r.received_bytes <= flow["app_bytes"] <= r.received_bytes + extra, figure
         elif state == "degraded":
@@ -143,9 +143,9 @@ def test_a_refused_program_costs_only_its_own_figures(mode, refuse, refusal_runs
         else:
             assert flow["app_bytes"] is None, figure
     # where the work ran
-    if figures["kernel_time"]["state"] != "missing":
+    if figures["kernel_time"].state != "missing":
         assert tcp["kernel_cpu"] == CPU_B and tcp["kernel_seconds"] > 0
-    if figures["reader"]["state"] == "works":
+    if figures["reader"].state == "works":
         assert tcp["app_cpu"] == CPU_A
         # a light UDP reader may get no sample of its receive calls (sampled timing): then its
         # CPU is the one its counted calls ran on (calls a refusal leaves partial, so not
@@ -156,14 +156,14 @@ def test_a_refused_program_costs_only_its_own_figures(mode, refuse, refusal_runs
         assert tcp["app_comm"] == "iperf3"
     else:
         assert tcp["app_cpu"] is None and tcp["app_pid"] is None
-    if figures["app_time"]["state"] == "missing":
+    if figures["app_time"].state == "missing":
         assert tcp["app_seconds"] is None
     else:
         assert tcp["app_seconds"] > 0
     for figure, field in (("drops", "rx_drops"), ("hardirqs", "hardirq_seconds"),
                           ("napi_polls", "napi_polls")):
         cpus = snap.as_json()["cpus"]
-        if figures[figure]["state"] == "missing":
+        if figures[figure].state == "missing":
             assert all(c[field] is None for c in cpus), figure
         else:
             assert all(c[field] is not None for c in cpus), figure
@@ -264,11 +264,11 @@ def test_auto_falls_back_to_exact_and_counts_and_says_why(monkeypatch):
         finally:
             tracer.stop()
         caps = snap.capabilities
-        assert caps.mode == mode and "perf_event" in caps.timing
+        assert caps.mode == mode and "perf_event" in caps.timing.why
         tcp = _flow(snap, results[0])
-        assert_tcp_rx(tcp["rx_bytes"], results[0], caps.figures["tcp_rx_bytes"]["how"], passed)
+        assert_tcp_rx(tcp["rx_bytes"], results[0], caps.figures["tcp_rx_bytes"].how, passed)
         if mode == "counts":
-            assert tcp["kernel_seconds"] is None and caps.figures["kernel_time"]["state"] == "missing"
+            assert tcp["kernel_seconds"] is None and caps.figures["kernel_time"].state == "missing"
             assert tcp["kernel_cpu"] == CPU_B   # where its skbs went up the stack
         else:
             assert tcp["kernel_seconds"] > 0 and tcp["app_cpu"] == CPU_A
@@ -313,7 +313,7 @@ def test_udp_reads_where_fexit_is_refused_come_on_with_datagrams_and_go_off_afte
     tracer = Tracer(timing="sampled", sample_hz=SAMPLE_HZ).start()
     try:
         assert UDP_READS_FALLBACK in tracer.plan.programs
-        assert tracer.capabilities.figures["udp_app_bytes"]["state"] == "degraded"
+        assert tracer.capabilities.figures["udp_app_bytes"].state == "degraded"
         # a host whose other UDP (DHCP, NTP) ended more than the idle time ago: off
         deadline = time.monotonic() + 10
         while UDP_READS_FALLBACK in tracer.attached_programs and time.monotonic() < deadline:

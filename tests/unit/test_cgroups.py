@@ -4,7 +4,8 @@ import os
 import fakes
 
 from steer.model.flows import attach_workloads, build_snapshot
-from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.model.topology import read_topology
 from steer.trace.cgroups import CgroupResolver, cgroup2_mount
 from steer.trace.workloads import PodLogs, WorkloadResolver
@@ -66,7 +67,7 @@ def test_a_flows_reader_carries_its_cgroup_into_the_json(tmp_path):
         flow, 1, rx_bytes=10, rx_skbs=1, app_calls=1, app_pid=7, app_comm="iperf3",
         app_cgroup=unit.stat().st_ino)}, (CpuSample(0), CpuSample(1)), 1, 1024)
     snap = build_snapshot(None, after, read_topology(VM),
-                          Capabilities("available", "available", "available", "unavailable"))
+                          Capabilities(*[Figure(WORKS, "")] * 3, Figure(MISSING, "")))
     assert snap.flows[0].as_json()["app_cgroup"] is None
     (f,) = attach_workloads(snap, WorkloadResolver(CgroupResolver(str(tmp_path)),
                                                  PodLogs(str(tmp_path / "no-logs")))).flows
@@ -103,8 +104,8 @@ def test_a_cgroup_name_that_is_not_utf8_is_text_in_flows_and_scrapes(tmp_path):
         e = {(flow, 1): FlowCpuSample(flow, 1, rx_bytes=n, kernel_ns=n, app_bytes=n, **reader)}
         return TraceSample(t * 10**9, e, (CpuSample(0), CpuSample(1)), 1, 1024)
 
-    caps = Capabilities("available", "available (sock_recv_length)", "available",
-                        "unavailable: no PMU", "available (sampled: 99 Hz)")
+    caps = Capabilities(Figure(WORKS, ""), Figure(WORKS, "sock_recv_length"), Figure(WORKS, ""),
+                        Figure(MISSING, "no PMU"), Figure(WORKS, "sampled: 99 Hz"))
     tracer = fakes.FakeTracer([sample(0, 0), sample(1, 100), sample(2, 200)], caps)
     c = SteerCollector(tracer, read_topology(VM), flow_labels="workload", workloads=resolver)
     list(c.collect())

@@ -10,13 +10,14 @@ import fakes
 from steer import __version__
 from steer.present.exporter import SteerCollector
 from steer.model.flowspec import FlowSpec
-from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.steering.xdp import DeviceState, RuleView
 from steer.model.topology import read_topology
 
 VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
-CAPS = Capabilities("available", "available (sock_recv_length)", "available",
-                    "unavailable: no PMU (perf_event_open: ENOENT)", "available (sampled: 99 Hz)")
+CAPS = Capabilities(Figure(WORKS, ""), Figure(WORKS, "sock_recv_length"), Figure(WORKS, ""),
+                    Figure(MISSING, "no PMU (perf_event_open: ENOENT)"), Figure(WORKS, "sampled: 99 Hz"))
 FAST = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
 SLOW = FlowId("tcp", "198.18.0.1", 40001, "198.18.0.2", 5202)
 S = 1_000_000_000
@@ -219,8 +220,8 @@ def test_pmu_events_per_cpu_whole_and_by_side_and_per_class():
     charged to receive work by side; the classes get each side's events of their flows. No
     series at all without them (the default CAPS: no PMU)."""
     from dataclasses import replace
-    caps = replace(CAPS, llc="available (hardware cache-misses)", counters="available (hardware)",
-                   counters_per_flow="available (llc_references, instructions, cycles ...)")
+    caps = replace(CAPS, llc=Figure(WORKS, "hardware cache-misses"), counters=Figure(WORKS, "hardware"),
+                   counters_per_flow=Figure(WORKS, "llc_references, instructions, cycles ..."))
     flows = [replace(s, instructions_kernel=500, refs_app=40) if s.cpu == 0 else s
              for s in _flow(FAST, 2, 10**9, 0, 1)]
     after = TraceSample(2 * S, {(s.flow, s.cpu): s for s in flows},
@@ -277,7 +278,7 @@ def test_the_kernels_refusals_are_series_a_fleet_can_alert_on():
     c = SteerCollector(tracer, read_topology(VM))
     m = _scrape(c)
     assert _get(m, "steer_timing_mode_info", mode="exact") == 1
-    why = tracer.capabilities.figures["kthread_time"]["why"]
+    why = tracer.capabilities.figures["kthread_time"].why
     assert _get(m, "steer_figure_info", figure="kernel_time", state="works", why="") == 1
     refused = {dict(l)["program"]: dict(l) for (n, l), _ in m.items()
                if n == "steer_program_refused"}

@@ -4,10 +4,11 @@ from dataclasses import replace
 
 from steer.model.flows import NS, PLACEMENT_HALF_LIFE, Intervals, PlacementMemory, build_snapshot
 from steer.model.topology import read_topology
-from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample
 
 VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
-CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
+CAPS = Capabilities(*[Figure(WORKS, "")] * 3, Figure(MISSING, "no PMU"))
 A = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
 B = FlowId("udp", "198.18.0.1", 40001, "198.18.0.2", 9000)
 UDP_SOCKET = FlowId("udp", "0.0.0.0", 0, "198.18.0.2", 9000)
@@ -169,8 +170,8 @@ def test_pmu_events_per_side_only_when_counted_and_whole_cpu_deltas():
     """The references, instructions and cycles a flow's sides took reach it only where the tracer
     charges them per flow (else None, not 0); each CPU's whole counts are the delta between the
     two reads, with the LLC hit ratio."""
-    counted = replace(CAPS, llc="available (hardware cache-misses)",
-                      counters_per_flow="available (llc_references, instructions, cycles ...)")
+    counted = replace(CAPS, llc=Figure(WORKS, "hardware cache-misses"),
+                      counters_per_flow=Figure(WORKS, "llc_references, instructions, cycles ..."))
     entry = dict(rx_bytes=10**6, rx_skbs=1, kernel_ns=5, llc_kernel=40, refs_kernel=100,
                  instructions_kernel=7000, cycles_kernel=9000, llc_app=1, refs_app=4)
     after = TraceSample(10**9, {(A, 0): FlowCpuSample(A, 0, **entry)},
@@ -235,7 +236,7 @@ def refusing_caps(*refused_programs: str) -> Capabilities:
                for p in refused_programs}
     p = plan("auto", "auto", refused)
     return replace(CAPS, mode=p.timing, refused=refused,
-                   figures={n: f.as_dict() for n, f in p.figures.items()})
+                   figures=dict(p.figures))
 
 
 def test_the_fields_of_a_figure_the_kernel_refused_are_null_not_zero():
@@ -326,7 +327,7 @@ def test_pmu_events_of_a_flow_are_the_intervals_not_since_the_entry_began():
     """A flow's references, instructions and cycles between two reads are the difference of its
     entry's counts (they were its whole counts since the entry began, which the exporter then
     added to its class totals at every scrape)."""
-    counted = replace(CAPS, counters_per_flow="available (llc_references, instructions, cycles)")
+    counted = replace(CAPS, counters_per_flow=Figure(WORKS, "llc_references, instructions, cycles"))
     first = dict(rx_bytes=10**6, rx_skbs=1, kernel_ns=5, refs_kernel=100, instructions_app=70,
                  cycles_kernel=9000)
     later = dict(rx_bytes=2 * 10**6, rx_skbs=2, kernel_ns=9, refs_kernel=130, instructions_app=75,

@@ -142,7 +142,8 @@ def test_devices_by_index_finds_the_nic_under_a_vlan(tmp_path):
 
 def test_flows_carry_their_device_and_nic_locality(tmp_path):
     from steer.model.flows import attach_devices, build_snapshot
-    from steer.model.samples import Capabilities, FlowCpuSample, FlowId, TraceSample
+    from steer.model.capabilities import MISSING, Capabilities, Figure
+    from steer.model.samples import FlowCpuSample, FlowId, TraceSample
     xeon = read_topology(xeon_2s_smt(str(tmp_path)))
     a = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
     b = FlowId("tcp", "198.18.0.1", 40001, "198.18.0.2", 5201)
@@ -154,7 +155,7 @@ def test_flows_carry_their_device_and_nic_locality(tmp_path):
                        app_bytes=10**6)]
     after = TraceSample(2 * s, {(x.flow, x.cpu): x for x in e}, (), len(e), 1024)
     snap = build_snapshot(TraceSample(0, {}, (), 0, 1024), after, xeon,
-                          Capabilities("", "", "", ""))
+                          Capabilities(*[Figure(MISSING, "")] * 4))
     asked = []
 
     def lookup(netns, ifindex):

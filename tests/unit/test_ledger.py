@@ -11,11 +11,12 @@ from sysfs import xeon_2s_smt
 from steer.model.flowarrays import FlowArrays, flow_id
 from steer.model.flows import NS, FlowTotal, PlacementMemory, build_snapshot
 from steer.model.ledger import AT, TOTALS, FlowLedger
-from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.model.topology import read_topology
 
-CAPS = Capabilities("available", "available", "available", "unavailable: no PMU",
-                    timing="available (sampled: 99 Hz)", mode="sampled")
+CAPS = Capabilities(*[Figure(WORKS, "")] * 3, Figure(MISSING, "no PMU"),
+                    timing=Figure(WORKS, "sampled: 99 Hz"), mode="sampled")
 FLOWS = [FlowId("tcp", "198.18.0.1", 40000 + i, "198.18.0.2", 5201) for i in range(5)] + [
     FlowId("udp", "198.18.0.1", 41000, "198.18.0.2", 9000),
     FlowId("udp", "0.0.0.0", 0, "198.18.0.2", 9000),           # its reader's unconnected socket

@@ -10,11 +10,12 @@ from steer.model.flows import CpuReport, FlowReport, Snapshot
 from steer.steering.policies import (Decision, PolicyError, llc_peer, load_policy, same_core, spread,
                                      static)
 from steer.model.topology import read_topology
-from steer.model.samples import Capabilities, FlowId
+from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import FlowId
 from sysfs import FakeCpu, epyc_chiplet, sandy_bridge_2s_6c, write_tree, xeon_2s_smt
 
 VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
-CAPS = Capabilities("available", "available", "available", "unavailable")
+CAPS = Capabilities(*[Figure(WORKS, "")] * 3, Figure(MISSING, ""))
 
 
 def flow(n, kernel_cpu, app_cpu, rate_bps=10e9, port=5201):

@@ -223,3 +223,22 @@ def test_the_map_table_is_the_objects():
     found = re.findall(r'^\} (\w+) SEC\("\.maps"\);', src, re.M)
     assert sorted(found) == sorted(MAPS) and len(set(found)) == len(found), found
     assert forced_refusals("readers,ft_tcp_state") == {"readers", "ft_tcp_state"}
+
+
+def test_a_figure_is_lost_to_the_kernel_by_where_its_reason_came_from_not_its_words():
+    """What the kernel refused or lacks (whatever its words) costs a figure to the kernel; what
+    an option left out (whatever its words) does not: the live view's degraded line, steer
+    check's headline and the exporter's state read the flag, not the English."""
+    from steer.model.capabilities import lost_to_kernel
+    odd = {p: "EACCES: no words a parser would look for" for p in ("ft_kfree_skb", "ft_napi_poll")}
+    lost = lost_to_kernel(plan("auto", "auto", odd).figures)
+    assert sorted(lost) == ["drops", "napi_polls"]
+    assert all(f.kernel and f.why == odd["ft_kfree_skb"] for f in lost.values())
+    # the hook turned off by name: every reader figure missing, none of them the kernel's
+    off = plan("auto", "off", {}).figures
+    assert {n for n, f in off.items() if f.state == "missing"} >= {"tcp_app_bytes", "app_calls"}
+    assert not lost_to_kernel(off) and off["tcp_app_bytes"].why == "--app-hook off"
+    # the same hook gone because the kernel refused every one: the kernel's
+    every = {p: f"the kernel refused {SECTIONS[p]} (EPERM: x)" for h in HOOKS.values() for p in h}
+    gone = plan("exact", "auto", every).figures
+    assert {"tcp_app_bytes", "reader", "app_time"} <= set(lost_to_kernel(gone))

@@ -7,7 +7,8 @@ from rich.console import Console
 
 from steer.model.flows import build_snapshot
 from steer.model.flowspec import FlowSpec
-from steer.model.samples import Capabilities, CpuSample, FlowCpuSample, FlowId, TraceSample
+from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
+from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.steering.xdp import DeviceState, RuleView
 from steer.model.topology import read_topology
 from steer.present.live import handle_key
@@ -16,7 +17,7 @@ from steer.present.view import (HISTORY, History, ViewState, render, rules_lines
                                 sparkline)
 
 VM = os.path.join(os.path.dirname(__file__), "../support/fixtures/sysfs-vm-2cpu")
-CAPS = Capabilities("available", "available", "available", "unavailable: no PMU")
+CAPS = Capabilities(*[Figure(WORKS, "")] * 3, Figure(MISSING, "no PMU"))
 A = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
 B = FlowId("udp", "198.18.0.1", 40001, "198.18.0.2", 9000)
 ACKS = FlowId("tcp", "198.18.0.2", 5201, "198.18.0.1", 40000)   # what A's sender receives
