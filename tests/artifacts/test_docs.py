@@ -97,6 +97,28 @@ def test_the_summary_is_made_from_the_results():
         "run python -m bench.summary, then python -m bench.include"
 
 
+def test_the_suite_record_is_made_from_its_runs(tmp_path):
+    """bench/results/suite*.md are suite.json's tables; a run's record (run.json) adds a row
+    with its tiers, failures and figures, and a wall clock that is not minutes:seconds is one
+    line."""
+    from bench import suite
+    runs = suite.load()
+    assert open(os.path.join(suite.RESULTS, "suite.md")).read() == suite.table(runs)
+    assert open(os.path.join(suite.RESULTS, "suite_figures.md")).read() == suite.figures(runs), \
+        "run python -m bench.suite, then python -m bench.include"
+    record = {"started": "2026-11-28T16:27:11+0000", "seconds": 1306.8, "commit": "e6d3b23",
+              "tiers": {"artifacts": 76.2, "unit": 127.0, "guest": 120.8, "live": 977.2},
+              "failures": {"tests/live/test_x.py::test_y": "AssertionError"},
+              "figures": {"tests/live/test_x.py::test_z": {"bytes vs iperf3": [0.01, -0.02, 0.02]}}}
+    row = suite.row(record, suite._wall("22:16"), "a note")
+    assert row["wall"] == 1336 and row["failed"] == ["tests/live/test_x.py::test_y"]
+    text = suite.table([row])
+    assert "| 2026-11-28 16:27 | e6d3b23 | 22:16 | 21:47 | 76 s | 121 s | 977 s | 127 s | 1 failed |" in text
+    assert "| `test_z` | bytes vs iperf3 | -2.0%..+2.0% | +1.00% | +1.00%..+1.00% |" in suite.figures([row])
+    with pytest.raises(Exception, match="minutes:seconds"):
+        suite._wall("1336")
+
+
 def test_the_anchor_rule(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("# Steer flows by hand\n## By policy: `steer auto`\n## `steer flows --json`\n"
