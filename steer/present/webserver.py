@@ -48,6 +48,7 @@ IDLE_TIMEOUT = 90.0             # a kept-alive connection with no request begun 
 MAX_CONNECTIONS = 512           # open at once; a new one closes the one the loop has held longest
 MAX_HEAD = 16384                # a request's line and headers
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CHALLENGE = {"WWW-Authenticate": 'Basic realm="steer"'}   # with each 401
 
 TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
             "max_version"}
@@ -595,17 +596,18 @@ class ExporterServer:
         """C has a whole request: what needs no worker answered here (each request of a
         pipeline in turn), a password not seen before to the checker, the rest to a worker."""
         while True:
-            head = _Head(c.buf[:c.head_end()])
-            known = c.auth is None or c.auth.remembered(head.authorization)
-            if c.auth is not None and BasicAuth.credentials(head.authorization) is None:
-                reply = (401, "Unauthorized", b"Unauthorized\n",
-                         {"WWW-Authenticate": 'Basic realm="steer"'})
+            end = c.head_end()
+            head = _Head(c.buf[:end])
+            anonymous = c.auth is not None and BasicAuth.credentials(head.authorization) is None
+            known = not anonymous and (c.auth is None or c.auth.remembered(head.authorization))
+            if anonymous:
+                reply = (401, "Unauthorized", b"Unauthorized\n", CHALLENGE)
             elif head.healthy and known:
                 reply = (200, "OK", b"OK\n", {})
             else:
                 break
             code, reason, body, headers = reply
-            c.buf = c.buf[c.head_end():]
+            c.buf = c.buf[end:]
             if not registered:
                 self._hold(c)
                 registered = True
@@ -637,17 +639,16 @@ class ExporterServer:
                 retry: bool = False, headers: dict | None = None) -> None:
         """A short reply from the loop, sent without waiting: one that does not fit the socket's
         buffer at once ends the connection."""
-        extra = headers or {}
-        headers = [f"HTTP/1.1 {code} {reason}", "Server: steer", f"Content-Length: {len(body)}",
-                   "Content-Type: text/plain; charset=utf-8"]
-        headers += [f"{k}: {v}" for k, v in extra.items()]
+        lines = [f"HTTP/1.1 {code} {reason}", "Server: steer", f"Content-Length: {len(body)}",
+                 "Content-Type: text/plain; charset=utf-8"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
         if c.web:
-            headers += [f"{k}: {v}" for k, v in c.web.headers.items()]
+            lines += [f"{k}: {v}" for k, v in c.web.headers.items()]
         if retry:
-            headers.append("Retry-After: 1")
+            lines.append("Retry-After: 1")
         if close:
-            headers.append("Connection: close")
-        data = ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+            lines.append("Connection: close")
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
         try:
             sent = c.sock.send(data)
         except (OSError, ValueError):
@@ -767,8 +768,7 @@ class _Handler(BaseHTTPRequestHandler):
                             {"Retry-After": "1"})
                 return
             if not allowed:
-                self._reply(401, b"Unauthorized\n", head,
-                            {"WWW-Authenticate": 'Basic realm="steer"'})
+                self._reply(401, b"Unauthorized\n", head, CHALLENGE)
                 return
         path = self.path.split("?", 1)[0]
         if path == "/metrics":

@@ -43,6 +43,19 @@ def _get(port, context=None, headers=None, timeout=5):
         conn.close()
 
 
+def _basic(user: str, password: str) -> dict:
+    """An Authorization header with USER and PASSWORD."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def _each_served(conns) -> None:
+    """Each of CONNS (raw sockets whose request was sent) gets a 200, then is closed."""
+    for c in conns:
+        c.settimeout(5)
+        assert c.recv(4096).startswith(b"HTTP/1.1 200")
+        c.close()
+
+
 def _client_context(pki, cert=None):
     ctx = ssl.create_default_context(cafile=str(pki["ca_crt"]))
     if cert:
@@ -100,13 +113,11 @@ http_server_config:
 """.replace("server.crt", str(pki["server_crt"])).replace("server.key", str(pki["server_key"])))
     s = _server(web)
 
-    def auth(user, password):
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
     try:
         ctx = _client_context(pki)
-        assert _get(s.port, ctx, auth("prometheus", "s3cret")) == (200, BODY)
-        assert _get(s.port, ctx, auth("prometheus", "s3cret")) == (200, BODY)   # remembered
-        for h in (None, auth("prometheus", "wrong"), auth("nobody", "s3cret"),
+        assert _get(s.port, ctx, _basic("prometheus", "s3cret")) == (200, BODY)
+        assert _get(s.port, ctx, _basic("prometheus", "s3cret")) == (200, BODY)   # remembered
+        for h in (None, _basic("prometheus", "wrong"), _basic("nobody", "s3cret"),
                   {"Authorization": "Basic !!!"}, {"Authorization": "Bearer x"}):
             assert _get(s.port, ctx, h)[0] == 401
     finally:
@@ -244,10 +255,7 @@ def test_requests_beyond_the_workers_and_their_queue_are_answered_503_at_once():
             assert (r.status, r.read()) == (200, b"OK\n")
         health.close()
         hold.set()
-        for c in waiting:
-            c.settimeout(5)
-            assert c.recv(4096).startswith(b"HTTP/1.1 200")
-            c.close()
+        _each_served(waiting)
     finally:
         hold.set()
         s.close()
@@ -274,8 +282,7 @@ def test_wrong_passwords_take_one_check_at_a_time_and_a_known_scraper_is_served(
     s = _server(_config(tmp_path, f"basic_auth_users: {{prometheus: {hashed}}}\n"), workers=4)
 
     def auth(password):
-        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
-        return {"Authorization": "Basic " + token}
+        return _basic("prometheus", password)
     try:
         assert _get(s.port, None, auth("right")) == (200, BODY)   # checked once, remembered
         statuses, stop = [], threading.Event()
@@ -319,8 +326,7 @@ def test_requests_without_a_known_password_never_wait_for_a_scrape_worker(tmp_pa
                 render=render, workers=1, timeout=5.0)
 
     def auth(password):
-        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
-        return {"Authorization": "Basic " + token}
+        return _basic("prometheus", password)
     try:
         assert _get(s.port, None, auth("right")) == (200, BODY)   # checked once, remembered
         blocking.set()
@@ -345,10 +351,7 @@ def test_requests_without_a_known_password_never_wait_for_a_scrape_worker(tmp_pa
         assert time.monotonic() - start < 2.5   # behind the collection they would wait 5 s
         assert s.refused == 0
         hold.set()
-        for c in known:
-            c.settimeout(5)
-            assert c.recv(4096).startswith(b"HTTP/1.1 200")
-            c.close()
+        _each_served(known)
     finally:
         hold.set()
         s.close()
@@ -445,7 +448,7 @@ def test_reload_serves_new_connections_by_the_new_config(tmp_path):
         return _config(tmp_path, f"basic_auth_users: {{{name}: {hashed}}}\n")
 
     def auth(user):
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:pw".encode()).decode()}
+        return _basic(user, "pw")
     s = _server(users("alice"))
     try:
         before = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
