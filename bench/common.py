@@ -102,7 +102,7 @@ def require_root() -> None:
     it was started from had (both ends of bench.rr on one CPU measure something else)."""
     if os.geteuid() != 0:
         sys.exit("benchmarks load BPF programs and make namespaces: run as root")
-    from steer.model.topology import widen_to_online_cpus
+    from steer.kernel.process import widen_to_online_cpus
     line = widen_to_online_cpus()
     if line:
         print(line)

@@ -28,7 +28,7 @@ def _widen_affinity() -> str | None:
     bounds). STEER_TEST_KEEP_AFFINITY=1 keeps the mask, to test steer itself under a narrow one."""
     if os.environ.get("STEER_TEST_KEEP_AFFINITY") == "1":
         return None
-    from steer.model.topology import widen_to_online_cpus
+    from steer.kernel.process import widen_to_online_cpus
     line = widen_to_online_cpus()
     return line and line + " (STEER_TEST_KEEP_AFFINITY=1 keeps it)"
 

@@ -124,7 +124,8 @@ def cmd_topology(args) -> int:
 
 
 def cmd_flows(args) -> int:
-    from steer.model.flows import attach_devices, attach_workloads, build_snapshot
+    from steer.model.flows import build_snapshot
+    from steer.model.reports import attach_devices, attach_workloads
     from steer.trace.workloads import WorkloadResolver
     from steer.trace.netdevs import DeviceResolver
     from steer.model.topology import read_topology

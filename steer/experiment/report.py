@@ -8,7 +8,7 @@ import statistics
 
 from steer.model.classify import CLASSES, CROSS_SOCKET, SAME_CORE, SAME_SOCKET, Placement
 from steer.experiment.devsettings import setting_key, setting_label, settings_of
-from steer.model.flows import CpuReport, FlowReport, Snapshot
+from steer.model.reports import CpuReport, FlowReport, Snapshot
 from steer.steering.policies import llc_peer
 from steer.experiment.hostconfig import PAPERS_PRECONDITIONS
 from steer.model.topology import Topology, format_cpulist

@@ -1,10 +1,11 @@
-"""This process's own settings: its C heap, and its children's death with it."""
+"""This process's own settings: its C heap, its children's death with it, the CPUs it may run on."""
 from __future__ import annotations
 
 import os
 import platform
 
 from steer.kernel.libc import libc
+from steer.model.topology import format_cpulist, online_cpus
 
 # The exporter folds a map of new connections into a few MB of temporary arrays at every scrape,
 # in whichever of its server's threads took the request. Numpy's arrays over 128 KB are mmap()ed
@@ -43,3 +44,19 @@ def die_with_parent(parent: int, sig: int = 9) -> None:
     libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
+
+
+def widen_to_online_cpus() -> str | None:
+    """Let this process run on every online CPU its cpuset allows (the kernel intersects the
+    mask with the cpuset). An affinity inherited from a narrow parent (a CI machine's init had
+    CPU 1 only, of 0-1) would otherwise put both ends of a benchmark, or every test that needs
+    two CPUs, on one CPU. Returns a line saying what changed, or None."""
+    before = sorted(os.sched_getaffinity(0))
+    try:
+        os.sched_setaffinity(0, online_cpus())
+    except OSError:
+        return None
+    after = sorted(os.sched_getaffinity(0))
+    if after == before:
+        return None
+    return f"CPUs: affinity widened from {format_cpulist(before)} to {format_cpulist(after)}"

@@ -14,19 +14,17 @@ from dataclasses import replace
 from typing import Callable, Iterable
 
 from steer.model.flowarrays import FLOW, FLOW_SIZE, FlowArrays, flow_fields, flows_of, pack_key
-from steer.model.flows import (ACTIVITY, Snapshot, attach_devices, attach_workloads,
-                               build_snapshot)
+from steer.model.flows import build_snapshot
+from steer.model.interval import ACTIVITY, restarted, wildcard_rows
 from steer.model.ledger import find
 from steer.model.numeric import np
+from steer.model.reports import Snapshot, attach_devices, attach_workloads
 from steer.model.samples import FlowId, TraceSample
 from steer.model.topology import Topology
 
-# what build_snapshot's restart test compares (flows._restarted), besides kernel + kthread time
-_RESTART = ("rx_bytes", "app_calls", "app_ns")
-
 
 class BusyIntervals:
-    """As flows.Intervals (the time since the previous call, each call), for a tracer with
+    """As steer.model.flows.Intervals (the time since the previous call, each call), for a tracer with
     sample_arrays() and entries_of(): each snapshot holds the flows of the interval that
     received FLOOR_BPS or more, those KEEP() names (the flows with a rule, whose rule is
     removed when they go), and what build_snapshot needs to give an unconnected UDP socket's
@@ -52,9 +50,7 @@ class BusyIntervals:
         at, seen = find(old.keys, new.keys)
         prev = old.values[at] if len(old) else np.zeros(len(new), new.values.dtype)
         v = new.values
-        restarted = seen & ((v["kernel_ns"] + v["kthread_ns"] < prev["kernel_ns"] + prev["kthread_ns"])
-                            | np.any([v[c] < prev[c] for c in _RESTART], axis=0))
-        fresh = ~seen | restarted
+        fresh = ~seen | restarted(v.__getitem__, prev.__getitem__)
         active = np.any([np.where(fresh, v[c] != 0, v[c] != prev[c]) for c in ACTIVITY], axis=0) \
             if len(new) else np.zeros(0, bool)
         rx = np.where(fresh, v["rx_bytes"], v["rx_bytes"] - prev["rx_bytes"]).astype(float)
@@ -94,7 +90,7 @@ class BusyIntervals:
         flows to its port where there are two or more (then no flow gets its reads, as in
         build_snapshot), else the one. In place."""
         f = flow_fields(flows)
-        wild = (f["sport"] == 0) & ~f["saddr"].any(axis=1)
+        wild = wildcard_rows(f)
         for w in np.flatnonzero(wild & busy):
             peers = np.flatnonzero(busy & ~wild & (f["proto"] == f["proto"][w])
                                    & (f["family"] == f["family"][w]) & (f["dport"] == f["dport"][w])

@@ -3,8 +3,9 @@
 Each scrape folds a read of the map (FlowArrays) into: every flow's totals since its first entry
 (what FlowTotal counts), and for the flows with traffic since the previous read, their counts in
 that interval, their kernel and app CPUs from their decayed recent past, and their class. The
-figures are those of build_snapshot and PlacementMemory (steer.model.flows, which `steer flows`,
-`top` and `auto` use); tests/unit/test_ledger.py holds the two to the same numbers. Numpy over
+figures are those of build_snapshot and PlacementMemory (steer.model.flows and .placement, which
+`steer flows`, `top` and `auto` use), by the rules of steer.model.interval;
+tests/unit/test_ledger.py holds the two to the same numbers. Numpy over
 rows, not an object per entry: a map full of new connections (16,384 entries) folds in tens of
 milliseconds and keeps ~400 bytes an entry between reads (steer.model.flowarrays says why).
 """
@@ -14,17 +15,18 @@ from dataclasses import dataclass
 
 from steer.model.classify import CLASSES, Placement, classify
 from steer.model.flowarrays import (FLOW, KEY, FlowArrays, cpus_of, flow_fields, flows_of)
-from steer.model.flows import ACTIVITY, COUNTERS, PLACEMENT_HALF_LIFE
+from steer.model.interval import (ACTIVITY, COUNTERS, WILDCARD_DROPS, dominant_rows,
+                                  first_named_rows, interval_cpus, kernel_time, restarted, wildcard_rows)
+from steer.model.placement import PLACEMENT_HALF_LIFE
 from steer.model.numeric import np
 from steer.model.topology import Topology
 
 NS = 1e9
 AT = {name: i for i, name in enumerate(COUNTERS)}   # a counter's column in the counts matrices
-RX, SKBS, KNS, KT = AT["rx_bytes"], AT["rx_skbs"], AT["kernel_ns"], AT["kthread_ns"]
+RX, SKBS, KT = AT["rx_bytes"], AT["rx_skbs"], AT["kthread_ns"]
 CALLS, ANS, DROPS = AT["app_calls"], AT["app_ns"], AT["rx_drops"]
 _ACTIVITY = [AT[name] for name in ACTIVITY]
-# what a wildcard (unconnected UDP) socket's reads lose when given to their flow: the receive side
-_RX_SIDE = [RX, AT["rx_packets"], SKBS, KNS, KT, AT["llc_kernel"]]
+_RX_SIDE = [AT[name] for name in WILDCARD_DROPS]
 # FlowTotal's fields, in its order
 TOTALS = ("rx_bytes", "kernel_ns", "app_ns", "rx_drops", "kernel_samples", "app_samples")
 _CLASS_INDEX = {cls: i for i, cls in enumerate(CLASSES)}
@@ -33,7 +35,7 @@ _CLASS_INDEX = {cls: i for i, cls in enumerate(CLASSES)}
 def _totals(counts: np.ndarray) -> np.ndarray:
     """(n, len(TOTALS)) of (n, len(COUNTERS)) counts: kernel time is softirq + kthread."""
     c = counts
-    return np.stack([c[:, RX], c[:, KNS] + c[:, KT], c[:, ANS], c[:, DROPS],
+    return np.stack([c[:, RX], kernel_time(lambda name: c[:, AT[name]]), c[:, ANS], c[:, DROPS],
                      c[:, AT["kernel_samples"]], c[:, AT["app_samples"]]], axis=1)
 
 
@@ -49,20 +51,6 @@ def _group_sum(group: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
     """Rows of VALUES summed by GROUP (0 .. n-1), exactly (integers stay integers)."""
     out = np.zeros((n,) + values.shape[1:], values.dtype)
     np.add.at(out, group, values)
-    return out
-
-
-def _dominant(group: np.ndarray, cpu: np.ndarray, weight: np.ndarray, n: int) -> np.ndarray:
-    """Per group, the CPU of its largest positive weight, the lowest CPU of equal ones (as
-    flows._dominant picks); -1 where it has none. One row per (group, CPU)."""
-    out = np.full(n, -1, np.int64)
-    pos = weight > 0
-    g, c, w = group[pos], cpu[pos], weight[pos]
-    if len(g):
-        order = np.lexsort((c, -w, g))
-        g = g[order]
-        first = np.r_[True, g[1:] != g[:-1]]
-        out[g[first]] = c[order][first]
     return out
 
 
@@ -162,7 +150,7 @@ class FlowLedger:
         active, group = np.unique(row_flow, return_inverse=True)
         group = group.ravel()
         n = len(active)
-        kernel_s = (row_counts[:, KNS] + row_counts[:, KT]) / NS
+        kernel_s = kernel_time(lambda name: row_counts[:, AT[name]]) / NS
         app_s = row_counts[:, ANS] / NS
         kernel_sum = _group_sum(group, n, kernel_s)
         kernel_cpu, stack_cpu, app_cpu = self._where(
@@ -183,14 +171,13 @@ class FlowLedger:
         at, seen = find(self._keys, keys)
         before = self._counts[at] if len(self._keys) else np.zeros_like(counts)
         before[~seen] = 0
-        restarted = seen & ((counts[:, RX] < before[:, RX]) | (counts[:, CALLS] < before[:, CALLS])
-                            | (counts[:, ANS] < before[:, ANS])
-                            | (counts[:, KNS] + counts[:, KT] < before[:, KNS] + before[:, KT]))
+        restart = seen & restarted(lambda name: counts[:, AT[name]],
+                                   lambda name: before[:, AT[name]])
         deltas = counts.copy()
-        deltas[seen & ~restarted] -= before[seen & ~restarted]
+        deltas[seen & ~restart] -= before[seen & ~restart]
         gone = np.ones(len(self._keys), bool)
         gone[at[seen]] = False
-        return deltas, before, restarted, gone
+        return deltas, before, restart, gone
 
     def _fold_totals(self, flow: np.ndarray, counts: np.ndarray, before: np.ndarray,
                      restarted: np.ndarray, gone: np.ndarray):
@@ -219,21 +206,16 @@ class FlowLedger:
                row_counts: np.ndarray, kernel_s: np.ndarray, app_s: np.ndarray,
                kernel_sum: np.ndarray, duration: float):
         """(kernel CPU, stack CPU, app CPU) of each active flow: the interval's own CPUs
-        (build_snapshot: kernel time, else where the skbs went up the stack, else the cpumap
-        kthread's; the app's time, else its calls) weighed with their decayed past
+        (steer.model.interval.interval_cpus) weighed with their decayed past
         (PlacementMemory), which is kept for the flows of this interval only; the stack CPU's
         votes are the flow's kernel seconds, to the interval's stack CPU."""
         n = len(active_flows)
-        g, c, ks, as_, skbs, kth, calls = _per_cpu(
-            group, row_cpu, kernel_s, app_s, np.maximum(row_counts[:, SKBS], 0).astype(float),
-            row_counts[:, KT].astype(float), row_counts[:, CALLS].astype(float))
-        stack = _dominant(g, c, skbs, n)
-        stack = np.where(stack >= 0, stack, _dominant(g, c, kth, n))
-        kernel_guess = _dominant(g, c, ks, n)
-        stack = np.where(stack >= 0, stack, kernel_guess)
-        kernel_guess = np.where(kernel_guess >= 0, kernel_guess, stack)
-        app_guess = _dominant(g, c, as_, n)
-        app_guess = np.where(app_guess >= 0, app_guess, _dominant(g, c, calls, n))
+        g, c, *weights = _per_cpu(
+            group, row_cpu, kernel_s, row_counts[:, SKBS].astype(float),
+            row_counts[:, KT].astype(float), app_s, row_counts[:, CALLS].astype(float))
+        weight = dict(zip(("kernel_time", "rx_skbs", "kthread_ns", "app_ns", "app_calls"), weights))
+        kernel_guess, stack, app_guess = interval_cpus(
+            lambda w: dominant_rows(g, c, weight[w], n), first_named_rows)
 
         factor = 0.5 ** (duration / self.half_life)
         past_group, known = find(active_flows, self._past_flow)
@@ -245,14 +227,12 @@ class FlowLedger:
         g, c, mk, ma, ms = _per_cpu(
             np.concatenate([past_group[known], g, voters]),
             np.concatenate([self._past_cpu[known], c, stack[voters]]),
-            np.concatenate([pk, ks, nothing]), np.concatenate([pa, as_, nothing]),
+            np.concatenate([pk, weight["kernel_time"], nothing]),
+            np.concatenate([pa, weight["app_ns"], nothing]),
             np.concatenate([ps, np.zeros(len(g)), kernel_sum[voters]]))
-        kernel_cpu = _dominant(g, c, mk, n)
-        kernel_cpu = np.where(kernel_cpu >= 0, kernel_cpu, kernel_guess)
-        app_cpu = _dominant(g, c, ma, n)
-        app_cpu = np.where(app_cpu >= 0, app_cpu, app_guess)
-        stack_cpu = _dominant(g, c, ms, n)
-        stack_cpu = np.where(stack_cpu >= 0, stack_cpu, stack)
+        kernel_cpu = first_named_rows(dominant_rows(g, c, mk, n), kernel_guess)
+        app_cpu = first_named_rows(dominant_rows(g, c, ma, n), app_guess)
+        stack_cpu = first_named_rows(dominant_rows(g, c, ms, n), stack)
         keep = (mk > 0) | (ma > 0) | (ms > 0)
         self._past_flow, self._past_cpu = active_flows[g[keep]], c[keep]
         self._past_kernel, self._past_app, self._past_stack = mk[keep], ma[keep], ms[keep]
@@ -273,7 +253,7 @@ class FlowLedger:
         (no source): they go to the one flow of the interval to that port, where there is one
         (build_snapshot does the same). In place."""
         f = flow_fields(flows)
-        wild = (f["sport"] == 0) & ~f["saddr"].any(axis=1)
+        wild = wildcard_rows(f)
         if not wild[row_flow].any():
             return
         present = np.unique(row_flow)

@@ -251,19 +251,3 @@ def nic_place(sysfs: str, dev: str) -> dict | None:
     local = read_text(os.path.join(base, "local_cpulist"))
     return {"numa_node": numa if numa is not None and numa >= 0 else None,
             "local_cpus": parse_cpulist(local) if local else None}
-
-
-def widen_to_online_cpus() -> str | None:
-    """Let this process run on every online CPU its cpuset allows (the kernel intersects the
-    mask with the cpuset). An affinity inherited from a narrow parent (a CI machine's init had
-    CPU 1 only, of 0-1) would otherwise put both ends of a benchmark, or every test that needs
-    two CPUs, on one CPU. Returns a line saying what changed, or None."""
-    before = sorted(os.sched_getaffinity(0))
-    try:
-        os.sched_setaffinity(0, online_cpus())
-    except OSError:
-        return None
-    after = sorted(os.sched_getaffinity(0))
-    if after == before:
-        return None
-    return f"CPUs: affinity widened from {format_cpulist(before)} to {format_cpulist(after)}"

@@ -28,8 +28,8 @@ from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS,
 from steer.model.capabilities import MECHANISMS
 from steer.model.classify import CLASSES
 from steer.model.flowarrays import FlowArrays, flow_fields, flow_hashes, flow_id
-from steer.model.flows import (EPHEMERAL, SIDE_EVENTS, SIDES, FlowTotal, ServiceTotals, WorkloadTotals,
-                               by_side, side_events, workload_key)
+from steer.model.reports import SIDE_EVENTS, SIDES, by_side, side_events
+from steer.model.totals import EPHEMERAL, FlowTotal, ServiceTotals, WorkloadTotals, workload_key
 from steer.model.ledger import AT, TOTALS, Fold, FlowLedger, find
 from steer.trace.programs import SECTIONS
 from steer.model.numeric import np
@@ -44,6 +44,15 @@ ACTIVE_WINDOW = 10.0   # seconds: steer_class_flows counts the flows with traffi
 MAX_ACTIVE = 65536     # and at most this many (13,900 new connections a second fill 10 s twice)
 
 
+
+
+def ephemeral_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> range:
+    """The ports connect() picks local ports from (the kernel's default where unreadable)."""
+    try:
+        low, high = (int(v) for v in open(path).read().split())
+        return range(low, high + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
 
 
 def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
@@ -76,7 +85,7 @@ class SteerCollector(Collector):
         self._ledger = FlowLedger(topo)
         self._class_totals: dict[str, dict[str, float]] = {
             c: defaultdict(float) for c in CLASSES}
-        self._service_totals = ServiceTotals()
+        self._service_totals = ServiceTotals(ephemeral_ports())
         # --flow-labels workload: cgroup id -> (path, Workload) (steer.trace.workloads)
         self._workloads = workloads
         if flow_labels == "workload" and workloads is None:

@@ -15,7 +15,7 @@ from typing import Callable
 from rich.console import Console
 from rich.live import Live
 
-from steer.model.flows import Snapshot
+from steer.model.reports import Snapshot
 from steer.model.topology import Topology
 from steer.present.view import DEFAULT_LIMIT, History, ViewState, render, screen
 

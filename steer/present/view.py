@@ -16,7 +16,7 @@ from rich.text import Text
 
 from steer.defaults import DEFAULT_LIMIT, DEFAULT_MIN_RATE, SORTS
 from steer.model.classify import CROSS_SOCKET, SAME_CORE, SAME_SOCKET
-from steer.model.flows import FEW_SAMPLES, FlowReport, Snapshot
+from steer.model.reports import FEW_SAMPLES, FlowReport, Snapshot
 from steer.model.names import printable
 from steer.trace.programs import FIGURE_NAMES
 from steer.model.samples import FlowId

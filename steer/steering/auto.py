@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from steer.model.flowspec import FlowSpec
-from steer.model.flows import FlowReport, Intervals, Snapshot
+from steer.model.flows import Intervals
+from steer.model.reports import FlowReport, Snapshot
 from steer.steering.policies import Decision, Policy, stack_cpu_of
 from steer.steering.expectations import Expectation, SweepExpectations
 from steer.steering.verdict import (CONFIDENCE, INCONCLUSIVE, REVERTED, TOLERANCE, Figures,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from steer.model.flowspec import WORKLOAD_KEYS, FlowSpec, FlowSpecError
-from steer.model.flows import FlowReport, Snapshot
+from steer.model.reports import FlowReport, Snapshot
 from steer.model.topology import Topology
 from steer.model.samples import FlowId
 

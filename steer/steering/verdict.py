@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 from steer.defaults import TOLERANCE
-from steer.model.flows import FlowReport, Snapshot
+from steer.model.reports import FlowReport, Snapshot
 from steer.model.samples import FlowId
 
 CONFIDENCE = 0.95          # of each change's interval, two-sided

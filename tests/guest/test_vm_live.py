@@ -399,7 +399,7 @@ def test_offloads_sweep_switches_the_nic_and_puts_it_back_and_pause_is_refused(t
 
 def _feeder_flow(tracer, devices, seconds):
     """The feeder's flow over SECONDS, as steer flows reports it (with its device resolved)."""
-    from steer.model.flows import attach_devices
+    from steer.model.reports import attach_devices
     before = tracer.sample()
     time.sleep(seconds)
     snap = attach_devices(build_snapshot(before, tracer.sample(), TOPO, tracer.capabilities),

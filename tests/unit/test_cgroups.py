@@ -3,7 +3,8 @@ import os
 
 import fakes
 
-from steer.model.flows import attach_workloads, build_snapshot
+from steer.model.flows import build_snapshot
+from steer.model.reports import attach_workloads
 from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
 from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample
 from steer.model.topology import read_topology

@@ -351,9 +351,9 @@ def test_the_exporters_per_flow_memory_is_bounded_and_what_it_forgets_is_counted
     """steer_class_flows' window and the retired services of --flow-labels service hold at
     most their bound of entries under churn (a port scan, a frontend's short connections)."""
     import steer.present.exporter as exporter
-    import steer.model.flows as flows
+    import steer.model.totals as totals
     monkeypatch.setattr(exporter, "MAX_ACTIVE", 50)
-    monkeypatch.setattr(flows, "MAX_RETIRED_SERVICES", 20)
+    monkeypatch.setattr(totals, "MAX_RETIRED_SERVICES", 20)
     conns = [[FlowCpuSample(FlowId("tcp", "198.18.0.1", 40000 + t, "198.18.0.2", 1000 + t * 10 + i),
                             0, rx_bytes=100, rx_skbs=1, kernel_ns=1000) for i in range(10)]
              for t in range(12)]

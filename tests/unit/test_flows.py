@@ -2,7 +2,8 @@
 import os
 from dataclasses import replace
 
-from steer.model.flows import NS, PLACEMENT_HALF_LIFE, Intervals, PlacementMemory, build_snapshot
+from steer.model.flows import NS, Intervals, build_snapshot
+from steer.model.placement import PLACEMENT_HALF_LIFE, PlacementMemory
 from steer.model.topology import read_topology
 from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
 from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample

@@ -141,7 +141,8 @@ def test_devices_by_index_finds_the_nic_under_a_vlan(tmp_path):
 
 
 def test_flows_carry_their_device_and_nic_locality(tmp_path):
-    from steer.model.flows import attach_devices, build_snapshot
+    from steer.model.flows import build_snapshot
+    from steer.model.reports import attach_devices
     from steer.model.capabilities import MISSING, Capabilities, Figure
     from steer.model.samples import FlowCpuSample, FlowId, TraceSample
     xeon = read_topology(xeon_2s_smt(str(tmp_path)))

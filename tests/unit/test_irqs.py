@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from steer.model.flows import with_queue_irq
+from steer.model.reports import with_queue_irq
 from steer.experiment.hostconfig import irq_method_problems
 from steer.model.irqs import (DeviceIrq, busiest_cpu, classify_irq_name, device_irqs, interrupt_counts,
                               irq_cpus, queue_irq, rx_irqs)

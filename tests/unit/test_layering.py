@@ -9,7 +9,7 @@ import sys
 from helpers import ROOT
 
 PURE = ["steer.model.samples", "steer.trace.programs", "steer.trace.check", "steer.kernel.signals", "steer.model.units", "steer.kernel.privileges", "steer.model.topology", "steer.model.classify",
-        "steer.model.flowspec", "steer.model.flows", "steer.model.flowarrays", "steer.model.ledger", "steer.model.numeric", "steer.experiment.report", "steer.steering.policies", "steer.steering.auto", "steer.steering.methods", "steer.present.view",
+        "steer.model.flowspec", "steer.model.flows", "steer.model.interval", "steer.model.reports", "steer.model.placement", "steer.model.totals", "steer.model.busyflows", "steer.model.flowarrays", "steer.model.ledger", "steer.model.numeric", "steer.experiment.report", "steer.steering.policies", "steer.steering.auto", "steer.steering.methods", "steer.present.view",
         "steer.present.live", "steer.present.exporter", "steer.trace.profile",
         "steer.cli.manual", "steer.model.irqs", "steer.experiment.devsettings"]
 GATEWAY_AND_LOADERS = ["steer.kernel.libbpf", "steer.kernel.objects", "steer.kernel.maps",

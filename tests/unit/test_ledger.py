@@ -9,7 +9,9 @@ import pytest
 
 from sysfs import xeon_2s_smt
 from steer.model.flowarrays import FlowArrays, flow_id
-from steer.model.flows import NS, FlowTotal, PlacementMemory, build_snapshot
+from steer.model.flows import NS, build_snapshot
+from steer.model.placement import PlacementMemory
+from steer.model.totals import FlowTotal
 from steer.model.ledger import AT, TOTALS, FlowLedger
 from steer.model.capabilities import MISSING, WORKS, Capabilities, Figure
 from steer.model.samples import CpuSample, FlowCpuSample, FlowId, TraceSample

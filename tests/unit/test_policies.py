@@ -6,7 +6,7 @@ import pytest
 
 from steer.steering.auto import AutoSteer, AutoStopped, run
 from steer.model.classify import Placement
-from steer.model.flows import CpuReport, FlowReport, Snapshot
+from steer.model.reports import CpuReport, FlowReport, Snapshot
 from steer.steering.policies import (Decision, PolicyError, llc_peer, load_policy, same_core, spread,
                                      static)
 from steer.model.topology import read_topology

@@ -280,7 +280,7 @@ def test_pmu_figures_of_a_run_per_side_and_of_the_readers_whole_core(xeon):
     """counter_figures: each side's hit ratio from its flows' misses and references, instructions
     and cycles per GB; the reader's core (CPU 0 and its SMT sibling 24 on this fixture) from
     the per-CPU counts between the two samples."""
-    from steer.model.flows import FlowReport
+    from steer.model.reports import FlowReport
     from steer.model.classify import classify
     from steer.model.samples import FlowId, TraceSample
     from steer.experiment.sweep import counter_figures

@@ -290,7 +290,7 @@ POD = "/kubepods.slice/kubepods-pod7d1c2a3b_4e5f_4a6b_8c7d_9e0f1a2b3c4d.slice/cr
 def _with_workloads(snap, names):
     """SNAP with its flows' readers resolved as steer.trace.workloads would: NAMES maps a flow's
     reader pid to its cgroup path; the pod's names as the kubelet's logs give them."""
-    from steer.model.flows import attach_workloads
+    from steer.model.reports import attach_workloads
     from steer.model.workloads import parse_cgroup_path
     from dataclasses import replace
     snap = replace(snap, flows=[replace(f, app_cgroup_id=f.app_pid) if f.app_pid else f
