@@ -22,8 +22,9 @@ RULE_NAMES = {name: set(getattr(interval, name)) for name in
 def test_no_module_but_the_rules_spells_a_rule_out():
     """No tuple or list of counter names equal to one of the rules' own, no wildcard test and no
     kernel_ns + kthread_ns anywhere in steer/ but steer/model/interval.py. Checked once against
-    the tree before the rules had a home: it named flows.py's ACTIVITY and COUNTERS, the ledger's
-    and busyflows' restart tests and wildcard tests, and FlowTotal's sum."""
+    the tree before the rules had a home: 13 places, flows.py's ACTIVITY, COUNTERS, restart and
+    wildcard tests and kernel-time sums, busyflows' restart fields, restart and wildcard tests,
+    the ledger's wildcard test and FlowTotal's sum."""
     found = []
     for path in sorted((Path(ROOT) / "steer").rglob("*.py")):
         if path.name == "interval.py" and path.parent.name == "model":
