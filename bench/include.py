@@ -7,6 +7,9 @@ copied here rather than retyped:
     ...
     <!-- end include -->
 
+or a command's synopsis, generated from steer's parser (steer.cli.manual.synopsis) as the man
+page is, in a code block: `<!-- include: synopsis pin -->`.
+
     python -m bench.include            # rewrites every block from its file
     python -m bench.include --check    # exit 1 and name the stale blocks (tests/artifacts/test_docs.py)
 """
@@ -18,7 +21,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(<!-- include: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- end include -->)", re.S)
+BLOCK = re.compile(r"(<!-- include: (?P<path>[^ >]+|synopsis [a-z]+) -->\n)(?P<body>.*?)(<!-- end include -->)",
+                   re.S)
 
 
 def pages(root: Path = ROOT) -> list[Path]:
@@ -34,9 +38,17 @@ def blocks(text: str):
 def refresh(text: str, root: Path = ROOT) -> str:
     """TEXT with each block's body replaced by its file's current text."""
     def fill(m):
-        body = (root / m.group("path")).read_text()
-        return m.group(1) + body.rstrip("\n") + "\n" + m.group(4)
+        return m.group(1) + source(m.group("path"), root).rstrip("\n") + "\n" + m.group(4)
     return BLOCK.sub(fill, text)
+
+
+def source(name: str, root: Path = ROOT) -> str:
+    """What an include block named NAME holds: a file's text, or a command's synopsis."""
+    if name.startswith("synopsis "):
+        from steer.cli.main import build_parser
+        from steer.cli.manual import synopsis
+        return "```\n" + synopsis(build_parser(), name.split()[1]) + "\n```\n"
+    return (root / name).read_text()
 
 
 def main(argv=None) -> int:

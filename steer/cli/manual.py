@@ -50,6 +50,33 @@ def _metavar(action: argparse.Action) -> str:
     return action.dest.upper()
 
 
+def synopsis(parser: argparse.ArgumentParser, name: str, width: int = 96) -> str:
+    """COMMAND's synopsis as docs/commands.md shows it: its operands, then its options in the
+    parser's order (the required ones without brackets, a choice as a|b), the tracer's options
+    (cli.common.tracer_options) as one [TRACER OPTIONS], wrapped to WIDTH. NAME "tracer": those
+    options themselves."""
+    p = commands(parser)["flows" if name == "tracer" else name][1]
+    tracer = {id(a) for g in p._action_groups if g.title == "tracer" for a in g._group_actions}
+    words = ["TRACER OPTIONS:" if name == "tracer" else f"steer {name}"]
+    words += [_metavar(a).replace(",", "|").strip("{}") for a in _positionals(p)]
+    for a in _options(p):
+        if a.option_strings == ["-h", "--help"] or (id(a) in tracer) != (name == "tracer"):
+            continue
+        word = next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
+        if _takes_value(a):
+            word += " " + (_metavar(a).replace(",", "|").strip("{}") if a.choices else _metavar(a))
+        words.append(word if a.required else f"[{word}]")
+    if tracer and name != "tracer":
+        words.append("[TRACER OPTIONS]")
+    lines = [words[0]]
+    for word in words[1:]:   # an option and its value never split over two lines
+        if len(lines[-1]) + 1 + len(word) > width:
+            lines.append("    " + word)
+        else:
+            lines[-1] += " " + word
+    return "\n".join(lines)
+
+
 def _roff(text: str) -> str:
     """TEXT safe in a roff line: backslashes escaped, options' dashes made real minus signs, and
     a line that would start with a control character protected."""

@@ -22,7 +22,7 @@ def _add_topology(sub, fmt) -> None:
     t = sub.add_parser("topology", formatter_class=fmt, help="CPUs, cores, LLC domains, sockets",
                        description="Print the CPU topology steer classifies flows with.")
     t.add_argument("--json", action="store_true", help="JSON instead of a table")
-    t.add_argument("--sysfs", default="/sys", help="sysfs root to read (for inspecting a copy)")
+    t.add_argument("--sysfs", metavar="ROOT", default="/sys", help="sysfs root to read (for inspecting a copy)")
 
 
 def _add_flows(sub, fmt) -> None:
@@ -33,7 +33,7 @@ def _add_flows(sub, fmt) -> None:
     f.add_argument("--duration", type=positive(), default=5.0, metavar="SECONDS",
                    help="length of the window")
     f.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
-    f.add_argument("--limit", type=positive(int, 0, MAX_ROWS), default=50, help="flows in the table")
+    f.add_argument("--limit", metavar="N", type=positive(int, 0, MAX_ROWS), default=50, help="flows in the table")
     view_options(f)
     tracer_options(f)
 
@@ -51,7 +51,7 @@ def _add_top(sub, fmt) -> None:
                      help="refresh period (each view covers one period)")
     top.add_argument("--duration", type=positive(), default=None, metavar="SECONDS",
                      help="quit after this long (default: run until Ctrl-C)")
-    top.add_argument("--limit", type=positive(int, 0, MAX_ROWS), default=DEFAULT_LIMIT,
+    top.add_argument("--limit", metavar="N", type=positive(int, 0, MAX_ROWS), default=DEFAULT_LIMIT,
                      help="flows printed per interval off a terminal (on one, as many as fit)")
     view_options(top)
     tracer_options(top)
@@ -82,7 +82,7 @@ def _add_profile(sub, fmt) -> None:
     pr.add_argument("--svg", metavar="FILE",
                     help="also draw the split as stacked bars, one per flow and side (needs "
                          "matplotlib)")
-    pr.add_argument("--limit", type=positive(int, 0, MAX_ROWS), default=20, help="flows in the table")
+    pr.add_argument("--limit", metavar="N", type=positive(int, 0, MAX_ROWS), default=20, help="flows in the table")
     pr.add_argument("--max-flows", type=bounded_int(1, MAX_FLOWS_LIMIT), default=DEFAULT_MAX_FLOWS, metavar="N",
                     help="bound of the kernel flow map, in (flow, CPU) entries")
     pr.add_argument("--btf", metavar="FILE",

@@ -35,7 +35,7 @@ def add_parsers(sub, fmt) -> dict:
                          "steer topology --sysfs reads it), all its online CPUs usable")
     sw.add_argument("--seconds", type=positive(maximum=MAX_INTERVAL), default=None,
                     help="traffic per run (default: 5, or 30 with --paper)")
-    sw.add_argument("--repeat", type=bounded_int(1, 1000), default=None,
+    sw.add_argument("--repeat", metavar="N", type=bounded_int(1, 1000), default=None,
                     help="runs per cell, the median kept (default: 1, or 3 with --paper)")
     sw.add_argument("--paper", action="store_true",
                     help="the papers' method where the lab can follow it: one flow, iperf3 -Z "

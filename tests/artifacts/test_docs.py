@@ -85,7 +85,7 @@ def test_included_tables_are_the_current_results():
     for page in _pages():
         text = open(page).read()
         for path, body in include.blocks(text):
-            want = open(os.path.join(ROOT, path)).read().rstrip("\n") + "\n"
+            want = include.source(path).rstrip("\n") + "\n"
             if body != want:
                 stale.append(f"{os.path.relpath(page, ROOT)}: {path}")
     assert not stale, f"run python -m bench.include: {stale}"
@@ -172,3 +172,16 @@ def test_every_option_the_docs_give_a_command_is_the_commands():
                 if flag not in options[cmd] and flag != "--help":
                     wrong.append(f"{os.path.relpath(page, ROOT)}: steer {cmd} {flag}")
     assert not wrong, sorted(set(wrong))
+
+
+def test_every_command_has_a_section_with_its_generated_synopsis():
+    """docs/commands.md: a section for each command of the parser, each opening
+    with the synopsis bench.include generates from the parser (test_included_tables_are_the_
+    current_results holds it to the parser's options), and the tracer's options likewise."""
+    from steer.cli.main import build_parser
+    from steer.cli.manual import commands
+    text = open(os.path.join(ROOT, "docs/commands.md")).read()
+    sections = re.findall(r"^## steer ([a-z]+)\n\n<!-- include: synopsis ([a-z]+) -->", text, re.M)
+    assert all(heading == included for heading, included in sections), sections
+    assert sorted(n for n, _ in sections) == sorted(commands(build_parser()))
+    assert "<!-- include: synopsis tracer -->" in text
