@@ -276,6 +276,17 @@ def host() -> dict:
             "commit": out("git", "rev-parse", "--short", "HEAD")}
 
 
+def where(date: str, h: dict | None) -> str:
+    """When and where a result was measured, as the results' pages say it: "2026-11-28, kernel
+    6.18.44, 2 CPUs, a kvm VM (docker container), commit 1158791"."""
+    if not h:
+        return date[:10]
+    return (f"{date[:10]}, kernel {h.get('kernel')}, {h.get('cpus')} CPUs"
+            + (f", a {h['vm']} VM" if h.get("vm") not in (None, "none") else "")
+            + (f" ({h['container']} container)" if h.get("container") not in (None, "none") else "")
+            + (f", commit {h['commit']}" if h.get("commit") else ""))
+
+
 def rss_kb(pid: int | str = "self") -> int:
     """Resident memory of process PID (this one by default), in kB."""
     with open(f"/proc/{pid}/status") as f:
@@ -287,6 +298,8 @@ def write(name: str, out_dir: str, data: dict, table: str) -> None:
     data = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": host(), **data}
     with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
         json.dump(data, f, indent=1)
+    if "\nMeasured " not in table:   # the page that includes it then names the machine
+        table = table.rstrip() + f"\n\nMeasured {where(data['date'], data['host'])}.\n"
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write(table.rstrip() + "\n")
     print(table)

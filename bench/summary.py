@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from bench.common import where
+
 RESULTS = Path(__file__).resolve().parent / "results"
 # (file, column heading, what a ratio above 1 means)
 COLUMNS = [("rr", "redis GET requests/s"), ("syscall_tax", "time of a getppid()"),
@@ -45,16 +47,7 @@ def verdict(r: dict | None, target: tuple[str, float]) -> str:
 
 
 def _where(d: dict) -> str:
-    h = d.get("host") or {}
-    parts = [d["date"][:10]]
-    if h:
-        parts.append(f"kernel {h.get('kernel')}, {h.get('cpus')} CPUs"
-                     + (f", a {h['vm']} VM" if h.get("vm") not in (None, "none") else "")
-                     + (f" ({h['container']} container)" if h.get("container") not in (None, "none") else "")
-                     + (f", commit {h['commit']}" if h.get("commit") else ""))
-    else:
-        parts.append("this project's 2-vCPU development VM (kernel 6.18)")
-    return ", ".join(parts)
+    return where(d["date"], d.get("host"))
 
 
 def table(results: Path = RESULTS) -> str:
