@@ -185,3 +185,17 @@ def test_every_command_has_a_section_with_its_generated_synopsis():
     assert all(heading == included for heading, included in sections), sections
     assert sorted(n for n, _ in sections) == sorted(commands(build_parser()))
     assert "<!-- include: synopsis tracer -->" in text
+
+
+def test_the_docs_state_the_present():
+    """No date, issue number or commit in the prose of README.md and docs/: history is in
+    CHANGELOG.md, readings in bench/results/ (whose pages, included, say when and where they
+    were measured). docs/kernels.md is generated whole by `make test-kernels`, its date with it."""
+    dated = []
+    for page in _pages():
+        if page.endswith("docs/kernels.md"):
+            continue
+        text = include.BLOCK.sub("", open(page).read())
+        for m in re.finditer(r"\b20\d\d-\d\d-\d\d\b|\bissues? #?\d+|\bcommit [0-9a-f]{7}\b", text):
+            dated.append(f"{os.path.relpath(page, ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}")
+    assert not dated, dated
