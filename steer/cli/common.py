@@ -125,62 +125,83 @@ def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> Non
     from steer.trace.programs import HOOK_CHOICES, TIMING_CHOICES
     g = p.add_argument_group("tracer")
     g.add_argument("--timing", choices=TIMING_CHOICES, default=timing or DEFAULT_TIMING,
-                   help="how CPU time is measured. sampled: a cpu-clock sample per CPU every "
-                        "1/--sample-hz s, charged to the flow the CPU works on; per-flow seconds "
-                        "are estimates, bytes are exact, and nothing runs on unrelated system "
-                        "calls (cheap enough to leave on). exact: clock reads at every softirq, "
-                        "skb and receive syscall; exact to the nanosecond, but it hooks every "
-                        "system call of the host (about 2x the cost of a trivial one) and every "
-                        "packet (docs/performance.md). counts: bytes, packets and the CPUs that "
-                        "processed them, no CPU time. auto: the first of sampled, exact, counts "
-                        "whose core programs this kernel runs (capabilities and `steer check` "
-                        "say which it took, and why) (default: %(default)s)")
+                   help="how CPU time is measured: sampled (cheap, estimates), exact (every "
+                        "event, costly), counts (no time) or auto\n\n"
+                        "how CPU time is measured. sampled: a cpu-clock sample per CPU every "
+                        "1/--sample-hz s, charged to the flow the CPU works on; per-flow "
+                        "seconds are estimates, bytes are exact, and nothing runs on "
+                        "unrelated system calls (cheap enough to leave on). exact: clock "
+                        "reads at every softirq, skb and receive syscall; exact to the "
+                        "nanosecond, but it hooks every system call of the host (about 2x the"
+                        " cost of a trivial one) and every packet (docs/performance.md). "
+                        "counts: bytes, packets and the CPUs that processed them, no CPU "
+                        "time. auto: the first of sampled, exact, counts whose core programs "
+                        "this kernel runs (capabilities and `steer check` say which it took, "
+                        "and why) (default: %(default)s)")
     g.add_argument("--sample-hz", type=bounded_int(1, MAX_SAMPLE_HZ), default=DEFAULT_SAMPLE_HZ,
                    metavar="HZ",
-                   help="samples per second per busy CPU with --timing sampled; more is more "
-                        "precise for small flows and costs more. Take a rate out of step with "
-                        "the timers work runs on (99, 997: not 100 or 1000, which lock in step "
-                        "with a 1 ms or 10 ms timer and then see that work never or always) "
-                        "(default: %(default)s)")
+                   help="samples per second per busy CPU with --timing sampled; a rate out of"
+                        " step with timers (99, 997)\n\n"
+                        "samples per second per busy CPU with --timing sampled; more is more "
+                        "precise for small flows and costs more. Take a rate out of step with"
+                        " the timers work runs on (99, 997: not 100 or 1000, which lock in "
+                        "step with a 1 ms or 10 ms timer and then see that work never or "
+                        "always) (default: %(default)s)")
     g.add_argument("--max-flows", type=bounded_int(1, MAX_FLOWS_LIMIT), default=DEFAULT_MAX_FLOWS,
                    metavar="N",
                    help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "
                         "used are evicted beyond it, and counted (default: %(default)s)")
     g.add_argument("--counters", choices=COUNTER_MODES, default="auto",
-                   help="PMU events per CPU: LLC misses and references (the hit ratio), "
+                   help="PMU events (LLC misses and references, instructions, cycles) per "
+                        "flow side: auto, hardware, software or off\n\n"
+                        "PMU events per CPU: LLC misses and references (the hit ratio), "
                         "instructions, cycles; charged to each flow's kernel and application "
-                        "side (with --timing exact, LLC misses alone). auto: those the host's "
-                        "PMU has, 'unavailable' and why otherwise (most VMs); hardware: all of "
-                        "them or an error; software: cpu-clock in each event's place, to check "
-                        "the path where there is no PMU (default: %(default)s)")
+                        "side (with --timing exact, LLC misses alone). auto: those the host's"
+                        " PMU has, 'unavailable' and why otherwise (most VMs); hardware: all "
+                        "of them or an error; software: cpu-clock in each event's place, to "
+                        "check the path where there is no PMU (default: %(default)s)")
     g.add_argument("--idle-timeout", type=positive(), default=DEFAULT_IDLE_TIMEOUT,
                    metavar="SECONDS",
                    help="drop a flow's entries after this long without packets or reads (they are "
                         "reported one last time first)")
     g.add_argument("--app-hook", choices=HOOK_CHOICES, default="auto",
-                   help="how the reader's bytes are counted. counters (sampled timing): no "
-                        "program per read; a TCP reader's bytes are its socket's own count, its "
-                        "CPU and process come from the samples, UDP reads are counted by fexit on "
-                        "udp_recvmsg where the kernel allows it; no count of calls. tracepoint "
-                        "(sock:sock_recv_length, kernel 6.3+), fexit or kprobe (a kretprobe on "
-                        "tcp_recvmsg/udp_recvmsg/udpv6_recvmsg): a program per receive call of "
-                        "every socket, which counts calls and names the reader's CPU at each "
-                        "read. auto: counters with sampled timing; with exact timing the first "
-                        "of tracepoint, fexit, kprobe this kernel runs, else the application side "
-                        "is reported unavailable, with why (default: %(default)s)")
+                   help="how the reader's bytes are counted: socket counters (no program per "
+                        "read) or a program per read\n\n"
+                        "how the reader's bytes are counted. counters (sampled timing): no "
+                        "program per read; a TCP reader's bytes are its socket's own count, "
+                        "its CPU and process come from the samples, UDP reads are counted by "
+                        "fexit on udp_recvmsg where the kernel allows it; no count of calls. "
+                        "tracepoint (sock:sock_recv_length, kernel 6.3+), fexit or kprobe (a "
+                        "kretprobe on tcp_recvmsg/udp_recvmsg/udpv6_recvmsg): a program per "
+                        "receive call of every socket, which counts calls and names the "
+                        "reader's CPU at each read. auto: counters with sampled timing; with "
+                        "exact timing the first of tracepoint, fexit, kprobe this kernel "
+                        "runs, else the application side is reported unavailable, with why "
+                        "(default: %(default)s)")
     g.add_argument("--btf", metavar="FILE",
                    help="kernel BTF for CO-RE relocations, for kernels without "
                         "/sys/kernel/btf/vmlinux (default: the running kernel's)")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends an option's default where it has a value to show and the help does not already
-    say what happens without the option (no "(default: None)" or "(default: False)")."""
+    """An option's help in a line or two: a help of two paragraphs ("BRIEF\n\nDETAIL") shows its
+    brief here and its detail in steer(1) (steer.cli.manual). Appends the option's default where
+    it has a value to show and the text does not already say what happens without the option
+    (no "(default: None)" or "(default: False)")."""
+    detail = False   # steer(1)'s formatter: the detail
 
     def _get_help_string(self, action):
-        if action.default in (None, False) or "default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
+        text = help_text(action.help, self.detail)
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text \
+                or not (action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE)):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def help_text(text: str | None, detail: bool = False) -> str:
+    """A help's brief (its first paragraph) or, DETAIL, its detail (the rest, else the brief)."""
+    brief, _, more = (text or "").partition("\n\n")
+    return (more or brief) if detail else brief
 
 
 def check_tracer_options(args) -> None:

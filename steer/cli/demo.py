@@ -18,10 +18,12 @@ def add_parsers(sub, fmt) -> dict:
     d.add_argument("--interval", type=positive(maximum=MAX_INTERVAL), default=1.0, metavar="SECONDS",
                    help="refresh period of the live view")
     d.add_argument("--flow", action="append", metavar="KCPU:APPCPU", dest="flows",
-                   help="a lab flow whose receive softirq runs on KCPU (the sender's CPU) and whose "
-                        "reader is pinned to APPCPU; repeat for more flows (default: with A and B the "
-                        "first two CPUs this process may run on, A:A, same core, and B:A, another "
-                        "core)")
+                   help="a lab flow with its softirq on KCPU and its reader on APPCPU; repeat"
+                        " for more (default: A:A and B:A)\n\n"
+                        "a lab flow whose receive softirq runs on KCPU (the sender's CPU) and"
+                        " whose reader is pinned to APPCPU; repeat for more flows (default: "
+                        "with A and B the first two CPUs this process may run on, A:A, same "
+                        "core, and B:A, another core)")
     d.add_argument("--json", action="store_true", help="print the final summary as JSON")
     view_options(d)
     tracer_options(d)

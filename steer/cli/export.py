@@ -28,13 +28,15 @@ def add_parsers(sub, fmt) -> dict:
                          "them all once its programs are loaded and its port is bound, before its "
                          "first thread starts)")
     ex.add_argument("--user", metavar="USER[:GROUP]",
-                    help="after start-up, become this user (a name or uid; its primary group "
-                         "unless GROUP is given), with no supplementary groups. Started as root, "
-                         "the exporter becomes the steer user (which the package and "
+                    help="after start-up, become this user, with no capability (default: "
+                         "steer, else nobody)\n\n"
+                         "after start-up, become this user (a name or uid; its primary group "
+                         "unless GROUP is given), with no supplementary groups. Started as "
+                         "root, the exporter becomes the steer user (which the package and "
                          "scripts/setup.sh create; nobody where there is none) unless told "
                          "otherwise; --user root stays uid 0 (with no capability, but owning "
-                         "root's files), and says so. The pinned steering rules are readable by "
-                         "the steer group; another user reports steer_steering_readable 0")
+                         "root's files), and says so. The pinned steering rules are readable "
+                         "by the steer group; another user reports steer_steering_readable 0")
     web_options(ex)
     tracer_options(ex)
     return {"export": cmd_export}
@@ -48,37 +50,47 @@ def series_options(p) -> None:
     p.add_argument("--top-k", type=positive(int, 0, MAX_ROWS), default=DEFAULT_TOP_K, metavar="K",
                    help="flows (by rate) that get per-flow series")
     p.add_argument("--cpu-labels", choices=list(CPU_LABELS), default=DEFAULT_CPU_LABELS,
-                   help="what the cpu label of the per-CPU series names: each CPU, or the CPUs "
-                        "of a last-level cache (cpu=\"llc3\") or of a socket (cpu=\"socket0\") "
-                        "summed, for hosts whose CPU count would make too many series (a 2 x "
-                        "64-core host with SMT: 4,352 per-CPU series, 34 by socket)")
+                   help="what the per-CPU series' cpu label names: a CPU, or an LLC's or a "
+                        "socket's CPUs summed\n\n"
+                        "what the cpu label of the per-CPU series names: each CPU, or the "
+                        "CPUs of a last-level cache (cpu=\"llc3\") or of a socket "
+                        "(cpu=\"socket0\") summed, for hosts whose CPU count would make too "
+                        "many series (a 2 x 64-core host with SMT: 4,352 per-CPU series, 34 "
+                        "by socket)")
     p.add_argument("--flow-labels", choices=list(FLOW_LABEL_SETS), default=DEFAULT_FLOW_LABELS,
-                   help="labels of the per-flow series: five-tuple (a series per connection), or "
-                        "service (proto, dst, dport: the connections to one local port summed, and "
-                        "the replies this host gets as a client summed under "
+                   help="labels of the per-flow series: five-tuple, service (proto, dst, "
+                        "dport) or workload (its pod, container or unit)\n\n"
+                        "labels of the per-flow series: five-tuple (a series per connection),"
+                        " or service (proto, dst, dport: the connections to one local port "
+                        "summed, and the replies this host gets as a client summed under "
                         "dport=\"ephemeral\", so that series do not come and go with every "
                         "connection), or workload (workload, namespace, pod, container: the "
-                        "flows of a reader's pod, container or systemd unit summed, named from "
-                        "its cgroup and the kubelet's /var/log/pods; flows whose reader was not "
-                        "seen are in no series)")
+                        "flows of a reader's pod, container or systemd unit summed, named "
+                        "from its cgroup and the kubelet's /var/log/pods; flows whose reader "
+                        "was not seen are in no series)")
 
 
 def web_options(p) -> None:
     from steer.defaults import DEFAULT_TIMEOUT, DEFAULT_WORKERS
     p.add_argument("--web-config", metavar="FILE",
-                   help="TLS, client certificates and basic auth, from a file in the format of "
-                        "the Prometheus exporter toolkit (node_exporter --web.config.file): "
-                        "tls_server_config (cert_file, key_file, client_ca_file, "
-                        "client_auth_type, min_version, max_version) and basic_auth_users (bcrypt "
-                        "hashes); read at start-up, before privileges are dropped, and again "
-                        "on SIGHUP (a rotated certificate, changed users), then as the "
-                        "exporter's user (steer export: the steer user, unless --user says "
-                        "otherwise): the files must be readable by it, for example the steer "
-                        "group's (chgrp steer FILE; chmod 640 FILE). A file that does not load "
-                        "then leaves the one before in place, and says why on stderr")
+                   help="TLS, client certificates and basic auth, from an exporter-toolkit "
+                        "web config file; reread on SIGHUP\n\n"
+                        "TLS, client certificates and basic auth, from a file in the format "
+                        "of the Prometheus exporter toolkit (node_exporter "
+                        "--web.config.file): tls_server_config (cert_file, key_file, "
+                        "client_ca_file, client_auth_type, min_version, max_version) and "
+                        "basic_auth_users (bcrypt hashes); read at start-up, before "
+                        "privileges are dropped, and again on SIGHUP (a rotated certificate, "
+                        "changed users), then as the exporter's user (steer export: the steer"
+                        " user, unless --user says otherwise): the files must be readable by "
+                        "it, for example the steer group's (chgrp steer FILE; chmod 640 "
+                        "FILE). A file that does not load then leaves the one before in "
+                        "place, and says why on stderr")
     p.add_argument("--web-workers", type=bounded_int(1, 64), default=DEFAULT_WORKERS, metavar="N",
-                   help="requests answered at once (connections that are idle, handshaking or "
-                        "still sending their request hold none); four more per worker wait, "
+                   help="requests answered at once; four more per worker wait, the rest get "
+                        "503\n\n"
+                        "requests answered at once (connections that are idle, handshaking or"
+                        " still sending their request hold none); four more per worker wait, "
                         "the rest are answered 503 at once")
     p.add_argument("--web-timeout", type=positive(maximum=MAX_INTERVAL), default=DEFAULT_TIMEOUT,
                    metavar="SECONDS",

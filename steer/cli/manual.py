@@ -32,10 +32,13 @@ def _positionals(p: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def _help(p: argparse.ArgumentParser, action: argparse.Action) -> str:
-    """The help text as `--help` prints it: %(default)s expanded, the default appended."""
+    """The help text as steer(1) prints it: its detail where it has one, %(default)s expanded,
+    the default appended."""
     if not action.help:
         return ""
-    return " ".join(p._get_formatter()._expand_help(action).split())
+    formatter = p._get_formatter()
+    formatter.detail = True   # steer(1) gives an option's whole help (cli.common.HelpFormatter)
+    return " ".join(formatter._expand_help(action).split())
 
 
 def _takes_value(action: argparse.Action) -> bool:

@@ -74,10 +74,11 @@ def _add_profile(sub, fmt) -> None:
                     help="length of the window")
     pr.add_argument("--sample-hz", "--frequency", dest="sample_hz",
                     type=bounded_int(1, MAX_SAMPLE_HZ), default=PROFILE_HZ, metavar="HZ",
-                    help="samples per second per busy CPU, as --sample-hz of the other commands "
-                         "(--frequency: the same): a side's split is from its samples (a share p "
-                         "out of n samples is good to about sqrt(p(1-p)/n)), and more cost more "
-                         "(docs/performance.md)")
+                    help="samples per second per busy CPU (--frequency: the same)\n\n"
+                         "samples per second per busy CPU, as --sample-hz of the other "
+                         "commands (--frequency: the same): a side's split is from its "
+                         "samples (a share p out of n samples is good to about "
+                         "sqrt(p(1-p)/n)), and more cost more (docs/performance.md)")
     pr.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
     pr.add_argument("--svg", metavar="FILE",
                     help="also draw the split as stacked bars, one per flow and side (needs "

@@ -46,15 +46,19 @@ def _add_pin_commands(sub, fmt) -> None:
                          "cheapest per-queue method that works when the flows are alone on their "
                          "queue, else cpumap.")
     pin.add_argument("flowspec", metavar="FLOWSPEC",
-                     help="comma-separated key=value from proto, src, sport, dst, dport, in the "
-                          "receive direction (src = the sender); all five make an exact rule. "
-                          "Example: proto=tcp,dport=5201")
+                     help="key=value pairs (proto, src, sport, dst, dport), comma-separated; "
+                          "example: proto=tcp,dport=5201\n\n"
+                          "comma-separated key=value from proto, src, sport, dst, dport, in "
+                          "the receive direction (src = the sender); all five make an exact "
+                          "rule. Example: proto=tcp,dport=5201")
     pin.add_argument("--cpu", required=True, type=bounded_int(0, MAX_CPU), help="target CPU (must be online)")
     steer_target(pin)
     pin.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
-                     help="XDP attach mode; auto picks native where the driver has it, generic on "
-                          "veth (native veth XDP drops locally generated packets unless the peer "
-                          "has tx checksum offload off)")
+                     help="XDP attach mode: auto (native where the driver has it, generic on "
+                          "veth), generic or native\n\n"
+                          "XDP attach mode; auto picks native where the driver has it, "
+                          "generic on veth (native veth XDP drops locally generated packets "
+                          "unless the peer has tx checksum offload off)")
     pin.add_argument("--method", choices=["cpumap", "auto", *QUEUE_METHODS], default="cpumap",
                      help="how the work moves (see above)")
     pin.add_argument("--queue", type=bounded_int(0, MAX_QUEUE), metavar="N",
@@ -143,37 +147,49 @@ def _add_auto(sub, fmt) -> None:
                       metavar="SECONDS", help="how long a CPU a move to which was reverted is "
                       "not tried again for that flow")
     auto.add_argument("--min-rate", type=number(float, 0), default=1e6, metavar="BPS",
-                      help="flows slower than this (bit/s) are left alone: the policy, "
-                           "built-in or yours, is shown only the flows at this rate or more and "
-                           "those it placed (0: every flow with traffic)")
+                      help="flows slower than this (bit/s) are left alone; 0: every flow with"
+                           " traffic\n\n"
+                           "flows slower than this (bit/s) are left alone: the policy, "
+                           "built-in or yours, is shown only the flows at this rate or more "
+                           "and those it placed (0: every flow with traffic)")
     auto.add_argument("--dry-run", action="store_true", help="log the changes, make none")
     auto.add_argument("--expect-from", metavar="DIR",
-                      help="a sweep of this host (steer sweep --out DIR): each move's log line "
-                           "adds what the sweep measured for the placement it leaves and the one "
-                           "it makes (its cells, else its class medians), with --dry-run too")
+                      help="a sweep of this host (steer sweep --out DIR) whose figures each "
+                           "move's log line adds\n\n"
+                           "a sweep of this host (steer sweep --out DIR): each move's log "
+                           "line adds what the sweep measured for the placement it leaves and"
+                           " the one it makes (its cells, else its class medians), with "
+                           "--dry-run too")
     auto.add_argument("--method", choices=["cpumap", "auto"], default="cpumap",
                       help="how a flow moves: an exact XDP rule (cpumap), or (auto) its RX "
-                           "queue where it is the only flow there at --min-rate or more and the "
-                           "device allows a per-queue method (the first of irq, napi, rps that "
-                           "works there, as steer check --dev IFACE lists them): nothing per "
-                           "packet, and the flows under --min-rate on that queue move with it. "
-                           "A queue is put back when its move is reverted, its flow ends and "
-                           "steer auto exits; after a kill, by steer reset")
+                           "queue where it is alone there\n\n"
+                           "how a flow moves: an exact XDP rule (cpumap), or (auto) its RX "
+                           "queue where it is the only flow there at --min-rate or more and "
+                           "the device allows a per-queue method (the first of irq, napi, rps"
+                           " that works there, as steer check --dev IFACE lists them): "
+                           "nothing per packet, and the flows under --min-rate on that queue "
+                           "move with it. A queue is put back when its move is reverted, its "
+                           "flow ends and steer auto exits; after a kill, by steer reset")
     auto.add_argument("--log-format", choices=list(LOG_FORMATS), default="text",
-                      help="the log on stderr: text (a UTC timestamp, then the line) or json (one "
-                           "object per line: time, level, msg, and for a move event=move or undo, "
-                           "flow, old_cpu, new_cpu, reason, method (cpumap, or the per-queue "
-                           "method), queue (its RX queue, or null), dry_run; for a verdict event=verdict, "
-                           "flow, from_cpu, to_cpu, verdict, why, undone, and the goodput and CPU "
-                           "per GB before and after with their change and its interval)")
+                      help="the log on stderr: text (a UTC timestamp, then the line) or json "
+                           "(one object per line)\n\n"
+                           "the log on stderr: text (a UTC timestamp, then the line) or json "
+                           "(one object per line: time, level, msg, and for a move event=move"
+                           " or undo, flow, old_cpu, new_cpu, reason, method (cpumap, or the "
+                           "per-queue method), queue (its RX queue, or null), dry_run; for a "
+                           "verdict event=verdict, flow, from_cpu, to_cpu, verdict, why, "
+                           "undone, and the goodput and CPU per GB before and after with "
+                           "their change and its interval)")
     auto.add_argument("--mode", choices=["auto", "generic", "native"], default="auto",
                       help="XDP attach mode, as for steer pin")
     tracer_options(auto)
 
     auto.add_argument("--listen", metavar="HOST:PORT",
-                      help="also serve Prometheus metrics here, with steer_auto_moves_total "
-                           "(:PORT: every address). Served by this process, which keeps every "
-                           "capability while it steers: loopback, or --web-config's TLS and "
+                      help="also serve Prometheus metrics here (:PORT: every address), with "
+                           "steer_auto_moves_total\n\n"
+                           "also serve Prometheus metrics here, with steer_auto_moves_total "
+                           "(:PORT: every address). Served by this process, which keeps every"
+                           " capability while it steers: loopback, or --web-config's TLS and "
                            "auth, where others can reach it")
     series_options(auto)
     web_options(auto)

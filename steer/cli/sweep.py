@@ -22,11 +22,13 @@ def add_parsers(sub, fmt) -> dict:
                         "--resume continues. Without --dev the built-in lab makes the traffic.")
     sw.add_argument("--out", metavar="DIR", help="output directory (required but with --plan)")
     sw.add_argument("--cpus", metavar="LIST|all",
-                    help="CPUs to sweep, every pair of them a cell; all: every online CPU this "
-                         "process may run on (default: those, up to 8; on a bigger host a CPU of "
-                         "each socket with its SMT sibling, a core sharing its LLC and one under "
-                         "another LLC, whose pairs hold every placement: at most 64 cells on 2 "
-                         "sockets, where every pair of 192 CPUs is 36,864)")
+                    help="CPUs to sweep, every pair of them a cell; all: every online CPU "
+                         "this process may run on\n\n"
+                         "CPUs to sweep, every pair of them a cell; all: every online CPU "
+                         "this process may run on (default: those, up to 8; on a bigger host "
+                         "a CPU of each socket with its SMT sibling, a core sharing its LLC "
+                         "and one under another LLC, whose pairs hold every placement: at "
+                         "most 64 cells on 2 sockets, where every pair of 192 CPUs is 36,864)")
     sw.add_argument("--plan", action="store_true",
                     help="print the cells (kernel CPU, app CPU, class) and the estimated time as "
                          "JSON, and run nothing")
@@ -38,19 +40,24 @@ def add_parsers(sub, fmt) -> dict:
     sw.add_argument("--repeat", metavar="N", type=bounded_int(1, 1000), default=None,
                     help="runs per cell, the median kept (default: 1, or 3 with --paper)")
     sw.add_argument("--paper", action="store_true",
-                    help="the papers' method where the lab can follow it: one flow, iperf3 -Z "
-                         "(the sender copies nothing), the first 2 s of each run left out (-O, "
-                         "and by the tracer), 30 s runs, 3 per cell, the sender pinned to a CPU "
-                         "outside the swept pair where there is one; the report names it. On a "
-                         "real host, run length and repeats (the client is yours to start)")
+                    help="the papers' method: one iperf3 -Z flow, 30 s runs less the first 2 "
+                         "s, 3 per cell\n\n"
+                         "the papers' method where the lab can follow it: one flow, iperf3 -Z"
+                         " (the sender copies nothing), the first 2 s of each run left out "
+                         "(-O, and by the tracer), 30 s runs, 3 per cell, the sender pinned "
+                         "to a CPU outside the swept pair where there is one; the report "
+                         "names it. On a real host, run length and repeats (the client is "
+                         "yours to start)")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in --out")
     sw.add_argument("--method", choices=["rps", "xdp", "irq"], default=None,
-                    help="how the kernel side is moved. irq (with --dev): the papers' way, the "
-                         "NIC's receive IRQs pointed at the kernel CPU, where the driver's NAPI "
-                         "poll then runs (needs irqbalance stopped, RPS and threaded NAPI off; "
-                         "the IRQs are put back after). xdp (--dev default): XDP cpumap steering "
-                         "of the flow. rps (the lab's only way: its veth has no IRQ): RPS on the "
-                         "receiving veth")
+                    help="how the kernel side is moved: irq (the papers' way, with --dev), "
+                         "xdp (--dev's default) or rps (the lab's)\n\n"
+                         "how the kernel side is moved. irq (with --dev): the papers' way, "
+                         "the NIC's receive IRQs pointed at the kernel CPU, where the "
+                         "driver's NAPI poll then runs (needs irqbalance stopped, RPS and "
+                         "threaded NAPI off; the IRQs are put back after). xdp (--dev "
+                         "default): XDP cpumap steering of the flow. rps (the lab's only way:"
+                         " its veth has no IRQ): RPS on the receiving veth")
     sw.add_argument("--dev", type=device_name, metavar="IFACE", help="sweep a real host: the receiving interface")
     sw.add_argument("--netns", type=netns_name, metavar="NAME", help="network namespace of --dev")
     sw.add_argument("--server-cmd", metavar="CMD",
@@ -58,29 +65,41 @@ def add_parsers(sub, fmt) -> dict:
                          "a client on another host must send to it for the whole sweep")
     sw.add_argument("--port", type=bounded_int(1, 65535), default=5201, help="TCP port of the swept flow")
     sw.add_argument("--flows", type=flow_counts, default=[1], metavar="N[,N...]",
-                    help="parallel flows per cell, each count a matrix of its own (lab only; "
-                         "flow i on --port + i): all are steered to the cell's kernel CPU and read "
-                         "on its app CPU, as Cai et al. measure 1, 8, 16 and 24 flows per core")
+                    help="parallel flows per cell, each count a matrix of its own (lab only)\n\n"
+                         "parallel flows per cell, each count a matrix of its own (lab only; "
+                         "flow i on --port + i): all are steered to the cell's kernel CPU and"
+                         " read on its app CPU, as Cai et al. measure 1, 8, 16 and 24 flows "
+                         "per core")
     sw.add_argument("--pause", type=pause_values, default=None, metavar="on,off",
-                    help="sweep the receiving NIC's Ethernet flow control (pause frames, rx and "
-                         "tx together), as the NDM'13 follow-up did: every cell under each value, "
-                         "in the order given (with --dev, on a NIC that has pause frames; the "
-                         "lab's veth has none). The NIC is put back as found after")
+                    help="sweep the receiving NIC's pause frames (rx and tx together) over "
+                         "these values\n\n"
+                         "sweep the receiving NIC's Ethernet flow control (pause frames, rx "
+                         "and tx together), as the NDM'13 follow-up did: every cell under "
+                         "each value, in the order given (with --dev, on a NIC that has pause"
+                         " frames; the lab's veth has none). The NIC is put back as found "
+                         "after")
     sw.add_argument("--offloads", type=offload_settings, default=None,
                     metavar="F=on|off[+F=on|off][,...]",
-                    help="sweep the receiving device's offloads: each comma-separated setting "
-                         "names features of gro, gro-hw, lro, tso, gso (gro=on,gro=off; "
-                         "gro=on+lro=on,gro=off+lro=off) and every cell is measured under each, "
-                         "in the order given; features a setting does not name stay as found, "
-                         "and all are put back after. In the lab the sender's TSO is then off, "
-                         "so that packets arrive wire-sized, as from a NIC")
+                    help="sweep the receiving device's offloads (gro, gro-hw, lro, tso, gso) "
+                         "over these settings\n\n"
+                         "sweep the receiving device's offloads: each comma-separated setting"
+                         " names features of gro, gro-hw, lro, tso, gso (gro=on,gro=off; "
+                         "gro=on+lro=on,gro=off+lro=off) and every cell is measured under "
+                         "each, in the order given; features a setting does not name stay as "
+                         "found, and all are put back after. In the lab the sender's TSO is "
+                         "then off, so that packets arrive wire-sized, as from a NIC")
     sw.add_argument("--profile", action="store_true",
-                    help="also say where each cell's CPU went, by category (steer profile at "
-                         "999 Hz, beside the tracer): cells carry profile.kernel and profile.app "
-                         "shares and the report a table. Profiling costs throughput (about 8%% "
-                         "of a bulk flow here), so compare profiled sweeps with each other")
+                    help="also say where each cell's CPU went, by category (steer profile "
+                         "beside the tracer)\n\n"
+                         "also say where each cell's CPU went, by category (steer profile at "
+                         "999 Hz, beside the tracer): cells carry profile.kernel and "
+                         "profile.app shares and the report a table. Profiling costs "
+                         "throughput (about 8%% of a bulk flow here), so compare profiled "
+                         "sweeps with each other")
     sw.add_argument("--no-figures", action="store_true",
-                    help="write results.json, results.csv and report.md, which hold every "
+                    help="write results.json, results.csv and report.md but no PNG or SVG (no"
+                         " matplotlib needed)\n\n"
+                         "write results.json, results.csv and report.md, which hold every "
                          "figure's numbers, but draw no PNG or SVG: matplotlib is then not "
                          "needed, and a sweep of few cells is not spent mostly drawing")
     # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU

@@ -123,9 +123,12 @@ def test_readme_command_table_names_every_command_in_one_table():
     assert sorted(table) == sorted(sub.choices)
 
 
+HELP_BRIEF = 200   # characters of an option's --help text, its default included: two lines
+
+
 def test_help_explains_every_option():
-    """Every option of every command has a help text, states its default once, and never as
-    "None"; and `steer COMMAND --help` works."""
+    """Every option of every command has a help text of a line or two, states its default once,
+    and never as "None"; and `steer COMMAND --help` works."""
     import argparse
     import re
     from steer.cli.main import build_parser
@@ -143,6 +146,9 @@ def test_help_explains_every_option():
             text = fmt._expand_help(a)
             if len(re.findall(r"\(default[ :]", text)) > 1 or "default: None" in text:
                 problems.append(f"{what}: {text!r}")
+            if len(text) > HELP_BRIEF:
+                problems.append(f"{what}: {len(text)} characters in --help (the detail goes "
+                                f"after a blank line, for steer(1)): {text!r}")
     assert not problems, "\n".join(problems)
     assert sorted(sub.choices) == sorted(set(sub.choices))
     for cmd in sub.choices:
@@ -339,3 +345,22 @@ def test_auto_expect_from_what_is_not_a_sweep_is_one_line(tmp_path):
     (tmp_path / "results.json").write_text('{"cells": []}')
     r = steer("auto", "--dev", "lo", "--expect-from", str(tmp_path), "--duration", "1")
     assert_one_line_error(r, "no one-flow cell with a throughput")
+
+
+def test_the_man_page_gives_each_options_detail():
+    """An option whose help has a detail (after a blank line) shows it in steer(1), and its
+    brief in --help."""
+    import argparse
+    from steer.cli.main import build_parser
+    from steer.cli.manual import commands, man_page
+    parser = build_parser()
+    page = " ".join(man_page(parser).replace("\\-", "-").split())
+    detailed = [(name, a) for name, (_, p) in commands(parser).items() for a in p._actions
+                if a.help and "\n\n" in a.help]
+    assert len(detailed) >= 20
+    for name, a in detailed:
+        brief, detail = a.help.split("\n\n", 1)
+        assert " ".join(detail.replace("%%", "%").split()).split(" (default")[0] in page, \
+            (name, a.option_strings)
+    r = steer("export", "--help")
+    assert "exporter-toolkit web config file" in r.stdout and "tls_server_config" not in r.stdout
