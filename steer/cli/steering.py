@@ -135,17 +135,7 @@ def _add_auto(sub, fmt) -> None:
                       help="intervals in a row a move must be asked for")
     auto.add_argument("--hold", type=number(float, 0, MAX_SECONDS), default=10.0, metavar="SECONDS",
                       help="minimum time between two moves of one flow")
-    auto.add_argument("--window", type=bounded_int(2, 1000), default=5, metavar="N",
-                      help="intervals before and after a move that judge it (a flow moves once "
-                           "it has been seen for N intervals)")
-    auto.add_argument("--tolerance", type=number(float, 0.001, 1), default=TOLERANCE,
-                      metavar="SHARE", help="a change smaller than this share of the figure "
-                      "before the move is no change (0.05: 5%%)")
-    auto.add_argument("--on-inconclusive", choices=["keep", "revert"], default="keep",
-                      help="what to do with a move whose windows are too noisy to judge")
-    auto.add_argument("--revert-hold", type=number(float, 0, MAX_SECONDS), default=300.0,
-                      metavar="SECONDS", help="how long a CPU a move to which was reverted is "
-                      "not tried again for that flow")
+    _judging_options(auto)
     auto.add_argument("--min-rate", type=number(float, 0), default=1e6, metavar="BPS",
                       help="flows slower than this (bit/s) are left alone; 0: every flow with"
                            " traffic\n\n"
@@ -193,6 +183,21 @@ def _add_auto(sub, fmt) -> None:
                            "auth, where others can reach it")
     series_options(auto)
     web_options(auto)
+
+
+def _judging_options(auto) -> None:
+    """How steer auto judges each move, and what it does with a move that made things worse."""
+    auto.add_argument("--window", type=bounded_int(2, 1000), default=5, metavar="N",
+                      help="intervals before and after a move that judge it (a flow moves once "
+                           "it has been seen for N intervals)")
+    auto.add_argument("--tolerance", type=number(float, 0.001, 1), default=TOLERANCE,
+                      metavar="SHARE", help="a change smaller than this share of the figure "
+                      "before the move is no change (0.05: 5%%)")
+    auto.add_argument("--on-inconclusive", choices=["keep", "revert"], default="keep",
+                      help="what to do with a move whose windows are too noisy to judge")
+    auto.add_argument("--revert-hold", type=number(float, 0, MAX_SECONDS), default=300.0,
+                      metavar="SECONDS", help="how long a CPU a move to which was reverted is "
+                      "not tried again for that flow")
 
 
 def _spec(text: str):

@@ -20,6 +20,15 @@ def add_parsers(sub, fmt) -> dict:
                         "exists, and the class. Writes results.json, results.csv, PNG and SVG "
                         "figures and report.md to --out. Ctrl-C keeps the finished cells; "
                         "--resume continues. Without --dev the built-in lab makes the traffic.")
+    _cell_options(sw)
+    _method_options(sw)
+    # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU
+    tracer_options(sw, timing="exact")
+    return {"sweep": cmd_sweep}
+
+
+def _cell_options(sw) -> None:
+    """Which cells, and how long each is measured."""
     sw.add_argument("--out", metavar="DIR", help="output directory (required but with --plan)")
     sw.add_argument("--cpus", metavar="LIST|all",
                     help="CPUs to sweep, every pair of them a cell; all: every online CPU "
@@ -49,6 +58,10 @@ def add_parsers(sub, fmt) -> dict:
                          "names it. On a real host, run length and repeats (the client is "
                          "yours to start)")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+
+
+def _method_options(sw) -> None:
+    """How each cell's placement is made, on which host, under which device settings."""
     sw.add_argument("--method", choices=["rps", "xdp", "irq"], default=None,
                     help="how the kernel side is moved: irq (the papers' way, with --dev), "
                          "xdp (--dev's default) or rps (the lab's)\n\n"
@@ -102,9 +115,6 @@ def add_parsers(sub, fmt) -> dict:
                          "write results.json, results.csv and report.md, which hold every "
                          "figure's numbers, but draw no PNG or SVG: matplotlib is then not "
                          "needed, and a sweep of few cells is not spent mostly drawing")
-    # an experiment, not an always-on watch: it wants exact per-cell times and the stack CPU
-    tracer_options(sw, timing="exact")
-    return {"sweep": cmd_sweep}
 
 
 def cmd_sweep(args) -> int:
