@@ -243,21 +243,20 @@ def text_lines(report: dict, width: int = 100) -> list[str]:
     host (what would change it on the next, marked ->), the programs the kernel does not run."""
     import textwrap
     out = [headline(report), ""]
-    left = 30
-
-    def rows(items, name_width=20):
-        for name, state, detail, fix in items:
-            head = f"{name:<{name_width}} {state:<9}"
-            if len(head) > left:
-                out.append(head.rstrip())
-                head = ""
-            out.extend(textwrap.wrap(detail, width, initial_indent=f"{head:<{left}}",
-                                     subsequent_indent=" " * left) or [head.rstrip()])
-            if fix:
-                out.extend(textwrap.wrap(fix, width, initial_indent=" " * left + "-> ",
-                                         subsequent_indent=" " * (left + 3)))
-
-    rows(figure_rows(report) + host_rows(report))
+    items = figure_rows(report) + host_rows(report)
+    # the longest figure name sets the columns; a longer host row (the PMU's events) has a line
+    name_width = max(len(name) for name, *_ in figure_rows(report))
+    left = name_width + 1 + 9 + 1
+    for name, state, detail, fix in items:
+        head = f"{name:<{name_width}} {state:<9} "
+        if len(head) > left:
+            out.append(f"{name} {state}")
+            head = " " * left
+        out.extend(textwrap.wrap(detail, width, initial_indent=head,
+                                 subsequent_indent=" " * left) or [head.rstrip()])
+        if fix:
+            out.extend(textwrap.wrap(fix, width, initial_indent=" " * left + "-> ",
+                                     subsequent_indent=" " * (left + 3)))
     refused = program_rows(report)
     n = len(report["programs"])
     not_run = sum(1 for p in report["programs"].values() if p["state"] != WORKS)

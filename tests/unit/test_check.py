@@ -103,3 +103,16 @@ def test_the_guests_report_is_taken_off_its_console(tmp_path, monkeypatch):
     assert out == tmp_path / "check-6.12.json" and '"kernel": "6.12.1"' in out.read_text()
     log.write_bytes(b"no report\n")
     assert run.keep_check(log, "6.12") is None
+
+
+def test_every_figures_state_is_in_one_column():
+    """The longest figure name ("connections open at start") sets the name column: each
+    figure's state starts in the same column as every other's."""
+    from steer.trace.check import figure_rows
+    r = report(EPERM)
+    lines = text_lines(r, width=100)
+    names = [name for name, *_ in figure_rows(r)]
+    assert max(names, key=len) == "connections open at start"
+    starts = {next(l for l in lines if l.startswith(n + " ")).index(state, len(n))
+              for n, state, *_ in figure_rows(r)}
+    assert starts == {len(max(names, key=len)) + 1}
