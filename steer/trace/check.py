@@ -244,8 +244,9 @@ def text_lines(report: dict, width: int = 100) -> list[str]:
     import textwrap
     out = [headline(report), ""]
     items = figure_rows(report) + host_rows(report)
-    # the longest figure name sets the columns; a longer host row (the PMU's events) has a line
-    name_width = max(len(name) for name, *_ in figure_rows(report))
+    # the longest figure name sets the columns (none where no mode loads); a longer host row
+    # (the PMU's events) has a line of its own
+    name_width = max((len(name) for name, *_ in figure_rows(report)), default=20)
     left = name_width + 1 + 9 + 1
     for name, state, detail, fix in items:
         head = f"{name:<{name_width}} {state:<9} "

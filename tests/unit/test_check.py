@@ -116,3 +116,13 @@ def test_every_figures_state_is_in_one_column():
     starts = {next(l for l in lines if l.startswith(n + " ")).index(state, len(n))
               for n, state, *_ in figure_rows(r)}
     assert starts == {len(max(names, key=len)) + 1}
+
+
+def test_a_report_with_no_figure_still_lays_out():
+    """No mode loads (every core program refused): the report has no figure rows, and its host
+    rows still get their columns (the live test_check_fails_in_one_line_where_no_mode_loads
+    runs the command)."""
+    r = report(EPERM)
+    r["figures"] = {}
+    lines = text_lines(r, width=100)
+    assert any(l.startswith("privileges") for l in lines)
