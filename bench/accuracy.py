@@ -40,10 +40,13 @@ TAIL = 1.0
 MODES = ("sampled", "exact")
 READER_PORT = 5299
 
-# (truth, mode) -> (low, high) of steer / truth - 1. From the live tests' measurements on this
-# VM (their comments say when and how): the exact mode brackets kthreads and readers from wake-up
-# to sleep and reads them low (-25% to -48%); the NAPI kthread's schedstat also holds the
-# HRTIMER softirqs it runs (an upper bound); bytes are the socket's or the stack's own.
+# (truth, mode) -> (low, high) of steer / truth - 1. From the live tests' measurements (their
+# comments say how): the exact mode brackets kthreads and readers from switch in to switch out
+# and adds the head the scheduler charges before the switch in (a wake-up's): cpumap kthread and
+# reader read -4.4% to -0.3% over 30 runs of this matrix and of the live tests, so -10% is over
+# 5 spreads away and a figure 0.85x or 1.15x off fails either bound; the NAPI kthread's
+# schedstat also holds the HRTIMER softirqs it runs (an upper bound); bytes are the socket's or
+# the stack's own.
 BOUNDS = {
     # what reached the stack (exact: retransmitted segments twice) or the socket (sampled: also
     # what iperf3's server left unread at the end); net:netif_receive_skb itself now and then
@@ -53,11 +56,11 @@ BOUNDS = {
     ("softirqs NET_RX", "sampled"): (-0.15, 0.15),
     ("softirqs NET_RX", "exact"): (-0.10, 0.10),
     ("cpumap kthread", "sampled"): (-0.25, 0.10),
-    ("cpumap kthread", "exact"): (-0.80, 0.05),
+    ("cpumap kthread", "exact"): (-0.10, 0.05),
     ("NAPI kthread", "sampled"): (-0.50, 0.10),
     ("NAPI kthread", "exact"): (-0.80, 0.05),
     ("reader schedstat", "sampled"): (-0.10, 0.10),
-    ("reader schedstat", "exact"): (-0.40, 0.05),
+    ("reader schedstat", "exact"): (-0.10, 0.05),
     # a UDP reader's: its connect datagram (4 bytes) too; where the kernel refuses fexit, the
     # reads of the moment before the tracepoint program is attached (a datagram or so) not
     ("iperf3 reader bytes", "sampled"): (-0.001, 0.0001),

@@ -137,8 +137,15 @@ struct cpu_state {
 	__u8 ctx;		/* CTX_* */
 	__u8 cur_valid;		/* cur holds the flow of the last skb */
 	__u8 skb_counted;	/* the last event counted an rx_skb for cur on this CPU */
-	__u8 resume_ctx;	/* CTX_NAPI_THREAD: the softirq running interrupted that context */
+	__u8 resume_ctx;	/* the receive kthread's context the running softirq interrupted */
 	__u8 pad[4];
+	/* exact timing: the receive kthread switched in last, when, and its scheduler runtime then */
+	__u64 run_start;
+	__u64 run_runtime;
+	__u32 run_pid;
+	__u8 run_flow_valid;	/* run_flow holds the run's first skb's flow */
+	__u8 run_pad[3];
+	struct ft_flow_key run_flow;
 };
 
 #define CTX_NONE	0
@@ -166,6 +173,10 @@ struct recv_state {
 	__u8 in_recv;
 	__u8 have_flow;
 	__u8 pad[6];
+	/* exact timing: when the run that a wake-up inside a receive call began was switched in,
+	 * and the reader's scheduler runtime then (0: no such run) */
+	__u64 run_start;
+	__u64 run_runtime;
 };
 
 struct {

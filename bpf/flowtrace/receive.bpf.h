@@ -65,6 +65,10 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 		}
 		charge_interval(s, tot, cpu, now, llc,
 				s->cur_valid && parsed && same_flow(&s->cur, &k) ? st : 0);
+		if (s->run_pid && !s->run_flow_valid && parsed) {
+			s->run_flow = k;	/* the kthread run's first flow: its wake-up's */
+			s->run_flow_valid = 1;
+		}
 		s->cur = k;
 		s->cur_valid = parsed;
 	} else {

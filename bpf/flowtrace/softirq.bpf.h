@@ -18,8 +18,10 @@ int BPF_PROG(ft_softirq_entry, unsigned int vec_nr)
 
 	if (!s || !tot)
 		return 0;
-	/* a softirq run by the kthread's local_bh_enable; a NAPI poller goes on polling after it */
-	s->resume_ctx = s->ctx == CTX_NAPI_THREAD ? CTX_NAPI_THREAD : CTX_NONE;
+	/* a softirq run by a receive kthread (at its local_bh_enable, or at an interrupt's exit):
+	 * the kthread goes on after it, the NAPI poller polling and the cpumap kthread taking its
+	 * next batch off the ring; it sleeps at a sched_switch, which closes its interval */
+	s->resume_ctx = s->ctx == CTX_NAPI_THREAD || s->ctx == CTX_KTHREAD ? s->ctx : CTX_NONE;
 	close_kthread(s, tot, now);
 	/* softirqs do not nest on a CPU, so one start time serves every vector */
 	s->softirq_start = now;

@@ -50,8 +50,9 @@ def _window(lab, tracer, truth, settle: float, seconds: float):
 # charges the kthread with the softirqs it runs when it re-enables bottom halves, and on the
 # sender's CPU those are mostly HRTIMER ones (the sending TCP's pacing timer, tcp_pace_kick, with
 # the host's BBR). bpftrace over 3 s in the kthread's context: 0.337 s of HRTIMER softirqs, 0.247 s
-# of NET_RX ones. steer counts the former as other softirq time. The exact mode also brackets each
-# wake-up from the switch in to the switch out (as for the cpumap kthread, KTHREAD_BOUND in
+# of NET_RX ones. steer counts the former as other softirq time. The exact mode brackets each
+# run from the switch in to the switch out and adds the head the scheduler charges from its
+# wake-up (as for the cpumap kthread, KTHREAD_BOUND in
 # test_steering_live).
 NAPI_BOUND = {"exact": (-0.45, 0.05), "sampled": (-0.45, 0.10)}
 
