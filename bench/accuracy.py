@@ -43,7 +43,7 @@ READER_PORT = 5299
 # (truth, mode) -> (low, high) of steer / truth - 1. From the live tests' measurements (their
 # comments say how): the exact mode brackets kthreads and readers from switch in to switch out
 # and adds the head the scheduler charges before the switch in (a wake-up's): cpumap kthread and
-# reader read -4.4% to -0.3% over 30 runs of this matrix and of the live tests, so -10% is over
+# reader read -4.4% to -0.3% over 38 runs of this matrix and of the live tests, so -10% is over
 # 5 spreads away and a figure 0.85x or 1.15x off fails either bound; the NAPI kthread's
 # schedstat also holds the HRTIMER softirqs it runs (an upper bound); bytes are the socket's or
 # the stack's own.
