@@ -9,29 +9,52 @@
 #include "maps.bpf.h"
 #include "account.bpf.h"
 
+/* add DT of receive kthread context CTX to this CPU's totals (a threaded NAPI poller's is NET_RX
+ * work outside a softirq); 0 where CTX is no receive kthread's */
+static __always_inline int kthread_total_add(struct ft_cpu_stats *tot, __u8 ctx, __u64 dt)
+{
+	if (ctx == CTX_KTHREAD) {
+		tot->kthread_ns += dt;
+	} else if (ctx == CTX_NAPI_THREAD) {
+		tot->net_rx_ns += dt;
+		tot->napi_thread_ns += dt;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+/* DT of context CTX to flow ST, or with no flow to the context's unattributed time */
+static __always_inline void charge_flow_time(struct ft_flow_stats *st, struct ft_cpu_stats *tot,
+					     __u8 ctx, __u64 dt)
+{
+	if (st) {
+		if (ctx == CTX_KTHREAD)
+			st->kthread_ns += dt;
+		else
+			st->kernel_ns += dt;
+	} else if (ctx == CTX_KTHREAD) {
+		tot->kthread_unattributed_ns += dt;
+	} else {
+		tot->net_rx_unattributed_ns += dt;
+	}
+}
+
 /* close the interval [mark, now] of this CPU's receive context: charge it to the current flow,
  * whose entry the caller may have looked up already (KNOWN) */
 static __always_inline void charge_interval(struct cpu_state *s, struct ft_cpu_stats *tot,
 					    __u32 cpu, __u64 now, __u64 llc,
 					    struct ft_flow_stats *known)
 {
-	__u64 dt = now - s->mark;
 	__u64 dllc = llc - s->llc_mark;
 	struct ft_flow_stats *st = known;
 
 	if (!st && s->cur_valid)
 		st = flow_entry(&s->cur, cpu, tot);
+	charge_flow_time(st, tot, s->ctx, now - s->mark);
 	if (st) {
-		if (s->ctx == CTX_KTHREAD)
-			st->kthread_ns += dt;
-		else
-			st->kernel_ns += dt;
 		st->llc_kernel += dllc;
 		st->last_seen_ns = now;
-	} else if (s->ctx != CTX_KTHREAD) {
-		tot->net_rx_unattributed_ns += dt;
-	} else {
-		tot->kthread_unattributed_ns += dt;
 	}
 	tot->llc_kernel += dllc;
 	s->mark = now;
@@ -96,16 +119,8 @@ static __always_inline void open_kthread(struct cpu_state *s, __u8 ctx, __u64 no
 
 static __always_inline void close_kthread(struct cpu_state *s, struct ft_cpu_stats *tot, __u64 now)
 {
-	__u64 dt = now - s->kthread_start;
-
-	if (s->ctx == CTX_KTHREAD) {
-		tot->kthread_ns += dt;
-	} else if (s->ctx == CTX_NAPI_THREAD) {
-		tot->net_rx_ns += dt;
-		tot->napi_thread_ns += dt;
-	} else {
+	if (!kthread_total_add(tot, s->ctx, now - s->kthread_start))
 		return;
-	}
 	charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc_now(), 0);
 	s->ctx = CTX_NONE;
 }

@@ -29,8 +29,8 @@
  * (4) times the time since the previous sample on its CPU: where tasks take turns on a busy
  * CPU, a task's run time since its own previous sample spans periods that other tasks' samples
  * stand for, and charging all of it to where this one sample landed only adds noise (a busy CPU
- * is sampled every period, so one period each is the unbiased count there). A sample taken on the idle task's stack (a softirq
- * on an idle CPU) stands for one period.
+ * is sampled every period, so one period each is the unbiased count there). A sample taken on
+ * the idle task's stack (a softirq on an idle CPU) stands for one period.
  * sum_exec_runtime is brought up to date only at scheduler events (a tick, a switch, a wake-up),
  * so a sample reads it late by up to a tick, and by how much depends on the context: receive
  * processing wakes readers, which updates the interrupted task's runtime, so a NET_RX sample

@@ -99,57 +99,48 @@ int BPF_PROG(ft_sys_exit, struct pt_regs *regs, long ret)
  * switch) is the woken task's. A cpumap kthread woken 20,000 times a second spent ~6 us a
  * wake-up there on a 2-vCPU VM, two fifths of its scheduler time. At the switch out, what the
  * scheduler charged this run (its sum_exec_runtime then and at the switch in) beyond the run's
- * own time between the switches is that head: charged as the kthread's, to the flow of the
- * run's first skb (as an interval's head goes to its first skb), else unattributed. A kernel that keeps irq time out of tasks' runtime (IRQ_TIME_ACCOUNTING) charges less
- * than the run's time where interrupts came in: then nothing is added. */
+ * own time between the switches is that head. A kernel that keeps irq time out of tasks'
+ * runtime (IRQ_TIME_ACCOUNTING) charges less than the run's time where interrupts came in:
+ * then there is no head. */
 #define MAX_WAKEUP_NS	1000000ULL	/* beyond a millisecond it is not a wake-up's head */
 
+static __always_inline __u64 wakeup_head(struct task_struct *prev, __u64 run_runtime,
+					 __u64 run_start, __u64 now)
+{
+	__u64 charged = prev->se.sum_exec_runtime - run_runtime;
+	__u64 run = now - run_start;
+
+	return charged <= run || charged - run > MAX_WAKEUP_NS ? 0 : charged - run;
+}
+
+/* a receive kthread's head: the kthread's, and the flow's of the run's first skb (as an
+ * interval's head goes to its first skb), else unattributed */
 static __always_inline void charge_wakeup(struct cpu_state *s, struct ft_cpu_stats *tot,
 					  struct task_struct *prev, __u64 now)
 {
-	__u64 charged = prev->se.sum_exec_runtime - s->run_runtime;
-	__u64 run = now - s->run_start, head;
+	__u64 head = wakeup_head(prev, s->run_runtime, s->run_start, now);
 	struct ft_flow_stats *st = 0;
 
-	if (charged <= run || charged - run > MAX_WAKEUP_NS)
+	/* a run that ended in a softirq's interval (no kthread context): not the kthread's to say */
+	if (!head || !kthread_total_add(tot, s->ctx, head))
 		return;
-	head = charged - run;
-	if (s->ctx == CTX_KTHREAD) {
-		tot->kthread_ns += head;
-	} else if (s->ctx == CTX_NAPI_THREAD) {
-		tot->net_rx_ns += head;
-		tot->napi_thread_ns += head;
-	} else {
-		return;	/* the run ended in a softirq's interval: not the kthread's to say */
-	}
 	if (s->run_flow_valid)
 		st = flow_entry(&s->run_flow, bpf_get_smp_processor_id(), tot);
-	if (st) {
-		if (s->ctx == CTX_KTHREAD)
-			st->kthread_ns += head;
-		else
-			st->kernel_ns += head;
-	} else if (s->ctx == CTX_KTHREAD) {
-		tot->kthread_unattributed_ns += head;
-	} else {
-		tot->net_rx_unattributed_ns += head;
-	}
+	charge_flow_time(st, tot, s->ctx, head);
 }
 
-/* A reader's run that began inside a receive call (it was woken there): the head the scheduler
- * charged before the switch in (charge_wakeup) is that call's receive time, given to the flow
- * it read (the call may have returned since: the run's head is known only at its switch out) */
+/* A reader's run that began inside a receive call (it was woken there): its head is that
+ * call's receive time, given to the flow it read (the call may have returned since: the run's
+ * head is known only at its switch out) */
 static __always_inline void charge_reader_wakeup(struct recv_state *r, struct ft_cpu_stats *tot,
 						 struct task_struct *prev, __u64 now)
 {
-	__u64 charged = prev->se.sum_exec_runtime - r->run_runtime;
-	__u64 run = now - r->run_start, head;
+	__u64 head = wakeup_head(prev, r->run_runtime, r->run_start, now);
 	struct ft_flow_stats *st;
 
 	r->run_start = 0;
-	if (charged <= run || charged - run > MAX_WAKEUP_NS)
+	if (!head)
 		return;
-	head = charged - run;
 	if (r->in_recv) {
 		/* blocked again, or preempted, in a call: given with its time when it returns to a
 		 * flow (the head of the run goes with the reads that follow it) */
