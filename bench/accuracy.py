@@ -44,9 +44,10 @@ READER_PORT = 5299
 # comments say how): the exact mode brackets kthreads and readers from switch in to switch out
 # and adds the head the scheduler charges before the switch in (a wake-up's): cpumap kthread and
 # reader read -4.4% to -0.3% over 38 runs of this matrix and of the live tests, so -10% is over
-# 5 spreads away and a figure 0.85x or 1.15x off fails either bound; the NAPI kthread's
-# schedstat also holds the HRTIMER softirqs it runs (an upper bound); bytes are the socket's or
-# the stack's own.
+# 5 spreads away and a figure 0.85x or 1.15x off fails either bound; with the softirqs other than
+# NET_RX it runs (kthread_softirq_seconds: the sending TCP's pacing timers), the NAPI kthread reads
+# +1.1% to +1.7% (exact) and -0.1% to +0.3% (sampled) over 6 runs, so the same bounds hold it;
+# bytes are the socket's or the stack's own.
 BOUNDS = {
     # what reached the stack (exact: retransmitted segments twice) or the socket (sampled: also
     # what iperf3's server left unread at the end); net:netif_receive_skb itself now and then
@@ -57,8 +58,8 @@ BOUNDS = {
     ("softirqs NET_RX", "exact"): (-0.10, 0.10),
     ("cpumap kthread", "sampled"): (-0.25, 0.10),
     ("cpumap kthread", "exact"): (-0.10, 0.05),
-    ("NAPI kthread", "sampled"): (-0.50, 0.10),
-    ("NAPI kthread", "exact"): (-0.80, 0.05),
+    ("NAPI kthread", "sampled"): (-0.10, 0.10),
+    ("NAPI kthread", "exact"): (-0.10, 0.05),
     ("reader schedstat", "sampled"): (-0.10, 0.10),
     ("reader schedstat", "exact"): (-0.10, 0.05),
     # a UDP reader's: its connect datagram (4 bytes) too; where the kernel refuses fexit, the
@@ -223,14 +224,15 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     else:
         truth = (k1 - k0) / 1e9 / span
         cpu = next(c for c in win.cpus if c.cpu == (sc.steer_to(a, b) if sc.steer_to else b))
+        # the softirqs a kthread runs when it enables bottom halves are its own to the
+        # scheduler: the other vectors' (timers) are steer's kthread_softirq_seconds
         if sc.kthread_only:
-            value = cpu.kthread_seconds / win.duration
-            figure = f"CPU {cpu.cpu}: kthread seconds a second"
+            value = (cpu.kthread_seconds + cpu.kthread_softirq_seconds) / win.duration
+            figure = f"CPU {cpu.cpu}: kthread + its other softirqs, seconds a second"
         else:
-            # the softirqs a kthread runs when it enables bottom halves are its own to the
-            # scheduler
-            value = (cpu.kthread_seconds + cpu.net_rx_seconds) / win.duration
-            figure = f"CPU {cpu.cpu}: kthread + NET_RX seconds a second"
+            value = (cpu.kthread_seconds + cpu.net_rx_seconds
+                     + cpu.kthread_softirq_seconds) / win.duration
+            figure = f"CPU {cpu.cpu}: kthread + NET_RX + kthread's other softirqs, s a second"
     mine = [f for f in win.flows if (f.flow.sport, f.flow.dport) in ports]
     kernel_total = sum(c.net_rx_seconds + c.kthread_seconds for c in win.cpus)
     rows.append({"scenario": sc.name, "mode": mode, "figure": figure, "truth": sc.kernel_truth,

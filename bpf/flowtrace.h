@@ -115,6 +115,10 @@ struct ft_cpu_stats {
 	 * its entries). A call begun before the probes were attached is not among them: its
 	 * return is not hooked (a kretprobe hooks the return at the function's entry) */
 	__u64 recv_calls_lost;
+	/* of softirq_ns, the vectors other than NET_RX run inside a receive kthread (cpumap, threaded
+	 * NAPI: at its local_bh_enable or an interrupt's exit), which the scheduler counts as the
+	 * kthread's time: on a sender's CPU, its TCP's pacing timers (HRTIMER) */
+	__u64 kthread_softirq_ns;
 };
 
 /* NAPI polls per CPU and NAPI instance (napi:napi_poll): where a device's receive work arrives.

@@ -373,6 +373,9 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	} else if (where == WHERE_SOFTIRQ) {
 		tot->softirq_ns += period;
 		tot->softirq_llc += dllc;
+		bpf_get_current_comm(comm, sizeof(comm));
+		if (kthread_ctx(comm) != CTX_NONE)
+			tot->kthread_softirq_ns += period;
 	}
 	if (kthread || current_recv_flow(&rk))
 		return 0;

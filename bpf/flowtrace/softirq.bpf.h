@@ -54,11 +54,13 @@ int BPF_PROG(ft_softirq_exit, unsigned int vec_nr)
 		charge_interval(s, tot, bpf_get_smp_processor_id(), now, llc, 0);
 		s->ctx = CTX_NONE;
 	}
-	s->softirq_start = 0;
 	if (s->resume_ctx != CTX_NONE) {
+		if (vec_nr != NET_RX_SOFTIRQ)
+			tot->kthread_softirq_ns += now - s->softirq_start;
 		open_kthread(s, s->resume_ctx, now, llc);
 		s->resume_ctx = CTX_NONE;
 	}
+	s->softirq_start = 0;
 	return 0;
 }
 

@@ -38,7 +38,8 @@ class CpuStats(ctypes.Structure):
         "llc_kernel", "llc_app", "flow_inserts", "flow_failures", "untimed_skbs", "samples",
         "samples_kernel_mode", "rx_drops", *EVENT_FIELDS, "napi_thread_ns", "hardirq_ns",
         "hardirqs", "backlog_polls", "backlog_packets", "backlog_full_polls", "napi_map_full",
-        "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops", "recv_calls_lost")]
+        "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops", "recv_calls_lost",
+        "kthread_softirq_ns")]
 
 
 class NapiKey(ctypes.Structure):

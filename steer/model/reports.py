@@ -195,7 +195,7 @@ FLOW_FIELDS = {
 }
 CPU_FIELDS = {
     "kernel_time": ("net_rx_seconds", "net_rx_unattributed_seconds", "napi_thread_seconds"),
-    "kthread_time": ("kthread_seconds",),
+    "kthread_time": ("kthread_seconds", "kthread_softirq_seconds"),
     "app_time": ("app_seconds",),
     "drops": ("rx_drops",),
     "hardirqs": ("hardirq_seconds", "hardirqs"),
@@ -251,13 +251,18 @@ class CpuReport:
     # event -> count of all the CPU ran (every task, user and kernel, idle), as PCM counts a
     # core; with llc_hit_ratio where both LLC events are counted (None: no PMU events)
     whole_cpu: dict | None = None
+    # softirqs other than NET_RX (timers, tasklets) that receive kthreads ran: the scheduler
+    # counts them in the kthread's time, steer in no flow's
+    kthread_softirq_seconds: float = 0.0
 
     def as_json(self, caps: Capabilities | None = None) -> dict:
         out = {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
                 "net_rx_seconds": _r(self.net_rx_seconds),
                 "net_rx_unattributed_seconds": _r(self.net_rx_unattributed_seconds),
                 "napi_thread_seconds": _r(self.napi_thread_seconds),
-                "kthread_seconds": _r(self.kthread_seconds), "app_seconds": _r(self.app_seconds),
+                "kthread_seconds": _r(self.kthread_seconds),
+                "kthread_softirq_seconds": _r(self.kthread_softirq_seconds),
+                "app_seconds": _r(self.app_seconds),
                 "hardirq_seconds": _r(self.hardirq_seconds), "hardirqs": self.hardirqs,
                 "napi_polls": self.napi.polls, "napi_packets": self.napi.packets,
                 "napi_full_polls": self.napi.full_polls,

@@ -332,6 +332,7 @@ class SteerCollector(Collector):
             add("kernel", c.cpu, (c.net_rx_ns - c.napi_thread_ns) / 1e9, "softirq")
             add("kernel", c.cpu, c.napi_thread_ns / 1e9, "napi_thread")
             add("kernel", c.cpu, c.kthread_ns / 1e9, "kthread")
+            add("kthread_softirq", c.cpu, c.kthread_softirq_ns / 1e9)
             add("hardirq", c.cpu, c.hardirq_ns / 1e9)
             add("hardirqs", c.cpu, c.hardirqs)
             add("unattr", c.cpu, c.net_rx_unattributed_ns / 1e9)
@@ -356,6 +357,9 @@ class SteerCollector(Collector):
              "context (softirq: NET_RX; napi_thread: threaded NAPI; kthread: cpumap).", ["context"]),
             ("unattr", "steer_cpu_net_rx_unattributed_seconds",
              "NET_RX time with no TCP/UDP skb to charge it to.", []),
+            ("kthread_softirq", "steer_cpu_kthread_softirq_seconds", "Softirqs other than "
+             "NET_RX (timers, tasklets) run inside receive kthreads (cpumap, threaded NAPI) per "
+             "CPU: the scheduler counts them as the kthread's time.", []),
             ("app", "steer_cpu_app_seconds", "Application receive syscall time per CPU.", []),
             ("events", "steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.", []),
             ("drops", "steer_cpu_receive_drops",

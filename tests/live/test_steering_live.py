@@ -132,12 +132,13 @@ def _cpumap_kthread_runtime(cpu: int) -> dict[int, int]:
 # granularity. Before the bracket closed at the kthread's sleep (kernels >= 6.14 trace the batch
 # before it goes up the stack), exact read +250%: that bound catches it.
 # Sampled takes each sample's weight from the scheduler. At 4,999 Hz, 12 runs: mean -2.8%, sd
-# 1.3%, so -15% and +10% are 6 and 10 spreads away (the spread at its 95% upper bound for 12
-# runs: a chance below 1e-9), and either catches a figure 1.4x off. At 1,000 Hz it spread six
+# 1.3%; counted with the other softirqs the kthread runs (kthread_softirq_ns), 6 runs: -0.5% to
+# +0.4%, sd 0.3%. -10% and +10% are over 5 spreads from the older runs' mean (the spread at its
+# 95% upper bound for 12 runs: a chance below 1e-6), and either fails a figure 0.85x or 1.15x. At 1,000 Hz it spread six
 # times as far (-23% to -1%). Before the weights took the steal time out of the task clock,
 # sampled read +107% here and -56% on CI; before the softirq the kthread runs counted as NET_RX,
 # the ACK stream took 6-8% of the kthread from the steered flow.
-KTHREAD_BOUND = {"exact": (-0.10, 0.05), "sampled": (-0.15, 0.10)}
+KTHREAD_BOUND = {"exact": (-0.10, 0.05), "sampled": (-0.10, 0.10)}
 KTHREAD_HZ = 4999
 
 
@@ -172,13 +173,15 @@ def test_steered_flow_kthread_time_against_schedstat(timing, held):
     # the veth) are NET_RX time by both modes, and its own by the scheduler; nothing else of the
     # lab runs on CPU B
     net_rx = (b.cpus[CPU_B].net_rx_ns - a.cpus[CPU_B].net_rx_ns) / 1e9
+    # and the other softirqs it runs there (timers) are the scheduler's, and no flow's
+    other = (b.cpus[CPU_B].kthread_softirq_ns - a.cpus[CPU_B].kthread_softirq_ns) / 1e9
     unattributed = (b.cpus[CPU_B].kthread_unattributed_ns - a.cpus[CPU_B].kthread_unattributed_ns) / 1e9
     low, high = KTHREAD_BOUND[timing]
     print(f"{timing}: cpumap kthread on CPU {CPU_B} {total:.3f} s, the flow {flow:.3f} s, unattributed "
-          f"{unattributed:.3f} s, NET_RX {net_rx:.3f} s; schedstat {truth:.3f} s "
-          f"({(total + net_rx) / truth - 1:+.1%}, bounds {low:+.0%} {high:+.0%})")
+          f"{unattributed:.3f} s, NET_RX {net_rx:.3f} s, other softirqs {other:.3f} s; schedstat "
+          f"{truth:.3f} s ({(total + net_rx + other) / truth - 1:+.1%}, bounds {low:+.0%} {high:+.0%})")
     assert truth > 0.1
-    held("kthread + NET_RX vs schedstat", (total + net_rx) / truth - 1, low, high)
+    held("kthread + NET_RX vs schedstat", (total + net_rx + other) / truth - 1, low, high)
     assert flow > 0.95 * total and unattributed < 0.05 * total
     # where its protocol stack ran: the kthread's CPU, though its arrival CPU (XDP, and generic
     # XDP's linearising) may take more time; by counted skbs (exact) or by the kthread's time
