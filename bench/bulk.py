@@ -15,7 +15,7 @@ import time
 
 from steer.experiment.lab import Lab
 
-from .common import (SETTLE_SECONDS, TRACER_MODES, compare_modes, lab_flow, mode_rows, parser,
+from .common import (SETTLE_SECONDS, compare_modes, lab_flow, mode_rows, parser,
                      require_root, run, traced, write)
 
 WARMUP_SECONDS = 3   # before the first window: slow start, buffers and caches settle

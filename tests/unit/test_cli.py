@@ -350,7 +350,6 @@ def test_auto_expect_from_what_is_not_a_sweep_is_one_line(tmp_path):
 def test_the_man_page_gives_each_options_detail():
     """An option whose help has a detail (after a blank line) shows it in steer(1), and its
     brief in --help."""
-    import argparse
     from steer.cli.main import build_parser
     from steer.cli.manual import commands, man_page
     parser = build_parser()
