@@ -39,6 +39,70 @@ class NetRxTracer:
         self.obj.close()
 
 
+_NET_RX_PER_CPU_BT = """
+BEGIN { printf("ready\\n"); }
+tracepoint:irq:softirq_entry /args->vec == 3/ { @start[cpu] = nsecs; }
+tracepoint:irq:softirq_exit /args->vec == 3 && @start[cpu]/ {
+  @ns[cpu] += nsecs - @start[cpu]; delete(@start[cpu]);
+}
+interval:s:SECONDS { print(@ns); printf("end\\n"); clear(@ns); clear(@start); exit(); }
+"""
+
+
+class NetRxPerCpu:
+    """NET_RX softirq time per CPU over SECONDS from its start, by bpftrace (Debian's): what
+    libbpf-tools `softirqs -N` sums over the CPUs, kept per CPU. Started: its probes are in place.
+    result() reads its one report and does not wait for bpftrace to exit (it was seen to hang
+    there now and then): the report ends in a line of its own."""
+
+    def __init__(self, seconds: int):
+        import queue
+        import threading
+        self.seconds = seconds
+        self.proc = subprocess.Popen(
+            ["bpftrace", "-e", _NET_RX_PER_CPU_BT.replace("SECONDS", str(seconds))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        if self._lines_until("ready", 60) is None:
+            self.close()
+            raise SystemExit(f"bpftrace did not attach: {self.proc.stderr.read().strip()}")
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _lines_until(self, last: str, timeout: float) -> list[str] | None:
+        import queue
+        lines, end = [], time.monotonic() + timeout
+        while (left := end - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                return None
+            if line.strip() == last:
+                return lines
+            lines.append(line)
+        return None
+
+    def result(self) -> dict[int, int]:
+        """CPU -> NET_RX ns over the window (CPUs that ran none are left out)."""
+        lines = self._lines_until("end", self.seconds + 60)
+        self.close()
+        if lines is None:
+            raise SystemExit("bpftrace gave no NET_RX report")
+        report = "".join(lines)
+        return {int(c): int(n) for c, n in re.findall(r"^@ns\[(\d+)\]: (\d+)$", report, re.M)}
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
 def softirqs_tool(seconds: float) -> subprocess.Popen:
     return subprocess.Popen(["softirqs", "-N", str(max(1, round(seconds))), "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

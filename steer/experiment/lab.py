@@ -44,15 +44,16 @@ UDP_DATAGRAM = 1400   # iperf3 -l for UDP flows: a datagram that fits a 1500-byt
 class LabFlow:
     """One iperf3 flow: the sender's CPU (where the receive softirq runs unless RPS or XDP moves
     it; None leaves the sender to the scheduler) and the reader's. TCP, or with UDP_RATE (iperf3's
-    -b: "300M") UDP datagrams of UDP_DATAGRAM bytes at that rate. IPV6: over IPv6, between two
-    processes of the receiving namespace on its own loopback (::1): the benchmarking range the
-    lab's veth is addressed from is IPv4's, and the loopback takes the skbs in on the sender's
-    CPU as the veth does."""
+    -b: "300M") UDP datagrams of UDP_SIZE bytes (UDP_DATAGRAM) at that rate. IPV6: over IPv6,
+    between two processes of the receiving namespace on its own loopback (::1): the benchmarking
+    range the lab's veth is addressed from is IPv4's, and the loopback takes the skbs in on the
+    sender's CPU as the veth does."""
     kernel_cpu: int | None
     app_cpu: int
     port: int = 0   # 0: assigned in order from BASE_PORT
     udp_rate: str | None = None
     ipv6: bool = False
+    udp_size: int = UDP_DATAGRAM
 
     @property
     def proto(self) -> str:
@@ -310,7 +311,7 @@ class Lab:
     def start_clients(self, seconds: float | None = None) -> None:
         secs = max(1, round(seconds or self.seconds))
         for f in self.flows:
-            udp = ["-u", "-b", f.udp_rate, "-l", str(UDP_DATAGRAM)] if f.udp_rate else []
+            udp = ["-u", "-b", f.udp_rate, "-l", str(f.udp_size)] if f.udp_rate else []
             p = subprocess.Popen(["iperf3", "-c", f.server_addr, "-p", str(f.port), "-t",
                                   str(secs), *udp, *self.client_args, "--json"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
