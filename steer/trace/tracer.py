@@ -576,6 +576,11 @@ class Tracer:
         from steer.kernel.links import prog_run_stats
         return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self.attached_programs}
 
+    def program_sizes(self) -> dict[str, tuple[int, int]]:
+        """Program -> (instructions as the kernel runs them, bytes of machine code)."""
+        from steer.kernel.links import prog_sizes
+        return {n: prog_sizes(self._obj.prog_fd(n)) for n in self.attached_programs}
+
     # -- reading -----------------------------------------------------------------------------
     flow_id = staticmethod(_flow_id_of)   # a FlowId from an unpacked ft_flow_key
 
