@@ -7,6 +7,7 @@ figures are upper bounds). Target: median <= 60 ns per event.
 from __future__ import annotations
 
 import statistics
+import time
 
 from steer.kernel.links import prog_run_stats
 from steer.kernel.objects import BpfObject, bpf_dir
@@ -23,18 +24,17 @@ FLOORS = {"ft_skb_hint": "floor_skb", "ft_netif_receive_skb": "floor_skb",
           "ft_napi_poll": "floor_napi"}
 
 
-def measure(mode: str, seconds: float, windows: int = 1, sizes: bool = False):
+def measure(mode: str, seconds: float, windows: int = 1):
     """Program -> {runs, ns, ns_per_event} in each of WINDOWS equal windows of SECONDS of one lab
     flow, steer's tracer of MODE and the floor programs attached side by side; the flow's result;
-    with SIZES, also steer's programs' (instructions, bytes of machine code)."""
-    import time
+    and steer's programs' (instructions, bytes of machine code)."""
     with open(STATS) as f:
         old = f.read().strip()
     try:
         with open(STATS, "w") as f:
             f.write("1")
         tracer = start_tracer(mode)
-        size = tracer.program_sizes() if sizes else None
+        sizes = tracer.program_sizes()
         floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), no_pin=True)
         floor.attach_all()
         floor_progs = {n: floor.prog_fd(n) for n in floor.programs()}
@@ -67,7 +67,7 @@ def measure(mode: str, seconds: float, windows: int = 1, sizes: bool = False):
             cnt = after[prog][1] - before[prog][1]
             per_event[prog] = {"runs": cnt, "ns": ns, "ns_per_event": ns / cnt if cnt else None}
         parts.append(per_event)
-    return (parts, res, size) if sizes else (parts, res)
+    return parts, res, sizes
 
 
 def beyond_floor(per_event: dict[str, dict]) -> dict[str, float]:
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     require_root()
     if args.smoke:
         args.seconds = 1.0
-    (per_event,), res = measure(args.mode, args.seconds)
+    (per_event,), res, _ = measure(args.mode, args.seconds)
     rows, beyond = [], beyond_floor(per_event)
     for prog, v in per_event.items():
         cnt, ns = v["runs"], v["ns"]

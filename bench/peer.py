@@ -6,10 +6,12 @@ NET_RX time totals over the same traffic.
 """
 from __future__ import annotations
 
+import queue
 import re
 import shutil
 import struct
 import subprocess
+import threading
 import time
 
 from steer.abi import flowtrace as abi
@@ -56,8 +58,6 @@ class NetRxPerCpu:
     there now and then): the report ends in a line of its own."""
 
     def __init__(self, seconds: int):
-        import queue
-        import threading
         self.seconds = seconds
         self.proc = subprocess.Popen(
             ["bpftrace", "-e", _NET_RX_PER_CPU_BT.replace("SECONDS", str(seconds))],
@@ -74,7 +74,6 @@ class NetRxPerCpu:
         self.lines.put(None)
 
     def _lines_until(self, last: str, timeout: float) -> list[str] | None:
-        import queue
         lines, end = [], time.monotonic() + timeout
         while (left := end - time.monotonic()) > 0:
             try:

@@ -42,28 +42,29 @@ def xdp_link_ifindex(link_fd: int) -> int:
     return struct.unpack_from("I", buf.raw, 16)[0]
 
 
-def prog_run_stats(prog_fd: int) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) of a program: non-zero only while kernel.bpf_stats_enabled is 1.
-    Offsets 192 and 200 of struct bpf_prog_info are uapi, stable since 5.1."""
+def _prog_info(prog_fd: int) -> bytes:
+    """A program's struct bpf_prog_info, as much of it as the kernel fills."""
     buf = ctypes.create_string_buffer(256)
     n = ctypes.c_uint32(len(buf))
     rc = libbpf().bpf_obj_get_info_by_fd(prog_fd, buf, ctypes.byref(n))
     if rc < 0:
         raise fail("cannot read program info", rc)
-    if n.value < 208:
+    return buf.raw[:n.value]
+
+
+def prog_run_stats(prog_fd: int) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) of a program: non-zero only while kernel.bpf_stats_enabled is 1.
+    Offsets 192 and 200 of struct bpf_prog_info are uapi, stable since 5.1."""
+    info = _prog_info(prog_fd)
+    if len(info) < 208:
         return 0, 0
-    return struct.unpack_from("QQ", buf.raw, 192)
+    return struct.unpack_from("QQ", info, 192)
 
 
 def prog_sizes(prog_fd: int) -> tuple[int, int]:
     """(instructions after the verifier's rewrites, bytes of machine code) of a program: struct
     bpf_prog_info's xlated_prog_len / 8 and jited_prog_len (offsets 20 and 16, uapi since 4.13)."""
-    buf = ctypes.create_string_buffer(256)
-    n = ctypes.c_uint32(len(buf))
-    rc = libbpf().bpf_obj_get_info_by_fd(prog_fd, buf, ctypes.byref(n))
-    if rc < 0:
-        raise fail("cannot read program info", rc)
-    jited, xlated = struct.unpack_from("II", buf.raw, 16)
+    jited, xlated = struct.unpack_from("II", _prog_info(prog_fd), 16)
     return xlated // 8, jited
 
 

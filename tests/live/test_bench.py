@@ -107,8 +107,8 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     0.85`, and 1.15 from the same run's figures, 2026-11-28): every byte figure and every exact
     time fails either way, and so do the sampled threaded-NAPI kthread and recv()-only reader.
     The other sampled times do not: the sampler reads NET_RX 9-14% low (24 runs, sd 2-4% from run
-    to run, per CPU up to 28% low: a bias not yet explained) and a cpumap kthread that shares its CPU with the reader ~10%
-    low, and bounds that hold those at these odds are wider than 15%; they still fail a figure
+    to run, per CPU up to 28% low: a bias not yet explained) and a cpumap kthread that shares its
+    CPU with the reader ~10% low, and bounds that hold those at these odds are wider than 15%; they still fail a figure
     1.4x off (the check at the end)."""
     r = subprocess.run([sys.executable, "-m", "bench.accuracy", "--seconds", "3", "--sample-hz",
                         str(ACCURACY_HZ), "--out", str(tmp_path)], capture_output=True, text=True,

@@ -134,8 +134,8 @@ def _cpumap_kthread_runtime(cpu: int) -> dict[int, int]:
 # Sampled takes each sample's weight from the scheduler. At 4,999 Hz, 12 runs: mean -2.8%, sd
 # 1.3%; counted with the other softirqs the kthread runs (kthread_softirq_ns), 6 runs: -0.5% to
 # +0.4%, sd 0.3%. -10% and +10% are over 5 spreads from the older runs' mean (the spread at its
-# 95% upper bound for 12 runs: a chance below 1e-6), and either fails a figure 0.85x or 1.15x. At 1,000 Hz it spread six
-# times as far (-23% to -1%). Before the weights took the steal time out of the task clock,
+# 95% upper bound for 12 runs: a chance below 1e-6), and either fails a figure 0.85x or 1.15x.
+# At 1,000 Hz it spread six times as far (-23% to -1%). Before the weights took the steal time out of the task clock,
 # sampled read +107% here and -56% on CI; before the softirq the kthread runs counted as NET_RX,
 # the ACK stream took 6-8% of the kthread from the steered flow.
 KTHREAD_BOUND = {"exact": (-0.10, 0.05), "sampled": (-0.10, 0.10)}
