@@ -176,9 +176,11 @@ def test_a_slow_client_is_cut_off_at_the_deadline_and_others_are_served():
     whole request (1 s here) does. Meanwhile the other worker serves."""
     s = _server(workers=2, timeout=1.0)
     try:
+        # Before connecting: the server starts the deadline at its accept, which can come before
+        # create_connection returns (the handshake completes in the kernel first).
+        start, closed = time.monotonic(), None
         slow = socket.create_connection(("127.0.0.1", s.port))
         slow.settimeout(0.2)
-        start, closed = time.monotonic(), None
         for c in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100:
             try:
                 slow.send(bytes([c]))
