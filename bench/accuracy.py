@@ -27,6 +27,7 @@ from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow, usable_
 from steer.model.flows import build_snapshot
 from steer.model.topology import read_topology
 from steer.trace.tracer import DEFAULT_SAMPLE_HZ, Tracer
+from steer.trace.windows import WindowsError, parse_windows
 
 from .common import RESULTS, build_c, host, parser, require_root, run, write
 from .odds import DISPERSION, ODDS, sampled_spread, z_for
@@ -121,6 +122,9 @@ SCENARIOS = [
 ]
 
 
+WINDOWS = None   # the sampled mode's (--windows)
+
+
 def _runtime(match: Callable[[int, str], bool]) -> int:
     """The summed sum_exec_runtime (ns) of every task whose pid and comm MATCH takes."""
     total = 0
@@ -172,7 +176,8 @@ def _check(r: dict) -> bool | None:
 def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: int) -> list[dict]:
     """One run of SC under MODE: a row for its bytes and one for its kernel time."""
     topo = read_topology()
-    tracer = Tracer(timing=mode, sample_hz=hz).start()
+    tracer = Tracer(timing=mode, sample_hz=hz, 
+                    windows=WINDOWS if mode == "sampled" else None).start()
     pinned = False
     try:
         with Lab(sc.flows(a, b), seconds=SETTLE + seconds + TAIL,
@@ -309,7 +314,8 @@ def reader_scenario(mode: str, seconds: float, a: int, b: int, hz: int) -> list[
     """A reader that only calls recv(), on CPU B, its sender on CPU A: its bytes and its
     receive time (app + nested softirq) against its own count and the scheduler's."""
     exe = build_c("recv_only")
-    tracer = Tracer(timing=mode, sample_hz=hz).start()
+    tracer = Tracer(timing=mode, sample_hz=hz, 
+                    windows=WINDOWS if mode == "sampled" else None).start()
     try:
         with Lab([], seconds=seconds) as lab:
             reader = subprocess.Popen(["nsenter", f"--net={NETNS_DIR}/{lab.rx}", "taskset", "-c",
@@ -363,12 +369,20 @@ def main(argv=None) -> int:
     p.add_argument("--scenarios", default=None,
                    help=f"comma-separated scenario numbers (1-{len(SCENARIOS) + 1}, as in the "
                         "table) to run; all by default")
+    p.add_argument("--windows", default="off", metavar="W/C",
+                   help="the sampled mode's windows (steer's --windows: WINDOW/CYCLE in ms, or "
+                        "off, the default here: on its hooks all the time)")
     p.add_argument("--mutate", type=float, default=1.0, metavar="K",
                    help="scale every figure of steer's by K before it is judged: a check of the "
                         "bounds themselves (at 0.85 or 1.15 a bound that catches a 15%% error "
                         "fails)")
     args = p.parse_args(argv)
     require_root()
+    global WINDOWS
+    try:
+        WINDOWS = parse_windows(args.windows)
+    except WindowsError as e:
+        p.error(str(e))
     if args.mutate <= 0:
         p.error("--mutate: a factor above 0, such as 0.85")
     if args.mutate != 1.0 and os.path.abspath(args.out) == os.path.abspath(RESULTS):

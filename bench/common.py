@@ -119,6 +119,8 @@ TRACER_MODES = {"sampled": {"timing": "sampled"},
                 "sampled-no-udp-tracepoint": {"timing": "sampled",
                                               "refuse": "ft_udp_recv_length"},
                 "sampled-tracepoint": {"timing": "sampled", "app_hook": "tracepoint"},
+                # the sampled mode on its per-packet hooks 50 ms of every 500 (--windows 50/500)
+                "sampled-windows": {"timing": "sampled", "windows": "50/500"},
                 "exact": {"timing": "exact"},
                 # steer profile (on demand, not always on): the sampled tracer at its default
                 # rate and ten times that, each sample also classifying its kernel stack
@@ -169,7 +171,10 @@ def start_tracer(mode: str):
     """A Tracer of MODE (a TRACER_MODES key), started; its "refuse" programs left out as on a
     kernel that refuses them."""
     from steer.trace.tracer import REFUSE_ENV, Tracer
+    from steer.trace.windows import parse_windows
     options = dict(TRACER_MODES[mode])
+    if "windows" in options:
+        options["windows"] = parse_windows(options["windows"])
     before = os.environ.get(REFUSE_ENV)
     os.environ[REFUSE_ENV] = options.pop("refuse", "")
     try:

@@ -180,7 +180,21 @@ struct ft_config {
 	__u32 profile_ranges;	/* steer profile: entries of profile_text (0: not profiling) */
 	__u32 events;		/* 1 << FT_EVENT_* for each event array userspace filled */
 	__u32 skb_count;	/* sampled timing: FT_COUNT_* bits */
+	__u32 windows;		/* sampled timing in windows: the programs of struct ft_window count */
+	__u32 config_pad;
 	__u64 text[FT_TEXT_RANGES][2];
+};
+
+/* Sampled timing in windows (steer/trace/windows.py): the per-packet, per-read and per-interrupt
+ * programs and the sampler are on their hooks for a window of each cycle only (a program on a
+ * tracepoint costs its dispatch on every event even when it returns at once), and what they count
+ * inside it stands for the whole cycle. Userspace opens a window after it attached them and closes
+ * it before it takes them off, so that the counts cover exactly [open_ns, close). */
+struct ft_window {
+	__u64 open_ns;		/* bpf_ktime_get_ns() when this window opened */
+	__u32 seq;		/* the windows opened so far */
+	__u32 scale;		/* while open, what each event counts for: the cycle over the window;
+				 * 0: closed */
 };
 
 /* steer profile. Kernel text is cut into ranges of one category each (userspace builds them from

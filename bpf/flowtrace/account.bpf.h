@@ -80,6 +80,30 @@ static __always_inline struct ft_flow_stats *flow_entry(const struct ft_flow_key
 	return st;
 }
 
+static __always_inline struct ft_window *this_window(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&windows, &zero);
+}
+
+/* What an event counts for: 1 without windows; in a window, the cycle over the window; 0 between
+ * windows (a program still running as userspace takes it off its hook). The open window's seq
+ * into *SEQ (0 without windows). */
+static __always_inline __u32 window_scale(__u32 *seq)
+{
+	struct ft_window *w;
+
+	*seq = 0;
+	if (!cfg.windows)
+		return 1;
+	w = this_window();
+	if (!w)
+		return 0;
+	*seq = w->seq;
+	return w->scale;
+}
+
 /* sampled timing: whether ft_skb_hint counts the skbs of transport PROTO (cfg.skb_count) */
 static __always_inline int skb_counted_proto(__u8 proto)
 {

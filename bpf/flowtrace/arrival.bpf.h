@@ -17,9 +17,12 @@ SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(ft_irq_handler_entry, int irq, struct irqaction *action)
 {
 	struct cpu_state *s = this_cpu_state();
+	__u32 seq;
 
-	if (s)
+	if (s && window_scale(&seq)) {
 		s->hardirq_start = bpf_ktime_get_ns();
+		s->hardirq_window = seq;
+	}
 	return 0;
 }
 
@@ -28,11 +31,15 @@ int BPF_PROG(ft_irq_handler_exit, int irq, struct irqaction *action, int ret)
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
+	__u32 seq, scale = window_scale(&seq);
 
 	if (!s || !tot || !s->hardirq_start)
 		return 0;	/* attached while this handler was already running */
-	tot->hardirq_ns += bpf_ktime_get_ns() - s->hardirq_start;
-	tot->hardirqs++;
+	/* a start from before this window (its exit ran after the last one closed) is not this run's */
+	if (scale && s->hardirq_window == seq) {
+		tot->hardirq_ns += (bpf_ktime_get_ns() - s->hardirq_start) * scale;
+		tot->hardirqs += scale;
+	}
 	s->hardirq_start = 0;
 	return 0;
 }
@@ -58,13 +65,16 @@ int BPF_PROG(ft_napi_poll, struct napi_struct *napi, int work, int budget)
 	struct ft_cpu_stats *tot;
 	struct net_device *dev = napi->dev;
 	int full = budget > 0 && work >= budget;	/* netpoll polls with budget 0 */
+	__u32 seq, scale = window_scale(&seq);
 
+	if (!scale)
+		return 0;
 	if (!dev) {
 		tot = totals();
 		if (tot) {
-			tot->backlog_polls++;
-			tot->backlog_packets += work > 0 ? work : 0;
-			tot->backlog_full_polls += full;
+			tot->backlog_polls += scale;
+			tot->backlog_packets += (work > 0 ? work : 0) * scale;
+			tot->backlog_full_polls += full * scale;
 		}
 		return 0;
 	}
@@ -83,9 +93,9 @@ int BPF_PROG(ft_napi_poll, struct napi_struct *napi, int work, int budget)
 			return 0;
 		}
 	}
-	v->polls++;
-	v->packets += work > 0 ? work : 0;
-	v->full_polls += full;
+	v->polls += scale;
+	v->packets += (work > 0 ? work : 0) * scale;
+	v->full_polls += full * scale;
 	return 0;
 }
 

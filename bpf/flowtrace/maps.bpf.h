@@ -48,6 +48,14 @@ struct {
 	__type(value, struct ft_cpu_stats);
 } cpu_totals SEC(".maps");
 
+/* the window (cfg.windows): one entry, written by userspace alone */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ft_window);
+} windows SEC(".maps");
+
 /* Where the kernel refuses fexit, userspace puts the UDP reads' tracepoint program on its hook
  * only while UDP datagrams arrive (programs.UDP_READS_FALLBACK). The per-skb program sets
  * udp_seen at a datagram and, when it was clear, wakes userspace through udp_ring at once;
@@ -139,6 +147,12 @@ struct cpu_state {
 	__u8 skb_counted;	/* the last event counted an rx_skb for cur on this CPU */
 	__u8 resume_ctx;	/* the receive kthread's context the running softirq interrupted */
 	__u8 pad[4];
+	/* sampled timing in windows: the window (its seq) of this CPU's hints, of its last sample
+	 * and of its running interrupt handler's start; what is from an earlier one is stale */
+	__u32 hint_window;
+	__u32 sample_window;
+	__u32 hardirq_window;
+	__u32 window_pad;
 	/* exact timing: the receive kthread switched in last, when, and its scheduler runtime then */
 	__u64 run_start;
 	__u64 run_runtime;

@@ -14,15 +14,15 @@
 
 /* the bytes and wire packets of SKB, whose transport payload is PAYLOAD bytes, into its entry */
 static __always_inline void count_payload(struct ft_flow_stats *st, struct sk_buff *skb,
-					  __u64 payload)
+					  __u64 payload, __u32 scale)
 {
 	__u16 segs;
 
 	note_rx_path_skb(st, skb);
-	st->rx_bytes += payload;
+	st->rx_bytes += payload * scale;
 	/* a GRO aggregate stands for gso_segs wire packets (skb_shinfo: head + end offset) */
 	segs = BPF_CORE_READ((struct skb_shared_info *)(skb->head + skb->end), gso_segs);
-	st->rx_packets += segs ? segs : 1;
+	st->rx_packets += (segs ? segs : 1) * scale;
 }
 
 SEC("tp_btf/netif_receive_skb")
@@ -82,7 +82,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	st->last_seen_ns = now;
 	if (second_pass)
 		return 0;	/* bytes and packets were counted on the arrival CPU */
-	count_payload(st, skb, payload);
+	count_payload(st, skb, payload, 1);
 	return 0;
 }
 

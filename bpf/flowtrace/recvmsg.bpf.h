@@ -28,7 +28,7 @@ static __always_inline void on_receive(struct sock *sk, int ret, int flags, int 
 	/* bytes are counted here, in every context; time needs the enclosing syscall */
 	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
 	if (st) {
-		count_read(st, ret);
+		count_read(st, ret, 1);
 		st->last_seen_ns = bpf_ktime_get_ns();
 	}
 	/* first sighting makes this thread a known reader: its next receive syscalls get timed */

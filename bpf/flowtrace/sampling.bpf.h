@@ -39,11 +39,17 @@
  * as of the sample: sum_exec_runtime + (now - exec_start), where exec_start is the scheduler
  * clock at that last update. Only differences of it are used, so the constant offset between
  * the scheduler clock and bpf_ktime_get_ns() cancels. */
+struct sampled_runtime {
+	__u64 runtime;		/* the task's runtime at its previous sample */
+	__u32 window;		/* in which window (cfg.windows): from an earlier one, it is stale */
+	__u32 pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, __u64);	/* task_runtime() at the task's previous sample */
+	__type(value, struct sampled_runtime);
 } sampled_runtime SEC(".maps");
 
 /* How far the scheduler's task clock of this CPU's run queue (what exec_start and
@@ -68,10 +74,12 @@ static __always_inline __u64 task_clock_lag(struct task_struct *task)
 #define MAX_SAMPLE_WEIGHT_PERIODS	100
 #define SAMPLE_WEIGHT_CPU_PERIODS	4
 
-static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_elapsed)
+static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_elapsed,
+					   __u32 window)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 *last, runtime, w;
+	struct sampled_runtime *last;
+	__u64 runtime, w;
 
 	if (!task->pid)
 		return period;
@@ -83,8 +91,12 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_el
 	 * difference of their steal since boot) as run time, which doubled a cpumap kthread's time
 	 * on a VM whose vCPUs the host preempts */
 	runtime = task->se.sum_exec_runtime + now - task->se.exec_start - task_clock_lag(task);
-	w = !*last ? period : runtime > *last ? runtime - *last : 0;
-	*last = runtime;
+	if (!last->runtime || last->window != window)
+		w = period;	/* its first sample (in this window): the time between is not known */
+	else
+		w = runtime > last->runtime ? runtime - last->runtime : 0;
+	last->runtime = runtime;
+	last->window = window;
 	if (w > SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed)
 		w = SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed;
 	return w < period * MAX_SAMPLE_WEIGHT_PERIODS ? w : period * MAX_SAMPLE_WEIGHT_PERIODS;
@@ -113,12 +125,13 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 	struct ft_flow_key k = {};
 	struct ft_cpu_stats *tot;
 	struct ft_flow_stats *st;
-	__u32 hash;
+	__u32 hash, seq, scale = window_scale(&seq);
 	__u64 payload = 0;
 
-	if (!s)
+	if (!s || !scale)
 		return 0;
 	set_hint(s, skb);
+	s->hint_window = seq;
 	if (!cfg.skb_count)
 		return 0;
 	hash = skb->hash;
@@ -139,13 +152,13 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 	st = flow_entry(&k, bpf_get_smp_processor_id(), tot);
 	if (!st)
 		return 0;
-	st->rx_skbs++;
+	st->rx_skbs += scale;
 	/* the sampler's clock, good to a period on a CPU that takes packets in, saves a clock read
 	 * (~50 ns on this VM) an skb; before this CPU's first sample, the clock */
 	st->last_seen_ns = s->clock_ns ? s->clock_ns : bpf_ktime_get_ns();
 	if (skb->skb_iif && current_kthread_ctx() == CTX_KTHREAD)
 		return 0;	/* generic XDP counted it on the arrival CPU */
-	count_payload(st, skb, payload);
+	count_payload(st, skb, payload, scale);
 	return 0;
 }
 
@@ -310,21 +323,34 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	struct ft_flow_key k = {}, rk = {};
 	struct ft_flow_stats *st;
 	__u64 period = ctx->sample_period, llc, dllc, now, dev[FT_EVENTS];
-	__u32 cpu = bpf_get_smp_processor_id(), pid;
+	__u32 cpu = bpf_get_smp_processor_id(), pid, wseq, scale = window_scale(&wseq);
+	struct ft_window *w;
 	int where, kthread, napi_thread;
 	char comm[8];
 
-	if (!s || !tot)
+	if (!s || !tot || !scale)
 		return 0;
+	if (s->sample_window != wseq) {
+		/* this CPU's first sample in this window: it stands for the time since the window
+		 * opened, and the PMU's deltas start here */
+		w = this_window();
+		s->sample_window = wseq;
+		s->clock_ns = w ? w->open_ns : 0;
+		s->sample_llc = 0;
+		__builtin_memset(s->sample_events, 0, sizeof(s->sample_events));
+	}
 	/* LLC misses since the previous sample are charged with its period, to the same side */
 	llc = llc_now();
-	dllc = s->sample_llc ? llc - s->sample_llc : 0;
+	dllc = (s->sample_llc ? llc - s->sample_llc : 0) * scale;
 	s->sample_llc = llc;
 	events_since_sample(s, dev);
+	for (int i = 0; i < FT_EVENTS; i++)
+		dev[i] *= scale;
 	tot->samples++;
 	now = bpf_ktime_get_ns();
 	/* the first sample on this CPU: as if the previous one were a period ago */
-	period = sample_weight(period, now, s->clock_ns ? now - s->clock_ns : period);
+	period = sample_weight(period, now, s->clock_ns && s->clock_ns < now ? now - s->clock_ns : period,
+			       wseq) * scale;
 	s->clock_ns = now;
 	if (sampled_user_mode(ctx))
 		return 0;
@@ -343,7 +369,8 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	}
 
 	if (where == WHERE_NET_RX || kthread) {
-		st = hint_flow(s, &k) == 0 ? flow_entry(&k, cpu, tot) : 0;
+		/* a hint from an earlier window is stale: its skb may be gone */
+		st = s->hint_window == wseq && hint_flow(s, &k) == 0 ? flow_entry(&k, cpu, tot) : 0;
 		if (st) {
 			if (kthread)
 				st->kthread_ns += period;

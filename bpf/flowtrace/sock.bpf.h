@@ -92,14 +92,15 @@ struct {
 	__type(value, struct sock_state);
 } socks SEC(".maps");
 
-/* the receive counts every timing mode keeps: bytes, calls, and who read */
-static __always_inline void count_read(struct ft_flow_stats *st, int ret)
+/* the receive counts every timing mode keeps: bytes, calls, and who read; each read counting
+ * for SCALE (window_scale) */
+static __always_inline void count_read(struct ft_flow_stats *st, int ret, __u32 scale)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 
 	if (ret > 0)
-		st->app_bytes += ret;
-	st->app_calls++;
+		st->app_bytes += (__u64)ret * scale;
+	st->app_calls += scale;
 	if (st->app_pid != pid) {
 		st->app_pid = pid;
 		bpf_get_current_comm(st->app_comm, sizeof(st->app_comm));
@@ -241,18 +242,19 @@ static __always_inline void count_read_direct(struct sock *sk, struct ft_flow_ke
 	struct ft_cpu_stats *tot = totals();
 	struct cpu_state *s = this_cpu_state();
 	struct ft_flow_stats *st;
+	__u32 seq, scale = window_scale(&seq);
 
-	if (!tot)
+	if (!tot || !scale)
 		return;
 	st = flow_entry(k, bpf_get_smp_processor_id(), tot);
 	if (!st)
 		return;
-	count_read(st, ret);
+	count_read(st, ret, scale);
 	if (s)
 		st->last_seen_ns = s->clock_ns;
 	if (ret > 0 && !skb_counted_proto(k->proto)) {
-		st->rx_bytes += ret;
-		st->rx_packets++;
+		st->rx_bytes += (__u64)ret * scale;
+		st->rx_packets += scale;
 	}
 	if (!st->rx_ifindex)
 		note_rx_path_sk(st, sk);

@@ -73,7 +73,12 @@ HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX
 class Config(ctypes.Structure):
     _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32),
                 ("softirq_stacks", u32), ("app_counters", u32), ("profile_ranges", u32),
-                ("events", u32), ("skb_count", u32), ("text", u64 * 2 * FT_TEXT_RANGES)]
+                ("events", u32), ("skb_count", u32), ("windows", u32), ("config_pad", u32),
+                ("text", u64 * 2 * FT_TEXT_RANGES)]
+
+
+class Window(ctypes.Structure):
+    _fields_ = [("open_ns", u64), ("seq", u32), ("scale", u32)]
 
 
 class TextCategory(ctypes.Structure):
@@ -93,7 +98,7 @@ MIRRORS = {
     "ft_flow_key": FlowKey, "ft_flow_cpu_key": FlowCpuKey, "ft_flow_stats": FlowStats,
     "ft_cpu_stats": CpuStats, "ft_config": Config, "ft_text_category": TextCategory,
     "ft_profile_key": ProfileKey, "ft_profile_value": ProfileValue,
-    "ft_napi_key": NapiKey, "ft_napi_stats": NapiStats,
+    "ft_napi_key": NapiKey, "ft_napi_stats": NapiStats, "ft_window": Window,
 }
 
 

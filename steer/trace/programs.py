@@ -66,7 +66,7 @@ SECTIONS = {
 ALL_PROGRAMS = tuple(SECTIONS)
 # its maps (tests/unit/test_programs.py checks them against the source): a map type the kernel lacks
 # (task storage before 5.11) is not created, and the programs that use it are refused in turn
-MAPS = ("flows", "cpu_totals", "udp_seen", "udp_ring", "llc_counters", "ref_counters",
+MAPS = ("flows", "cpu_totals", "windows", "udp_seen", "udp_ring", "llc_counters", "ref_counters",
         "instruction_counters", "cycle_counters", "cpu_states", "readers", "napi_polls", "socks",
         "recv_calls", "sampled_runtime", "stack_scratch", "profile_text", "profile")
 OPTIONAL = tuple(p for p in ALL_PROGRAMS if not any(p in core for core in CORE.values()))

@@ -4,6 +4,7 @@ steer.steering.xdp loads the XDP side the same way."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import os
 import struct
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
+from steer.trace.windows import WindowRunner, Windows
 from steer.kernel.btf import BTF_KIND_ENUM, vmlinux_func_params, vmlinux_has_type
 from steer.kernel.errors import KernelError, errno_name
 from steer.kernel.maps import BpfRing, possible_cpus
@@ -59,6 +61,15 @@ UDP_READS_REARM = 1.0    # s between clears of udp_seen: the ring rings at most 
 # tcp_recvmsg's parameter count -> index of `flags`: (sk, msg, len, nonblock, flags, addr_len)
 # before 5.19, (sk, msg, len, flags, addr_len) until 6.17, (sk, msg, len, flags) since
 RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
+# Sampled timing in windows (steer.trace.windows): the programs that run per packet, per read or
+# per interrupt go on their hooks for the windows alone, with the sampler; the per-connection
+# ones, the drops' and the steering's stay on
+WINDOWED = frozenset({"ft_skb_hint", "ft_napi_poll", "ft_irq_handler_entry", "ft_irq_handler_exit",
+                      UDP_READS_FALLBACK, *(p for h in HOOKS.values() for p in h)})
+# the figures those programs count, estimates in windows (TCP bytes where the skbs count them)
+WINDOWED_FIGURES = ("kernel_time", "kthread_time", "tcp_rx_bytes", "udp_rx_bytes", "udp_app_bytes",
+                    "reader", "app_time", "app_calls", "napi_polls", "hardirqs")
+PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_DISABLE = 0x2400, 0x2401
 
 
 def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
@@ -131,6 +142,7 @@ class Tracer:
     timing: str = DEFAULT_TIMING   # one of programs.TIMING_CHOICES
     sample_hz: int = DEFAULT_SAMPLE_HZ
     profile: bool = False       # steer profile: each sample's kernel stack by category (sampled)
+    windows: Windows | None = None   # sampled: on the per-packet hooks in windows (None: always)
     capabilities: Capabilities | None = field(default=None, init=False)
 
     def __post_init__(self):
@@ -162,6 +174,8 @@ class Tracer:
         self._udp_watch_stop = threading.Event()
         self.udp_reads_attachments = 0  # how often the UDP reads' program went on its hook
         self.udp_reads_error = ""       # why the thread that puts it there stopped, if it did
+        self._runner: WindowRunner | None = None   # the windows' thread (sampled, windows)
+        self._clock_fds: list[int] = []     # the cpu-clock events, to turn on and off (windows)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -221,7 +235,9 @@ class Tracer:
         self.capabilities = self._capabilities(p, counters)
         self._flows = self._obj.map("flows")
         self._cpus = self._obj.map("cpu_totals")
-        if UDP_READS_FALLBACK in p.programs:
+        # (in windows it goes on in each: a read missed until the ring rang would be a whole
+        # cycle's)
+        if UDP_READS_FALLBACK in p.programs and not self._windowed(p):
             try:
                 self._udp_ring = BpfRing(self._obj.map("udp_ring"))
                 self._watch_udp_once(self._udp_ring.poll(0))   # datagrams flowing: on at once
@@ -254,9 +270,12 @@ class Tracer:
         so a thread started before keeps what the caller gave up. Started again after, it
         inherits what the caller has then."""
         running = self._stop_udp_watch()
+        windows = self._stop_windows()
         try:
             yield
         finally:
+            if windows and self._obj:
+                self._start_windows()
             if running and self._obj:
                 self._start_udp_watch()
 
@@ -381,7 +400,8 @@ class Tracer:
                          timing=abi.FT_TIMING_EXACT if p.timing == "exact" else abi.FT_TIMING_SAMPLED,
                          softirq_stacks=0 if preempt_rt() else 1,
                          app_counters=1 if p.hook == "counters" else 0,
-                         profile_ranges=len(ranges) if sampled else 0, skb_count=p.skb_count)
+                         profile_ranges=len(ranges) if sampled else 0, skb_count=p.skb_count,
+                         windows=1 if self._windowed(p) else 0)
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi
         sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE")}
@@ -389,7 +409,7 @@ class Tracer:
             sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
         # fresh events for each attempt: an attached one belongs to its link, which a failed
         # attempt destroys
-        self._clocks = self._open_clocks() if sampled else []
+        self._clocks = self._open_clocks(p) if sampled else []
         self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
                               only=set(p.programs), btf=self.btf,
                               no_maps=set(self.refused_maps))
@@ -406,6 +426,7 @@ class Tracer:
         self._attach(self._clocks)
 
     def _unload(self) -> None:
+        self._close_clock_fds()
         if self._obj:
             self._obj.close()
             self._obj = None
@@ -424,7 +445,19 @@ class Tracer:
                     figures[name] = Figure(DEGRADED, f"{figures[name].how}; {lost}",
                                            self._unreached_why)
         sampled = p.timing == "sampled"
-        if sampled:
+        if self._windowed(p):
+            w = self.windows
+            every = f"in windows of {w.window * 1e3:g} ms every {w.cycle * 1e3:g} ms"
+            for name in WINDOWED_FIGURES:
+                f = figures.get(name)
+                if f and f.state != MISSING and not (name == "tcp_rx_bytes"
+                                                     and not p.skb_count & abi.FT_COUNT_TCP):
+                    figures[name] = Figure(f.state, f"{f.how}; estimated {every}", f.why, f.kernel)
+            timing = Figure(WORKS, f"sampled {every}: cpu-clock at {self.clock_hz(p)} Hz per CPU "
+                            f"inside them; times, UDP bytes, NAPI polls and IRQ time are estimates,"
+                            f" TCP bytes exact; no syscall hooks", p.timing_why, bool(p.timing_why))
+            kernel = Figure(WORKS, f"cpu-clock samples + net:netif_receive_skb, {every}")
+        elif sampled:
             timing = Figure(WORKS, f"sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
                             "estimates, bytes exact; no syscall hooks", p.timing_why, bool(p.timing_why))
             kernel = Figure(WORKS, "cpu-clock samples + net:netif_receive_skb")
@@ -459,6 +492,10 @@ class Tracer:
             return ""
         return self._drop_reasons.get(reason) or f"reason {reason}"
 
+    def _windowed(self, p: Plan | None = None) -> bool:
+        p = p or self.plan
+        return bool(self.windows) and p is not None and p.timing == "sampled"
+
     def _attach(self, clocks: list[PerfCounter]) -> None:
         for name in self._obj.programs():
             if name == FLUSH_ITERATOR:
@@ -472,14 +509,73 @@ class Tracer:
             self._obj.map("udp_seen").update(_ZERO_KEY, _ZERO_KEY)   # the next datagram rings
         self._on_hooks = True
         self._udp_cleared = self._udp_last = 0.0
+        windowed = self._windowed()
         for c in clocks:
+            if windowed:
+                self._clock_fds.append(os.dup(c.fd))   # the link owns c.fd: ours, to turn it
             self._obj.attach_perf_event("ft_sample", c.fd)
             c.fd = -1   # libbpf's link owns the event now and closes it with the link
+        if windowed:
+            # each went on once (a refusal is said now, as for the others): off until a window
+            for fd in self._clock_fds:
+                fcntl.ioctl(fd, PERF_EVENT_IOC_DISABLE, 0)
+            for name in WINDOWED & set(self._obj.attached):
+                self._obj.detach(name)
         if FLUSH_ITERATOR in self._obj.attached:
             self._obj.run_iter(FLUSH_ITERATOR)   # where a kernel refuses to run it, it says so now
         if TCP_ITERATOR in self._obj.attached and (self.app_hook_used == "counters"
                                                    or self.plan.tcp_walk):
             self._walk_tcp()
+        if windowed:
+            self._windowed_programs = (WINDOWED & self.plan.programs) - set(self.refused)
+            self._start_windows()
+
+    # -- windows (sampled timing, steer.trace.windows) ----------------------------------------
+    def _start_windows(self) -> None:
+        self._runner = WindowRunner(self.windows, self._open_window, self._close_window)
+        self._runner.start()
+
+    def _stop_windows(self) -> bool:
+        """Stop the windows' thread (its open window closed), if it runs; whether it did."""
+        runner, self._runner = self._runner, None
+        if runner:
+            runner.stop()
+        return runner is not None
+
+    def _open_window(self, seq: int, scale: int) -> int:
+        with self._lock:
+            for name in sorted(self._windowed_programs):
+                if name not in self._obj.attached:
+                    self._obj.attach(name)
+            for fd in self._clock_fds:
+                fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
+            opened = time.monotonic_ns()
+            self._obj.map("windows").update(_ZERO_KEY, bytes(abi.Window(opened, seq, scale)))
+            self._window_seq = seq
+            return opened
+
+    def _close_window(self) -> int:
+        with self._lock:
+            closed = time.monotonic_ns()
+            self._obj.map("windows").update(_ZERO_KEY, bytes(abi.Window(closed, self._window_seq, 0)))
+            for fd in self._clock_fds:
+                fcntl.ioctl(fd, PERF_EVENT_IOC_DISABLE, 0)
+            for name in self._windowed_programs & set(self._obj.attached):
+                self._obj.detach(name)
+            return closed
+
+    def _between_windows(self, read):
+        """READ() under the lock, between two windows where they run."""
+        runner = self._runner
+        if runner is None or threading.current_thread() is runner:
+            with self._lock:
+                return read()
+        try:
+            return runner.between_windows(lambda: read(), 2 * self.windows.cycle + 10)
+        except (RuntimeError, TimeoutError) as e:
+            if runner.error is not None:
+                raise TracerError(f"the windows stopped: {runner.error}") from None
+            raise TracerError(f"no read between windows: {e}") from None
 
     def _walk_tcp(self) -> None:
         """Run ft_tcp_sockets over the TCP sockets of every network namespace: with socket
@@ -507,38 +603,55 @@ class Tracer:
     def detach(self) -> None:
         """Take every program off its hook and leave the maps as they are: what it costs to be
         attached is then measured apart from what it costs to load (bench/)."""
+        self._stop_windows()
         with self._lock:
             self._on_hooks = False
             if self._obj:
                 self._obj.detach_all()
+            self._close_clock_fds()
         self._clocks = []   # their links closed them
+
+    def _close_clock_fds(self) -> None:
+        for fd in self._clock_fds:
+            os.close(fd)
+        self._clock_fds = []
 
     def attach(self) -> None:
         """Put the programs back on their hooks after detach()."""
         if not self._obj or self._obj.attached:
             raise TracerError("attach() follows detach() of a started tracer")
         try:
-            clocks = self._open_clocks() if self.plan.timing == "sampled" else []
+            clocks = self._open_clocks(self.plan) if self.plan.timing == "sampled" else []
         except KernelError as e:
             raise TracerError(str(e)) from None
         try:
             self._attach(clocks)
         except KernelError as e:
+            self._stop_windows()
             self._obj.detach_all()
+            self._close_clock_fds()
             for c in clocks:
                 c.close()
             raise TracerError(str(e)) from None
         self._clocks = clocks
 
-    def _open_clocks(self) -> list[PerfCounter]:
-        """One cpu-clock event per online CPU that overflows about every 1/sample_hz seconds (each
+    def clock_hz(self, p: Plan | None = None) -> int:
+        """The sampler's rate while it runs: sample_hz, or in windows sample_hz times the cycle
+        over the window (as many samples a second as without windows), up to MAX_SAMPLE_HZ."""
+        if not self._windowed(p):
+            return self.sample_hz
+        return min(MAX_SAMPLE_HZ, self.sample_hz * self.windows.scale)
+
+    def _open_clocks(self, p: Plan) -> list[PerfCounter]:
+        """One cpu-clock event per online CPU that overflows about every 1/clock_hz seconds (each
         CPU at its own rate: sample_period); a KernelError names ft_sample, whose events they
         are."""
         clocks: list[PerfCounter] = []
+        hz = self.clock_hz(p)
         try:
             for cpu in _online_cpus():
                 clocks.append(PerfCounter.open(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, cpu,
-                                               sample_period=sample_period(self.sample_hz, cpu)))
+                                               sample_period=sample_period(hz, cpu)))
         except KernelError as e:
             for c in clocks:
                 c.close()
@@ -548,6 +661,7 @@ class Tracer:
 
     def stop(self) -> None:
         self._stop_udp_watch()
+        self._stop_windows()
         with self._lock:   # not under a sample() of another thread
             self._on_hooks = False
             if self._udp_ring:
@@ -598,23 +712,24 @@ class Tracer:
         stay in the returned sample's history; `expired` counts them). Thread-safe: `steer auto
         --listen` reads from its loop and from scrapes; reads take turns, and stop() waits for
         the one under way."""
-        with self._lock:
-            return self._read_maps()
+        return self._between_windows(self._read_maps)
 
     def sample_arrays(self) -> TraceSample:
         """As sample(), with the flow map's entries as arrays (TraceSample.arrays) and no
         entries: what the exporter reads at every scrape, an object for none of them (a
         map full of new connections at every read costs no more than one of old ones)."""
-        with self._lock:
-            self._flush()
-            arrays = FlowArrays.from_raw(self._flows.raw_batches())
-            # an idle entry is in this read with its final counts, and gone from the next
-            idle = arrays.keys[arrays.values["last_seen_ns"] < self._idle_cutoff()]
-            for key in idle:
-                self._expired += self._flows.delete(key.tobytes())
-            # sample()'s readers take the next sample for one after a gap: they compare it all
-            self._seq += 1
-            return self._with_cpus({}, len(arrays) - len(idle), (), arrays)
+        return self._between_windows(self._read_arrays)
+
+    def _read_arrays(self) -> TraceSample:
+        self._flush()
+        arrays = FlowArrays.from_raw(self._flows.raw_batches())
+        # an idle entry is in this read with its final counts, and gone from the next
+        idle = arrays.keys[arrays.values["last_seen_ns"] < self._idle_cutoff()]
+        for key in idle:
+            self._expired += self._flows.delete(key.tobytes())
+        # sample()'s readers take the next sample for one after a gap: they compare it all
+        self._seq += 1
+        return self._with_cpus({}, len(arrays) - len(idle), (), arrays)
 
     def _flush(self) -> None:
         """The sockets' reads since the last read, into the flow map."""

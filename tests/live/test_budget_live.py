@@ -15,7 +15,10 @@ SECONDS, WINDOWS = 4, 4
 # Instructions as the verifier leaves them (xlated), on the kernel they were counted on: any
 # growth fails, so that a change to a per-packet program comes with its cost measured
 # (python -m bench.event_cost) and this figure raised in the same commit.
-BUDGET_INSNS = {"6.18": {"ft_skb_hint": 670, "ft_napi_poll": 152}}
+# Raised 2026-11-29 from 670 and 152 for the windows' scale (each count times what it stands
+# for): bench.event_cost --seconds 10 before and after, ft_skb_hint +31.5 and +31.9 ns beyond
+# floor_skb, ft_napi_poll +14.0 and +19.4 beyond floor_napi (one run each).
+BUDGET_INSNS = {"6.18": {"ft_skb_hint": 692, "ft_napi_poll": 171}}
 # ns per event beyond the empty program on the same tracepoint, the least of WINDOWS 1 s windows.
 # 19 runs: ft_skb_hint 32-38 most of the time, up to 49 in the VM's slow spells (a neighbour in
 # the host's caches slows a program that touches memory more than an empty one, and more than a

@@ -15,7 +15,8 @@ import urllib.request
 
 import pytest
 
-from helpers import CPU_A, ROOT, STEER, assert_one_line_error, bpftool_objects, live, steer
+from helpers import (CPU_A, ROOT, STEER, assert_one_line_error, bpftool_objects, live, settled,
+                     steer, tracer_programs)
 from steer.present.exporter import SteerCollector
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import RECEIVER_ADDR, Lab, LabFlow, lab_namespaces
@@ -44,19 +45,6 @@ def _spawn(*args):
 def _xdp_programs() -> list[str]:
     """Names of the steering programs loaded anywhere in the kernel (bpftool, not steer)."""
     return [p.get("name", "") for p in bpftool_objects("prog") if p.get("name") == "steer_xdp"]
-
-
-def _tracer_programs() -> list[str]:
-    return [p.get("name", "") for p in bpftool_objects("prog") if p.get("name", "").startswith("ft_")]
-
-
-def _settled(probe, timeout=5.0):
-    """PROBE() once it is empty, or what it still returns after TIMEOUT: the kernel frees a
-    detached program after an RCU grace period, so bpftool can list it a moment longer."""
-    end = time.monotonic() + timeout
-    while (left := probe()) and time.monotonic() < end:
-        time.sleep(0.1)
-    return left
 
 
 def _leftover_pins() -> list[str]:
@@ -104,7 +92,7 @@ def test_auto_stops_when_its_namespace_is_deleted():
     assert p.returncode == 1
     assert err.strip().count("\n") == 0 and "Traceback" not in err
     assert f"namespace {lab.rx} was deleted" in err
-    assert not _settled(_xdp_programs) and not _settled(_tracer_programs)
+    assert not settled(_xdp_programs) and not settled(tracer_programs)
 
 
 def test_auto_stops_when_its_device_is_recreated():
@@ -124,7 +112,7 @@ def test_auto_stops_when_its_device_is_recreated():
     assert err.strip().count("\n") == 0 and "Traceback" not in err
     assert "stopping: veth-rx was removed" in err
     assert "xdp" not in link, link
-    assert not _settled(_xdp_programs) and not _settled(_tracer_programs)
+    assert not settled(_xdp_programs) and not settled(tracer_programs)
 
 
 def test_pinned_rules_of_a_removed_device_say_so_and_reset_clears_them():
@@ -144,7 +132,7 @@ def test_pinned_rules_of_a_removed_device_say_so_and_reset_clears_them():
         assert gauge.labels == {"dev": "veth-rx", "netns": lab.rx} and gauge.value == 1
         r = steer("reset")
         assert r.returncode == 0, r.stderr
-    assert not _leftover_pins() and not _settled(_xdp_programs)
+    assert not _leftover_pins() and not settled(_xdp_programs)
 
 
 def _send_udp(lab, port: int, count: int) -> None:
@@ -215,7 +203,7 @@ def test_pin_on_a_recreated_device_moves_its_rules_there(namespace):
                               "steer unpin or steer reset")
         r = steer("unpin", "proto=udp,dport=5341", *on)
         assert r.returncode == 0 and "no rules left: XDP detached" in r.stdout, (r.stdout, r.stderr)
-    assert not _leftover_pins() and not _settled(_xdp_programs)
+    assert not _leftover_pins() and not settled(_xdp_programs)
 
 
 def test_samples_from_several_threads_and_a_stop_under_them():
@@ -439,7 +427,7 @@ def test_sigterm_and_ctrl_c_during_the_load_stop_steer():
             pytest.fail(f"steer flows ran on after {sig.name}: {err[-2000:]}")
         assert p.returncode == 128 + sig, (i, sig.name, f"{after:.3f} s", p.returncode, err[-2000:])
         assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
-    assert not _settled(_tracer_programs)
+    assert not settled(tracer_programs)
 
 
 def test_sigkill_pin():
@@ -456,8 +444,8 @@ def test_sigkill_pin():
                   "--netns", lab.rx)
         assert r.returncode == 0, r.stderr    # a half-made state does not block the next pin
         assert steer("reset").returncode == 0
-    print(f"after {KILLS} kills and reset: pins {_leftover_pins()}, XDP {_settled(_xdp_programs)}")
-    assert not _leftover_pins() and not _settled(_xdp_programs)
+    print(f"after {KILLS} kills and reset: pins {_leftover_pins()}, XDP {settled(_xdp_programs)}")
+    assert not _leftover_pins() and not settled(_xdp_programs)
 
 
 def test_sigkill_auto():
@@ -467,7 +455,7 @@ def test_sigkill_auto():
         for after in stratified(KILLS, 2.5, rng):
             _kill_after(["auto", "--dev", "veth-rx", "--netns", lab.rx, "--interval", "0.2"],
                         after)
-            left = _settled(_xdp_programs) + _settled(_tracer_programs)
+            left = settled(_xdp_programs) + settled(tracer_programs)
             assert not left, f"killed at {after:.3f} s: {left} still loaded"
     assert not _leftover_pins()
 
@@ -479,8 +467,8 @@ def test_sigkill_demo():
     for after in stratified(KILLS, 3.0, rng):
         _kill_after(["demo", "--duration", "2"], after)
         time.sleep(0.1)
-        assert not _settled(_iperf3_pids, 2.0), f"killed at {after:.3f} s: iperf3 outlived the demo"
-        assert not _settled(_tracer_programs), f"killed at {after:.3f} s"
+        assert not settled(_iperf3_pids, 2.0), f"killed at {after:.3f} s: iperf3 outlived the demo"
+        assert not settled(tracer_programs), f"killed at {after:.3f} s"
     left = lab_namespaces()
     r = steer("reset")
     assert r.returncode == 0, r.stderr

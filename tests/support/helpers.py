@@ -96,6 +96,20 @@ def bpftool_objects(kind: str) -> list[dict]:
     raise AssertionError(f"bpftool {kind} show failed 20 times: {r.stdout.strip()} {r.stderr.strip()}")
 
 
+def tracer_programs() -> list[str]:
+    """Names of the tracer's programs loaded anywhere in the kernel (bpftool, not steer)."""
+    return [p.get("name", "") for p in bpftool_objects("prog") if p.get("name", "").startswith("ft_")]
+
+
+def settled(probe, timeout=5.0):
+    """PROBE() once it is empty, or what it still returns after TIMEOUT: the kernel frees a
+    detached program after an RCU grace period, so bpftool can list it a moment longer."""
+    end = time.monotonic() + timeout
+    while (left := probe()) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
 @functools.lru_cache(maxsize=None)
 def live_skip_reason():
     if os.geteuid() != 0:
