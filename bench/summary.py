@@ -50,7 +50,26 @@ def _where(d: dict) -> str:
     return where(d["date"], d.get("host"))
 
 
-def table(results: Path = RESULTS) -> str:
+# bench/results/windows/: each benchmark run with --modes sampled,sampled-windows --out there,
+# runs of several cycles (a run shorter than a cycle holds a window or none)
+WINDOWS_MODES = [("sampled", "sampled, always on its hooks"),
+                 ("sampled-windows", "sampled, `--windows 50/500`")]
+
+
+def _command(n: str, d: dict) -> str:
+    """The command line that made D: the options its JSON records, and --modes where windows
+    were compared."""
+    cmd = f"python -m bench.{d['benchmark'] if n != 'roundtrip_udp' else 'roundtrip --proto udp'}"
+    for key in ("trips", "calls", "seconds"):
+        if key in d:
+            cmd += f" --{key} {d[key]:g}" if isinstance(d[key], float) else f" --{key} {d[key]}"
+    if "sampled-windows" in d.get("ratio", {}):
+        cmd += f" --modes {','.join(d['ratio'])}"
+    return cmd
+
+
+def table(results: Path = RESULTS, modes=None, judged: str = "sampled",
+          judged_label: str = "the default") -> str:
     data = {}
     for name, _ in COLUMNS:
         f = results / f"{name}.json"
@@ -59,12 +78,12 @@ def table(results: Path = RESULTS) -> str:
     cols = [(n, h) for n, h in COLUMNS if n in data]
     lines = ["| tracer mode | " + " | ".join(h for _, h in cols) + " |",
              "|---|" + "---|" * len(cols)]
-    for mode, label in MODES:
+    for mode, label in modes or MODES:
         lines.append(f"| {label} | " + " | ".join(_ratio(data[n]["ratio"].get(mode)) for n, _ in cols) + " |")
     lines.append("| target for the default | " + " | ".join(
         " ".join(map(str, TARGETS[n])) for n, _ in cols) + " |")
-    lines.append("| the default against it | " + " | ".join(
-        f"**{verdict(data[n]['ratio'].get('sampled'), TARGETS[n])}**" for n, _ in cols) + " |")
+    lines.append(f"| {judged_label} against it | " + " | ".join(
+        f"**{verdict(data[n]['ratio'].get(judged), TARGETS[n])}**" for n, _ in cols) + " |")
     lines.append("")
     lines.append("Ratios with/without the tracer: the median of pairs measured in turns in one run, with its "
                  "bootstrap 95% interval (a rate below 1 or a time above 1 is the cost). A target is "
@@ -72,8 +91,7 @@ def table(results: Path = RESULTS) -> str:
                  "interval reaches across, missed when the median is not. Measured:")
     for n, h in cols:
         d = data[n]
-        lines.append(f"- {h}: `python -m bench.{d['benchmark'] if n != 'roundtrip_udp' else 'roundtrip --proto udp'}`, "
-                     f"{d.get('pairs', '?')} pairs, {_where(d)}")
+        lines.append(f"- {h}: `{_command(n, d)}`, {d.get('pairs', '?')} pairs, {_where(d)}")
     return "\n".join(lines) + "\n"
 
 
@@ -81,6 +99,10 @@ def main() -> int:
     text = table()
     (RESULTS / "summary.md").write_text(text)
     print(text, end="")
+    if (RESULTS / "windows").is_dir():
+        text = table(RESULTS / "windows", WINDOWS_MODES, "sampled-windows", "`--windows 50/500`")
+        (RESULTS / "windows.md").write_text(text)
+        print(text, end="")
     return 0
 
 

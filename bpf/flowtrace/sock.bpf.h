@@ -267,7 +267,7 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 	struct sock_state *ss = 0;
 	struct ft_flow_key k = {};
 	struct tcp_sock *tp;
-	__u32 cpu, pid;
+	__u32 cpu, pid, seq, scale;
 
 	if (!sk || (flags & MSG_PEEK))
 		return;
@@ -310,9 +310,10 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 			ss->cgroup = bpf_get_current_cgroup_id();
 		}
 	}
+	scale = window_scale(&seq);	/* a read program is on its hook in windows alone */
 	if (ret > 0)
-		ss->read_bytes += ret;
-	ss->read_calls++;
+		ss->read_bytes += (__u64)ret * scale;
+	ss->read_calls += scale;
 	if (ret == 0)
 		flush_sock(sk, ss);	/* end of file: likely the last read */
 }

@@ -66,6 +66,7 @@ tracepoint:net:netif_receive_skb
   $sport = (uint32)*(uint8 *)$l4 << 8 | *(uint8 *)($l4 + 1);
   @bytes[$sport] = sum($len - (*(uint8 *)($l4 + 12) >> 4) * 4);
 }
+END { print(@bytes); printf("end\n"); clear(@bytes); }
 """
 
 
@@ -85,10 +86,29 @@ class ReceivedTcpBytes:
             raise RuntimeError(f"bpftrace did not attach: {first}{self.proc.stderr.read()}")
 
     def read(self) -> dict[int, int]:
+        """Its counts so far: SIGINT runs its END, which prints them and a line "end"; the lines
+        up to it are read, and bpftrace is killed rather than waited for (it was seen to hang
+        in its exit now and then, bench.peer.NetRxPerCpu)."""
         import signal
-        self.proc.send_signal(signal.SIGINT)   # prints its maps and exits
-        out, err = self.proc.communicate(timeout=60)
-        return {int(p): int(n) for p, n in re.findall(r"^@bytes\[(\d+)\]: (\d+)$", out, re.M)}
+        import threading
+        self.proc.send_signal(signal.SIGINT)
+        lines: list[str] = []
+
+        def _read():
+            for line in self.proc.stdout:
+                if line.strip() == "end":
+                    return
+                lines.append(line)
+
+        reader = threading.Thread(target=_read, daemon=True)
+        reader.start()
+        reader.join(timeout=60)
+        ended = not reader.is_alive()
+        self.close()
+        if not ended:
+            raise RuntimeError("bpftrace printed no counts within 60 s of SIGINT")
+        return {int(p): int(n) for p, n in re.findall(r"^@bytes\[(\d+)\]: (\d+)$",
+                                                      "".join(lines), re.M)}
 
     def close(self) -> None:
         if self.proc.poll() is None:
