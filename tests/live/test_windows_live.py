@@ -4,10 +4,14 @@ softnet_stat), and what they count there stands for the whole time: TCP bytes ag
 UDP bytes against the receiving namespace's own count of datagrams (/proc/PID/net/snmp, read
 at the same moments as steer's figures), NET_RX time against libbpf-tools `softirqs`. Nothing of
 steer's stays in the kernel after stop()."""
+import json
+import os
 import re
+import subprocess
+import sys
 import time
 
-from helpers import CPU_A, CPU_B, live, settled, tracer_programs, two_cpus
+from helpers import CPU_A, CPU_B, ROOT, live, settled, tracer_programs, two_cpus
 from bench.accuracy import BOUNDS
 from bench.peer import softirqs_tool
 from steer.experiment.lab import Lab, LabFlow
@@ -105,3 +109,27 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
     spread = 4.39 * 2 / n ** 0.5
     held("NET_RX seconds a second / softirqs' - 1", (net_rx / seconds) / (truth / SECONDS) - 1,
          -0.10 - spread, 0.25 + spread)
+
+
+def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):
+    """A flow steered to its reader's CPU (the cpumap kthread) and one taken in by threaded NAPI,
+    as the accuracy matrix has them (bench.accuracy scenarios 3 and 5), sampled in windows of 50
+    ms every 500 ms at 997 Hz (9,970 inside them), against the kthreads' scheduler time and held
+    to the matrix's sampled bounds. Measured over 5 runs, 2026-11-29: the cpumap kthread -31% to
+    -21% (mean -23%, against about -10% without windows: a bias the windows add, not yet
+    explained), bound -48%; the NAPI kthread -0.6% to +8.3%, bounds +-25%: each over 5 observed
+    spreads inside. What the windows cost them: bytes stay the sockets' (exact)."""
+    r = subprocess.run([sys.executable, "-m", "bench.accuracy", "--modes", "sampled", "--windows",
+                        "50/500", "--scenarios", "3,5", "--seconds", "3", "--sample-hz", "997",
+                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    print(r.stdout[-3000:])
+    rows = json.load(open(tmp_path / "accuracy.json"))["rows"]
+    assert {row["n"] for row in rows} == {3, 5}
+    failed = []
+    for row in rows:
+        try:
+            held(f"windows, {row['scenario']}: {row['figure']}", row["ratio"] - 1, *row["bounds"])
+        except AssertionError as e:
+            failed.append(str(e))
+    assert r.returncode == 0 and not failed, failed or r.stdout[-3000:] + r.stderr[-2000:]
