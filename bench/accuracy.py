@@ -176,7 +176,7 @@ def _check(r: dict) -> bool | None:
 def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: int) -> list[dict]:
     """One run of SC under MODE: a row for its bytes and one for its kernel time."""
     topo = read_topology()
-    tracer = Tracer(timing=mode, sample_hz=hz, 
+    tracer = Tracer(timing=mode, sample_hz=hz,
                     windows=WINDOWS if mode == "sampled" else None).start()
     pinned = False
     try:
@@ -239,7 +239,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     win = build_snapshot(w0, w1, topo, tracer.capabilities)
     span = t1 - t0
     if sc.kernel_truth == "NET_RX per CPU":
-        return rows + per_cpu_rows(sc, mode, win, results, by_cpu, max(1, round(seconds)), hz)
+        return rows + per_cpu_rows(sc, mode, win, results, by_cpu, per_cpu.elapsed, hz)
     if sc.kernel_truth == "softirqs NET_RX":
         m = re.search(r"^net_rx\s+(\d+)", out, re.M)
         truth = int(m.group(1)) / 1e9 / max(1, round(seconds)) if m else None
@@ -272,8 +272,8 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     return rows
 
 
-def per_cpu_rows(sc: Scenario, mode: str, win, results, by_cpu: dict[int, int], seconds: int,
-                 hz: int) -> list[dict]:
+def per_cpu_rows(sc: Scenario, mode: str, win, results, by_cpu: dict[int, int],
+                 seconds: float, hz: int) -> list[dict]:
     """Per CPU, the kernel time of the flow whose sender and reader run there (a TCP flow's and
     its ACKs'), against that CPU's NET_RX time (BY_CPU, over SECONDS)."""
     rows = []
@@ -314,7 +314,7 @@ def reader_scenario(mode: str, seconds: float, a: int, b: int, hz: int) -> list[
     """A reader that only calls recv(), on CPU B, its sender on CPU A: its bytes and its
     receive time (app + nested softirq) against its own count and the scheduler's."""
     exe = build_c("recv_only")
-    tracer = Tracer(timing=mode, sample_hz=hz, 
+    tracer = Tracer(timing=mode, sample_hz=hz,
                     windows=WINDOWS if mode == "sampled" else None).start()
     try:
         with Lab([], seconds=seconds) as lab:

@@ -41,13 +41,19 @@ class NetRxTracer:
         self.obj.close()
 
 
+# The window runs from BEGIN (its probes in place), not from bpftrace's start: an interval probe
+# counts from the start, and on a loaded VM attaching took all of a 3 s window once (CI run 95:
+# the report came at once, and both it and steer read nothing)
 _NET_RX_PER_CPU_BT = """
-BEGIN { printf("ready\\n"); }
+BEGIN { @t0 = nsecs; printf("ready\\n"); }
 tracepoint:irq:softirq_entry /args->vec == 3/ { @start[cpu] = nsecs; }
 tracepoint:irq:softirq_exit /args->vec == 3 && @start[cpu]/ {
   @ns[cpu] += nsecs - @start[cpu]; delete(@start[cpu]);
 }
-interval:s:SECONDS { print(@ns); printf("end\\n"); clear(@ns); clear(@start); exit(); }
+interval:ms:20 /nsecs - @t0 >= SECONDS000000000/ {
+  print(@ns); printf("elapsed %lld\\n", nsecs - @t0); printf("end\\n");
+  clear(@ns); clear(@start); exit();
+}
 """
 
 
@@ -88,12 +94,17 @@ class NetRxPerCpu:
         return None
 
     def result(self) -> dict[int, int]:
-        """CPU -> NET_RX ns over the window (CPUs that ran none are left out)."""
+        """CPU -> NET_RX ns over the window (CPUs that ran none are left out); its length in
+        seconds, as bpftrace timed it, in self.elapsed."""
         lines = self._lines_until("end", self.seconds + 60)
         self.close()
         if lines is None:
             raise SystemExit("bpftrace gave no NET_RX report")
         report = "".join(lines)
+        m = re.search(r"^elapsed (\d+)$", report, re.M)
+        if not m:
+            raise SystemExit(f"bpftrace's NET_RX report has no window length: {report[-500:]}")
+        self.elapsed = int(m.group(1)) / 1e9
         return {int(c): int(n) for c, n in re.findall(r"^@ns\[(\d+)\]: (\d+)$", report, re.M)}
 
     def close(self) -> None:

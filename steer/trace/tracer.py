@@ -176,6 +176,8 @@ class Tracer:
         self.udp_reads_error = ""       # why the thread that puts it there stopped, if it did
         self._runner: WindowRunner | None = None   # the windows' thread (sampled, windows)
         self._clock_fds: list[int] = []     # the cpu-clock events, to turn on and off (windows)
+        self._windowed_programs: set[str] = set()   # of the plan's, those the windows put on
+        self._window_seq = 0                # the window open last
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Tracer":
@@ -557,7 +559,8 @@ class Tracer:
     def _close_window(self) -> int:
         with self._lock:
             closed = time.monotonic_ns()
-            self._obj.map("windows").update(_ZERO_KEY, bytes(abi.Window(closed, self._window_seq, 0)))
+            self._obj.map("windows").update(_ZERO_KEY,
+                                            bytes(abi.Window(closed, self._window_seq, 0)))
             for fd in self._clock_fds:
                 fcntl.ioctl(fd, PERF_EVENT_IOC_DISABLE, 0)
             for name in self._windowed_programs & set(self._obj.attached):
@@ -566,12 +569,15 @@ class Tracer:
 
     def _between_windows(self, read):
         """READ() under the lock, between two windows where they run."""
-        runner = self._runner
-        if runner is None or threading.current_thread() is runner:
+        def locked():
             with self._lock:
                 return read()
+
+        runner = self._runner
+        if runner is None or threading.current_thread() is runner:
+            return locked()
         try:
-            return runner.between_windows(lambda: read(), 2 * self.windows.cycle + 10)
+            return runner.between_windows(locked, 2 * self.windows.cycle + 10)
         except (RuntimeError, TimeoutError) as e:
             if runner.error is not None:
                 raise TracerError(f"the windows stopped: {runner.error}") from None

@@ -177,6 +177,6 @@ class WindowRunner(threading.Thread):
                 length = self.schedule.length(opened)
                 self._sleep_until(opened + length)
                 next_open = self.schedule.closed(self._close())   # closed even when stopping
-        except BaseException as e:   # a kernel error: say so to the readers, who raise it
+        except BaseException as e:   # a kernel error: the readers say so (Tracer: TracerError)
             self.error = e
-            self._fail_requests(e)
+            self._fail_requests(RuntimeError(f"the windows stopped: {e}"))

@@ -113,5 +113,5 @@ def test_a_failing_window_is_said_to_the_readers():
     r.start()
     r.join(timeout=2)
     assert isinstance(r.error, OSError)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="not running"):
         r.between_windows(lambda: None, timeout=1)
