@@ -24,10 +24,9 @@ from steer.kernel.namespaces import netns_of, network_namespaces
 from steer.kernel.objects import BpfObject, bpf_dir
 from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, PerfCounter,
                                kernel_text_ranges)
-from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOKED, HOOKS,
-                                  MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
-                                  UDP_READS_FALLBACK, Plan, PlanError,
-                                  forced_refusals, plan)
+from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED,
+                                  HOOKS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
+                                  UDP_READS_FALLBACK, Plan, PlanError, forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_SAMPLE_HZ)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
@@ -450,6 +449,12 @@ class Tracer:
         if self._windowed(p):
             w = self.windows
             every = f"in windows of {w.window * 1e3:g} ms every {w.cycle * 1e3:g} ms"
+            f = figures["udp_app_bytes"]
+            if p.hook == "counters" and UDP_READS_FALLBACK in p.programs:
+                # on its hook in every window, not on demand: no first moment goes uncounted
+                figures["udp_app_bytes"] = Figure(
+                    WORKS, f"each read by {HOOK_LABELS['tracepoint']} (every socket's reads pass "
+                    "it in the windows)", f.why, f.kernel)
             for name in WINDOWED_FIGURES:
                 f = figures.get(name)
                 if f and f.state != MISSING and not (name == "tcp_rx_bytes"

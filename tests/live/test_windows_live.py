@@ -67,6 +67,13 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
         f.write("1")
     tracer = Tracer(timing="sampled", windows=parse_windows("50/500"), sample_hz=HZ).start()
     try:
+        # what the windows make estimates says so; the sockets' counts do not
+        figures = tracer.capabilities.figures
+        assert "in windows of 50 ms every 500 ms" in tracer.capabilities.timing.how
+        for name in ("kernel_time", "udp_rx_bytes", "udp_app_bytes", "napi_polls"):
+            assert figures[name].state == "works", (name, figures[name])
+            assert figures[name].how.endswith("estimated in windows of 50 ms every 500 ms"), name
+        assert "estimated" not in figures["tcp_app_bytes"].how
         flows = [LabFlow(CPU_A, CPU_B), LabFlow(CPU_A, CPU_B, udp_rate="300M")]
         with Lab(flows, seconds=SETTLE + SECONDS + 2) as lab:
             lab.start_servers()
