@@ -4,8 +4,9 @@ there standing for the whole cycle.
 
 Why: on a tracepoint, a BPF program costs its dispatch on every event even where it returns at
 once; on this kind of VM (retpolines) an empty program on netif_receive_skb and one on napi_poll
-add ~6% to a one-byte TCP round trip (bench.event_cost). No per-packet design fits a 1% budget
-while attached; one attached a tenth of the time costs a tenth.
+add ~6% to a one-byte TCP round trip (bench/floor.bpf.c's programs attached in turns around
+bench/roundtrip.c; CHANGELOG, 2026-11-29). No per-packet design fits a 1% budget while
+attached; one attached a tenth of the time costs a tenth.
 
 How the counts stay whole: the BPF side counts only while `windows[0].scale` is set, and each
 event there for SCALE events (the cycle over the window, an integer). Userspace opens a window
