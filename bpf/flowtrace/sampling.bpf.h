@@ -349,7 +349,8 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	tot->samples++;
 	now = bpf_ktime_get_ns();
 	/* the first sample on this CPU: as if the previous one were a period ago */
-	period = sample_weight(period, now, s->clock_ns && s->clock_ns < now ? now - s->clock_ns : period,
+	period = sample_weight(period, now,
+			       s->clock_ns && s->clock_ns < now ? now - s->clock_ns : period,
 			       wseq) * scale;
 	s->clock_ns = now;
 	if (sampled_user_mode(ctx))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, live
+from helpers import ROOT, hold_accuracy_rows, live
 
 pytestmark = live
 BENCHES = ["overhead", "bulk", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
@@ -123,15 +123,7 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     assert any(r["scenario"] == "IPv6 (loopback)" for r in rows)
     assert {r["mode"] for r in rows} == {"sampled", "exact"}
     # each figure in the run's record (tests/support/record.py), then all of them judged
-    failed = []
-    for row in rows:
-        if row["ratio"] is None:
-            continue
-        try:
-            held(f"{row['scenario']}, {row['mode']}: {row['figure']}", row["ratio"] - 1,
-                 *row["bounds"])
-        except AssertionError as e:
-            failed.append(str(e))
+    failed = hold_accuracy_rows(held, rows)
     assert not failed and all(r["ok"] for r in rows), failed or [r for r in rows if not r["ok"]]
     assert data["out_of_bounds"] == 0
     # and the bounds can catch what they are for: every sampled time's upper bound under +40%

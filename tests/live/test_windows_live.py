@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 
-from helpers import CPU_A, CPU_B, ROOT, live, settled, tracer_programs, two_cpus
+from helpers import (CPU_A, CPU_B, ROOT, hold_accuracy_rows, live, settled, tracer_programs,
+                     two_cpus)
 from bench.accuracy import BOUNDS
 from bench.peer import softirqs_tool
 from steer.experiment.lab import Lab, LabFlow
@@ -133,10 +134,6 @@ def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):
     print(r.stdout[-3000:])
     rows = json.load(open(tmp_path / "accuracy.json"))["rows"]
     assert {row["n"] for row in rows} == {3, 5}
-    failed = []
-    for row in rows:
-        try:
-            held(f"windows, {row['scenario']}: {row['figure']}", row["ratio"] - 1, *row["bounds"])
-        except AssertionError as e:
-            failed.append(str(e))
-    assert r.returncode == 0 and not failed, failed or r.stdout[-3000:] + r.stderr[-2000:]
+    failed = hold_accuracy_rows(held, rows, "windows, ")
+    assert r.returncode == 0 and not failed and all(row["ok"] for row in rows), \
+        failed or r.stdout[-3000:] + r.stderr[-2000:]

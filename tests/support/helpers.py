@@ -97,6 +97,21 @@ def bpftool_objects(kind: str) -> list[dict]:
     raise AssertionError(f"bpftool {kind} show failed 20 times: {r.stdout.strip()} {r.stderr.strip()}")
 
 
+def hold_accuracy_rows(held, rows: list[dict], prefix: str = "") -> list[str]:
+    """Each row of a bench.accuracy run that has a ratio, recorded with its bounds by HELD (the
+    conftest fixture) and judged: the failures, to assert on after all are recorded."""
+    failed = []
+    for row in rows:
+        if row["ratio"] is None:
+            continue
+        try:
+            held(f"{prefix}{row['scenario']}, {row['mode']}: {row['figure']}", row["ratio"] - 1,
+                 *row["bounds"])
+        except AssertionError as e:
+            failed.append(str(e))
+    return failed
+
+
 def tracer_programs() -> list[str]:
     """Names of the tracer's programs loaded anywhere in the kernel (bpftool, not steer)."""
     return [p.get("name", "") for p in bpftool_objects("prog")
