@@ -10,7 +10,7 @@ import tempfile
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-# the objects steer loads; build/floor.bpf.o is the benchmarks' own, not installed
+# the objects steer loads; build/floor.bpf.o and build/truth.bpf.o are the benchmarks' own, not installed
 OBJECTS = ("flowtrace.bpf.o", "steer.bpf.o")
 
 

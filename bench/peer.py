@@ -1,17 +1,16 @@
 """A peer on the same run: the NET_RX part of steer's tracer (softirq_entry/exit only) against
 libbpf-tools `softirqs` (Debian package): lab throughput with each attached (alternated), and their
-NET_RX time totals over the same traffic.
+NET_RX time totals over the same traffic. And NetRxBrackets, the accuracy matrix's truth of each
+CPU's NET_RX time.
 
     sudo .venv/bin/python -m bench.peer [--pairs 5] [--seconds 5]
 """
 from __future__ import annotations
 
-import queue
 import re
 import shutil
 import struct
 import subprocess
-import threading
 import time
 
 from steer.abi import flowtrace as abi
@@ -41,76 +40,45 @@ class NetRxTracer:
         self.obj.close()
 
 
-# The window runs from BEGIN (its probes in place), not from bpftrace's start: an interval probe
-# counts from the start, and on a loaded VM attaching took all of a 3 s window once (CI run 95:
-# the report came at once, and both it and steer read nothing)
-_NET_RX_PER_CPU_BT = """
-BEGIN { @t0 = nsecs; printf("ready\\n"); }
-tracepoint:irq:softirq_entry /args->vec == 3/ { @start[cpu] = nsecs; }
-tracepoint:irq:softirq_exit /args->vec == 3 && @start[cpu]/ {
-  @ns[cpu] += nsecs - @start[cpu]; delete(@start[cpu]);
-}
-interval:ms:20 /nsecs - @t0 >= SECONDS000000000/ {
-  print(@ns); printf("elapsed %lld\\n", nsecs - @t0); printf("end\\n");
-  clear(@ns); clear(@start); exit();
-}
-"""
+class NetRxBrackets:
+    """Each CPU's NET_RX softirq time by brackets (bpf/truth.bpf.c), less what the brackets add
+    themselves: a program's return and the next one's call, which a pair of programs shaped like
+    the bracket's times on every softirq beside it (attached first, outside the bracket). Brackets
+    that take ~100,000 softirqs a second read 5-25% high without it on this VM (bpftrace's the
+    most: its programs keep the bracket's start in a hash map)."""
 
+    def __init__(self):
+        self.obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True)
+        try:
+            # in this order: a tracepoint runs its programs in the order they were attached
+            for prog in ("gap_start", "gap_end", "truth_entry", "truth_exit"):
+                self.obj.attach(prog)
+            self.cpus = self.obj.map("truth_cpus")
+            self._last = self._read()
+        except BaseException:
+            self.obj.close()
+            raise
+        self._t = time.monotonic()
 
-class NetRxPerCpu:
-    """NET_RX softirq time per CPU over SECONDS from its start, by bpftrace (Debian's): what
-    libbpf-tools `softirqs -N` sums over the CPUs, kept per CPU. Started: its probes are in place.
-    result() reads its one report and does not wait for bpftrace to exit (it was seen to hang
-    there now and then): the report ends in a line of its own."""
+    def _read(self) -> list[tuple[int, ...]]:
+        return [struct.unpack_from("6Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
 
-    def __init__(self, seconds: int):
-        self.seconds = seconds
-        self.proc = subprocess.Popen(
-            ["bpftrace", "-e", _NET_RX_PER_CPU_BT.replace("SECONDS", str(seconds))],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        if self._lines_until("ready", 60) is None:
-            self.close()
-            raise SystemExit(f"bpftrace did not attach: {self.proc.stderr.read().strip()}")
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _lines_until(self, last: str, timeout: float) -> list[str] | None:
-        lines, end = [], time.monotonic() + timeout
-        while (left := end - time.monotonic()) > 0:
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                break
-            if line is None:
-                return None
-            if line.strip() == last:
-                return lines
-            lines.append(line)
-        return None
-
-    def result(self) -> dict[int, int]:
-        """CPU -> NET_RX ns over the window (CPUs that ran none are left out); its length in
-        seconds, as bpftrace timed it, in self.elapsed."""
-        lines = self._lines_until("end", self.seconds + 60)
-        self.close()
-        if lines is None:
-            raise SystemExit("bpftrace gave no NET_RX report")
-        report = "".join(lines)
-        m = re.search(r"^elapsed (\d+)$", report, re.M)
-        if not m:
-            raise SystemExit(f"bpftrace's NET_RX report has no window length: {report[-500:]}")
-        self.elapsed = int(m.group(1)) / 1e9
-        return {int(c): int(n) for c, n in re.findall(r"^@ns\[(\d+)\]: (\d+)$", report, re.M)}
+    def measure(self) -> dict[int, dict]:
+        """Since the previous measure() (or the start): CPU -> {ns (the NET_RX time, the brackets'
+        own cost taken off), raw (as the brackets read it), count (softirqs), overhead (ns a
+        bracket added)}, for the CPUs that ran any; the window's length in self.elapsed."""
+        cur, now = self._read(), time.monotonic()
+        out = {}
+        for cpu, (a, b) in enumerate(zip(self._last, cur)):
+            ns, n, gap, gaps = b[1] - a[1], b[2] - a[2], b[4] - a[4], b[5] - a[5]
+            if n:
+                over = gap / gaps if gaps else 0.0
+                out[cpu] = {"ns": ns - n * over, "raw": ns, "count": n, "overhead": over}
+        self.elapsed, self._last, self._t = now - self._t, cur, now
+        return out
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        self.obj.close()
 
 
 def softirqs_tool(seconds: float) -> subprocess.Popen:

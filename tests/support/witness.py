@@ -117,7 +117,7 @@ class ReceivedTcpBytes:
     def read(self) -> Passed:
         """Its counts so far: SIGINT runs its END, which prints them and a line "end"; the lines
         up to it are read, and bpftrace is killed rather than waited for (it was seen to hang
-        in its exit now and then, bench.peer.NetRxPerCpu)."""
+        in its exit now and then)."""
         import signal
         import threading
         misses = self._misses()   # while its program is loaded: SIGINT unloads it
