@@ -134,7 +134,9 @@ SCENARIOS = [
     # the NET_RX that ends them: NET_RX samples on the UDP CPU weigh 0.86-0.91 of a period,
     # while the CPU's time since its previous sample is 1.01-1.02; and 5-8% of the samples in
     # the brackets are outside net_rx_action (the brackets' own cost, which the truth takes off,
-    # is ~4.6% of them). Against bpftrace's brackets, whose own cost (a hash map, ~400 ns a
+    # is ~4.6% of them). A trial build that gave the carried time to the task's previous
+    # sample's flow and side read the UDP CPU -5..-9% (3 runs) and the TCP CPU's high regime
+    # -13% as before. Against bpftrace's brackets, whose own cost (a hash map, ~400 ns a
     # softirq) made ~10-20% of their time, it read 14-28% low
     Scenario("TCP and small UDP, a CPU each",
              lambda a, b: [LabFlow(a, a), LabFlow(b, b, udp_rate="100M", udp_size=64)],
