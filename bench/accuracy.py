@@ -2,8 +2,9 @@
 
 The truths are what steer does not compute: iperf3's received bytes, libbpf-tools `softirqs` (the
 NET_RX time of the host), each CPU's NET_RX softirqs bracketed less the brackets' own cost
-(bench.peer.NetRxBrackets, bpf/truth.bpf.c), the scheduler's on-CPU time (/proc/PID/schedstat) of the cpumap and threaded-NAPI kthreads and of a
-reader that does nothing but recv() (bench/recv_only.c), and that reader's own byte count.
+(bench.peer.NetRxBrackets, bpf/truth.bpf.c), the scheduler's on-CPU time (/proc/PID/schedstat)
+of the cpumap and threaded-NAPI kthreads and of a reader that does nothing but recv()
+(bench/recv_only.c), and that reader's own byte count.
 
     sudo .venv/bin/python -m bench.accuracy [--seconds 4] [--modes sampled,exact]
 
@@ -321,7 +322,7 @@ def per_cpu_rows(sc: Scenario, mode: str, win, results, by_cpu: dict[int, dict],
         ours = [f for f in win.flows if (f.flow.proto, f.flow.sport, f.flow.dport) in keys]
         c = next(c for c in win.cpus if c.cpu == cpu)
         value = sum(f.kernel_cpus.get(cpu, 0.0) for f in ours) / win.duration
-        brackets = by_cpu.get(cpu, {"ns": 0, "raw": 0, "overhead": 0.0})
+        brackets = by_cpu.get(cpu, {"ns": 0, "raw": 0, "count": 0, "overhead": 0.0})
         truth = brackets["ns"] / 1e9 / seconds
         rows.append({"scenario": sc.name, "mode": mode,
                      "figure": f"CPU {cpu}: kernel seconds a second of {' and '.join(names)}",
@@ -332,7 +333,7 @@ def per_cpu_rows(sc: Scenario, mode: str, win, results, by_cpu: dict[int, dict],
                      # the brackets as they read, and what each took off for its own cost
                      "truth_raw": brackets["raw"] / 1e9 / seconds,
                      "bracket_overhead_ns": brackets["overhead"],
-                     "softirqs_a_second": brackets.get("count", 0) / seconds,
+                     "softirqs_a_second": brackets["count"] / seconds,
                      # the samples alone, each one period: what the weights add or take
                      "unweighted": sum(f.kernel_samples or 0 for f in ours) / hz / win.duration
                      if mode == "sampled" else None,

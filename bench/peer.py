@@ -42,10 +42,10 @@ class NetRxTracer:
 
 class NetRxBrackets:
     """Each CPU's NET_RX softirq time by brackets (bpf/truth.bpf.c), less what the brackets add
-    themselves: a program's return and the next one's call, which a pair of programs shaped like
-    the bracket's times on every softirq beside it (attached first, outside the bracket). Brackets
-    that take ~100,000 softirqs a second read 5-25% high without it on this VM (bpftrace's the
-    most: its programs keep the bracket's start in a hash map)."""
+    themselves: a program's return, the next one's call and a clock read, which a pair of
+    programs of the same code times on every softirq beside it (attached first, outside the
+    bracket). Without it these brackets read 2-5% high on this VM (30,000 to 100,000 softirqs a
+    second), bpftrace's 10-20% (its programs keep the bracket's start in a hash map)."""
 
     def __init__(self):
         self.obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True)
