@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cgroups import made_cgroup, move
+from cgroups import made_cgroup, made_cgroups, move
 from helpers import CPU_A, ROOT, STEER, live
 from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.trace.cgroups import as_text, cgroup2_mount
@@ -92,32 +92,56 @@ def _steer(args, logs) -> subprocess.Popen:
                             env=dict(os.environ, PYTHONPATH=ROOT, STEER_KUBELET_LOGS=str(logs)))
 
 
+def _kubelet_logs(root):
+    """The kubelet's log directories for one pod of one container under ROOT, as a node has
+    them."""
+    (root / "pods" / f"shop_api-5f7c9_{UID}" / "server").mkdir(parents=True)
+    (root / "containers").mkdir()
+    (root / "containers" / f"api-5f7c9_shop_server-{ID}.log").symlink_to(
+        root / "pods" / f"shop_api-5f7c9_{UID}" / "server" / "0.log")
+    return root
+
+
 @pytest.fixture
 def kubelet_logs(tmp_path):
-    """The kubelet's log directories for one pod of one container, as a node has them."""
-    (tmp_path / "pods" / f"shop_api-5f7c9_{UID}" / "server").mkdir(parents=True)
-    (tmp_path / "containers").mkdir()
-    (tmp_path / "containers" / f"api-5f7c9_shop_server-{ID}.log").symlink_to(
-        tmp_path / "pods" / f"shop_api-5f7c9_{UID}" / "server" / "0.log")
-    return tmp_path
+    return _kubelet_logs(tmp_path)
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_a_readers_pod_container_or_unit_is_named_in_flows_json(layout, kubelet_logs):
-    """A real iperf3 reader moved into a cgroup named as LAYOUT's runtime names a container's:
-    steer flows --json names its pod (from the kubelet's log directories), container and unit."""
-    rel, want = LAYOUTS[layout]
-    with made_cgroup(rel) as (cgroup, path), Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
+@pytest.fixture(scope="module")
+def layout_run(tmp_path_factory):
+    """One lab flow per layout of LAYOUTS, each read by an iperf3 moved into a cgroup named as
+    that layout's runtime names one, all in one window of one steer flows --json: each flow is
+    named from its own reader's cgroup, whatever the others' (one run a layout took 30 s).
+    {layout: (steer's flow, the reader's pid, the cgroup's path)}, and steer's exit and stderr."""
+    logs = _kubelet_logs(tmp_path_factory.mktemp("kubelet"))
+    with made_cgroups([rel for rel, _ in LAYOUTS.values()]) as cgroups, \
+            Lab([LabFlow(CPU_A, CPU_A) for _ in LAYOUTS], seconds=2) as lab:
         lab.start_servers()
-        pid = lab.receiver_pid(lab.flows[0].port)
-        move(path, pid)
-        p = _steer(["flows", "--duration", "3", "--json"], kubelet_logs)
+        pids = [lab.receiver_pid(f.port) for f in lab.flows]
+        for (_, path), pid in zip(cgroups, pids):
+            move(path, pid)
+        p = _steer(["flows", "--duration", "3", "--json"], logs)
         time.sleep(0.8)
         lab.start_clients()
         out, err = p.communicate(timeout=60)
-        (res,) = lab.wait(timeout=30)
-    assert p.returncode == 0, err
-    f = next(f for f in json.loads(out)["flows"] if f["sport"] == res.sender_port)
+        results = lab.wait(timeout=30)
+    flows = json.loads(out)["flows"] if p.returncode == 0 else []
+    by_layout = {}
+    for layout, (cgroup, _), pid, res in zip(LAYOUTS, cgroups, pids, results):
+        by_layout[layout] = (next((f for f in flows if f["sport"] == res.sender_port), None),
+                             pid, cgroup)
+    return by_layout, p.returncode, err
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_readers_pod_container_or_unit_is_named_in_flows_json(layout, layout_run):
+    """A real iperf3 reader moved into a cgroup named as LAYOUT's runtime names a container's:
+    steer flows --json names its pod (from the kubelet's log directories), container and unit."""
+    by_layout, code, err = layout_run
+    assert code == 0, err
+    f, pid, cgroup = by_layout[layout]
+    want = LAYOUTS[layout][1]
+    assert f is not None, "no flow of this layout's reader"
     assert f["app_pid"] == pid and f["app_cgroup"] == as_text(cgroup), f
     for key, value in want.items():
         assert f[key] == value, (key, f)

@@ -77,16 +77,31 @@ def _check_outputs(out, stand_ins=False):
 
 
 def test_two_by_two_sweep(tmp_path):
+    """A 2x2 sweep with software counters and --profile (one sweep for both: each took 10 s of
+    the suite): every file, the stand-ins' figures, and every cell saying where its CPU went,
+    each side's shares of its categories adding up to 1, the kernel side of a veth flow copying
+    nothing, and the report's table."""
     out = str(tmp_path / "sweep")
     r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2",
-                        "--counters", "software"],
+                        "--counters", "software", "--profile"],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                        cwd=ROOT, timeout=240)
     assert r.returncode == 0, r.stderr
     results = _check_outputs(out, stand_ins=True)
-    print(open(f"{out}/report.md").read())
+    md = open(f"{out}/report.md").read()
+    print(md)
     assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
     assert results["config"]["method"] == "rps"
+    assert results["config"]["profile"] is True
+    for c in results["cells"]:
+        p = c["profile"]
+        assert p["samples"] > 100, c
+        for side in ("kernel", "app"):
+            assert p[f"{side}_seconds"] > 0, (side, c)
+            assert sum(p[side].values()) == pytest.approx(1.0), (side, p)
+        assert p["kernel"]["data_copy"] < 0.05, p
+    assert "## Where the CPU went (steer profile)" in md
+    assert md.count("| kernel |") >= 4 and md.count("| app |") >= 4
 
 
 def test_interrupt_keeps_cells_and_resume_finishes(tmp_path):
@@ -339,28 +354,6 @@ def test_flows_per_core(tmp_path):
     w, h = png_size(f"{out}/flows_per_core.png")
     assert w > 100 and h > 100
     assert not [n for n in lab_namespaces() if f"-{os.getpid()}-" not in n]
-
-
-def test_profiled_sweep(tmp_path):
-    """--profile: every cell says where its CPU went, each side's shares of its categories adding
-    up to 1, the kernel side of a veth flow copying nothing, and the report has the table."""
-    out = str(tmp_path / "sweep")
-    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2",
-                        "--profile", "--no-figures"], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
-    assert r.returncode == 0, r.stderr
-    res = json.load(open(f"{out}/results.json"))
-    assert res["config"]["profile"] is True and len(res["cells"]) == 4
-    for c in res["cells"]:
-        p = c["profile"]
-        assert p["samples"] > 100, c
-        for side in ("kernel", "app"):
-            assert p[f"{side}_seconds"] > 0, (side, c)
-            assert sum(p[side].values()) == pytest.approx(1.0), (side, p)
-        assert p["kernel"]["data_copy"] < 0.05, p
-    md = open(f"{out}/report.md").read()
-    assert "## Where the CPU went (steer profile)" in md
-    assert md.count("| kernel |") >= 4 and md.count("| app |") >= 4
 
 
 def test_paper_preset(tmp_path):

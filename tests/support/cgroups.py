@@ -17,19 +17,31 @@ def _rmdir_when_empty(path: str) -> None:
 
 
 @contextmanager
-def made_cgroup(rel: str):
-    """The cgroup REL ("kubepods/pod<uid>/<id>") under /steer-test-PID, made with its parents:
-    yields its path in the hierarchy and its directory; removes them all after."""
+def made_cgroups(rels: list[str]):
+    """The cgroups RELS ("kubepods/pod<uid>/<id>", ...) under /steer-test-PID, made with their
+    parents: yields each one's path in the hierarchy and its directory; removes them all after,
+    the deepest first (a parent goes once every child has)."""
     top = os.path.join(cgroup2_mount(), f"steer-test-{os.getpid()}")
-    path = os.path.join(top, rel)
-    os.makedirs(path)
+    paths = [os.path.join(top, rel) for rel in rels]
+    made = set()
     try:
-        yield "/" + os.path.relpath(path, cgroup2_mount()), path
+        for path in paths:
+            os.makedirs(path)
+            d = path
+            while len(d) >= len(top):
+                made.add(d)
+                d = os.path.dirname(d)
+        yield [("/" + os.path.relpath(p, cgroup2_mount()), p) for p in paths]
     finally:
-        d = path
-        while len(d) >= len(top):
+        for d in sorted(made, key=lambda d: d.count("/"), reverse=True):
             _rmdir_when_empty(d)
-            d = os.path.dirname(d)
+
+
+@contextmanager
+def made_cgroup(rel: str):
+    """The cgroup REL under /steer-test-PID, made with its parents (made_cgroups)."""
+    with made_cgroups([rel]) as (one,):
+        yield one
 
 
 def move(path: str, pid: int) -> None:
