@@ -57,11 +57,19 @@ BOUNDS = {
     # passes up to 0.014% fewer bytes than the socket got (tests/live/test_live.py's demo test)
     ("iperf3 bytes", "sampled"): (-0.0005, 0.03),
     ("iperf3 bytes", "exact"): (-0.0005, 0.03),
-    ("softirqs NET_RX", "sampled"): (-0.15, 0.15),
-    # exact NET_RX over 24 runs of the matrix: -7.4% to +4.4% (per CPU, against bpftrace's
-    # brackets, -4.7% to -3.3%): +8% is over 4 spreads above the highest scenario's mean (IPv6:
-    # -1.6%, sd 1.5%) and fails a figure 1.15x one reading -6% or more
-    ("softirqs NET_RX", "exact"): (-0.10, 0.08),
+    # the peer tool, libbpf-tools `softirqs`, as agreement: its window opens when its programs
+    # are attached (taken as 0.4 s after its start) and its own cost sits inside its brackets,
+    # so the exact mode read -2% to -7.4% against it over ~45 runs of the matrix and once
+    # -10.25% (same core, CI 103, 2026-11-29: 5 spreads out, a window that did not match);
+    # bounds that catch a gross disagreement (a figure off by a quarter or more). What the
+    # figures are held to closely is the brackets (bench.peer.NetRxBrackets), read over the
+    # tracer's own window and less their own cost: the exact mode +1.8% to +3.6% (10 figures,
+    # 5 scenarios, 2026-11-29; the truth's exit program runs inside steer's brackets, as per
+    # CPU), so -5%..+12% lies 4 spreads and more away and fails a figure 0.85x or 1.15x off;
+    # the sampled -5% to -20% (same core and IPv6 lowest), as per CPU
+    ("softirqs NET_RX", "exact"): (-0.25, 0.25),
+    ("NET_RX brackets", "sampled"): (-0.25, 0.10),
+    ("NET_RX brackets", "exact"): (-0.05, 0.12),
     ("NET_RX per CPU", "sampled"): (-0.15, 0.15),
     # against the brackets less their own cost: +2.8% to +4.2% over 8 runs (16 figures, sd 0.4%),
     # in part the truth's exit program, which runs inside the exact mode's brackets (the truth is
@@ -104,7 +112,9 @@ SCENARIOS = [
     # 9,973 Hz, 2026-11-27: -4% to -19% on 3 s windows, -7% to -19% on 10 s; mean -13%, spread
     # 5%): a bias, held by its spread as docs/testing.md says. -30% lies 3.4 spreads below the
     # mean, and with the samples' own allowance below it the chance of a false failure is ~1e-4;
-    # the upper bound still catches a 1.4x figure, the lower one not a 1/1.4x one
+    # the upper bound still catches a 1.4x figure, the lower one not a 1/1.4x one. (Those
+    # against `softirqs`; against the brackets less their own cost, over the tracer's window,
+    # -15% to -20% in 3 runs of 2026-11-29, the peer tool's own programs attached beside)
     Scenario("same core", lambda a, b: [LabFlow(a, a)], "softirqs NET_RX",
              sampled_bias=(-0.30, 0.10)),
     Scenario("softirq and reader apart", lambda a, b: [LabFlow(a, b)], "softirqs NET_RX"),
@@ -201,7 +211,8 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     topo = read_topology()
     # attached before the tracer, so that on each tracepoint its programs run first: a bracket
     # of the exact mode's then holds one program of the truth's (its exit), not three
-    brackets = NetRxBrackets() if sc.kernel_truth == "NET_RX per CPU" else None
+    brackets = NetRxBrackets() if sc.kernel_truth in ("NET_RX per CPU", "softirqs NET_RX") \
+        else None
     try:
         tracer = Tracer(timing=mode, sample_hz=hz,
                         windows=WINDOWS if mode == "sampled" else None).start()
@@ -273,35 +284,56 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     span = t1 - t0
     if sc.kernel_truth == "NET_RX per CPU":
         return rows + per_cpu_rows(sc, mode, win, results, by_cpu, brackets.elapsed, hz)
-    if sc.kernel_truth == "softirqs NET_RX":
-        m = re.search(r"^net_rx\s+(\d+)", out, re.M)
-        truth = int(m.group(1)) / 1e9 / max(1, round(seconds)) if m else None
-        value = sum(c.net_rx_seconds for c in win.cpus) / span
-        figure = "NET_RX seconds a second, all CPUs"
-    else:
-        truth = (k1 - k0) / 1e9 / span
-        cpu = next(c for c in win.cpus if c.cpu == (sc.steer_to(a, b) if sc.steer_to else b))
-        # the softirqs a kthread runs when it enables bottom halves are its own to the
-        # scheduler: the other vectors' (timers) are steer's kthread_softirq_seconds
-        if sc.kthread_only:
-            value = (cpu.kthread_seconds + cpu.kthread_softirq_seconds) / win.duration
-            figure = f"CPU {cpu.cpu}: kthread + its other softirqs, seconds a second"
-        else:
-            value = (cpu.kthread_seconds + cpu.net_rx_seconds
-                     + cpu.kthread_softirq_seconds) / win.duration
-            figure = f"CPU {cpu.cpu}: kthread + NET_RX + kthread's other softirqs, s a second"
     mine = [f for f in win.flows if (f.flow.sport, f.flow.dport) in ports]
     kernel_total = sum(c.net_rx_seconds + c.kthread_seconds for c in win.cpus)
+    # how much of the kernel time the lab's flows were charged (the rest: their ACKs,
+    # unattributed)
+    share = sum(f.kernel_seconds for f in mine) / kernel_total if kernel_total else None
+    if sc.kernel_truth == "softirqs NET_RX":
+        value = sum(c.net_rx_seconds for c in win.cpus) / span
+        # the truth held to the bounds: every CPU's brackets less their own cost, over the
+        # tracer's own window (read within a millisecond of it)
+        ns, raw = sum(c["ns"] for c in by_cpu.values()), sum(c["raw"] for c in by_cpu.values())
+        count = sum(c["count"] for c in by_cpu.values())
+        truth = ns / 1e9 / brackets.elapsed
+        rows.append({"scenario": sc.name, "mode": mode,
+                     "figure": "NET_RX seconds a second, summed over CPUs",
+                     "truth": "NET_RX brackets", "steer": value, "truth_value": truth,
+                     "ratio": value / truth if truth else None,
+                     "samples": truth * span * hz if truth and mode == "sampled" else None,
+                     "sampled_bias": sc.sampled_bias, "flows_share": share,
+                     "truth_raw": raw / 1e9 / brackets.elapsed,
+                     "bracket_overhead_ns": (raw - ns) / count if count else None,
+                     "softirqs_a_second": count / brackets.elapsed})
+        # and the peer tool's reading, over a window of its own that opens once its programs
+        # are attached (~0.4 s after its start; its own cost inside its brackets): the
+        # instruments' agreement, held where steer brackets the same softirqs (exact)
+        if mode != "exact":
+            return rows
+        m = re.search(r"^net_rx\s+(\d+)", out, re.M)
+        peer = int(m.group(1)) / 1e9 / max(1, round(seconds)) if m else None
+        rows.append({"scenario": sc.name, "mode": mode,
+                     "figure": "NET_RX seconds a second, all CPUs", "truth": sc.kernel_truth,
+                     "steer": value, "truth_value": peer,
+                     "ratio": value / peer if peer else None, "samples": None})
+        return rows
+    truth = (k1 - k0) / 1e9 / span
+    cpu = next(c for c in win.cpus if c.cpu == (sc.steer_to(a, b) if sc.steer_to else b))
+    # the softirqs a kthread runs when it enables bottom halves are its own to the scheduler:
+    # the other vectors' (timers) are steer's kthread_softirq_seconds
+    if sc.kthread_only:
+        value = (cpu.kthread_seconds + cpu.kthread_softirq_seconds) / win.duration
+        figure = f"CPU {cpu.cpu}: kthread + its other softirqs, seconds a second"
+    else:
+        value = (cpu.kthread_seconds + cpu.net_rx_seconds
+                 + cpu.kthread_softirq_seconds) / win.duration
+        figure = f"CPU {cpu.cpu}: kthread + NET_RX + kthread's other softirqs, s a second"
     rows.append({"scenario": sc.name, "mode": mode, "figure": figure, "truth": sc.kernel_truth,
                  "steer": value, "truth_value": truth,
                  "ratio": value / truth if truth else None,
                  # the samples such a time rests on: its CPU-seconds at HZ
                  "samples": truth * span * hz if truth and mode == "sampled" else None,
-                 "sampled_bias": sc.sampled_bias,
-                 # how much of the kernel time the lab's flows were charged (the rest: their
-                 # ACKs, unattributed)
-                 "flows_share": sum(f.kernel_seconds for f in mine) / kernel_total
-                 if kernel_total else None})
+                 "sampled_bias": sc.sampled_bias, "flows_share": share})
     return rows
 
 
@@ -488,10 +520,12 @@ def main(argv=None) -> int:
                       "; ".join(f"{r['n']} {r['mode']} {r['flows_share']:.0%}" for r in shares) + "."]
     overheads = [r["bracket_overhead_ns"] for r in rows if r.get("bracket_overhead_ns")]
     own = f", {min(overheads):.0f}-{max(overheads):.0f} ns a softirq here" if overheads else ""
-    lines += ["", "Truths: iperf3's received bytes (the whole run); libbpf-tools `softirqs -N` "
-              "(NET_RX time of all CPUs); brackets of each CPU's NET_RX softirqs "
-              "(bpf/truth.bpf.c on softirq_entry/exit, NET_RX per CPU) less the brackets' own "
-              f"cost, timed beside them{own}; /proc/PID/schedstat of the cpumap kthread of the "
+    lines += ["", "Truths: iperf3's received bytes (the whole run); brackets of each CPU's "
+              "NET_RX softirqs (bpf/truth.bpf.c on softirq_entry/exit: NET_RX brackets, summed "
+              "over CPUs, and NET_RX per CPU) less the brackets' own cost, timed beside them"
+              f"{own}, read over the tracer's own window; libbpf-tools `softirqs -N` (NET_RX "
+              "time of all CPUs, over a window of its own, the peer's agreement with the exact "
+              "mode); /proc/PID/schedstat of the cpumap kthread of the "
               "target CPU, of the threaded-NAPI kthreads, and of the recv()-only reader (on-CPU "
               "less user time), which also counts its own count of bytes. Steered scenarios pin "
               "the flow with `steer pin` (generic XDP on the lab's veth); a UDP flow's received "

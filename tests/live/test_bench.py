@@ -106,16 +106,25 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     Checked by mutation once (`python -m bench.accuracy --seconds 3 --sample-hz 9973 --mutate
     0.85`, and 1.15 from the same run's figures, 2026-11-28): every byte figure and every exact
     time fails either way, and so do the sampled threaded-NAPI kthread and recv()-only reader.
-    The other sampled times do not: the sampler reads NET_RX 9-14% low against `softirqs` (24
-    runs, sd 2-4% from run to run) and per CPU -20% to +5% against brackets less their own cost
-    (bench.peer.NetRxBrackets; bpftrace's brackets, whose own cost was 10-20% of their time, had
-    it up to 28% low): a bias not yet explained, see scenario 9 in bench/accuracy.py and a cpumap kthread that shares its
-    CPU with the reader ~10% low, and bounds that hold those at these odds are wider than 15%; they still fail a figure
-    1.4x off (the check at the end)."""
+    The other sampled times do not: the sampler reads NET_RX 5-20% low against brackets less
+    their own cost (bench.peer.NetRxBrackets), summed over CPUs or per CPU: a bias not yet
+    explained, see scenario 9 in bench/accuracy.py; and a cpumap kthread that shares its CPU
+    with the reader ~10% low; bounds that hold those at these odds are wider than 15%; they
+    still fail a figure 1.4x off (the check at the end). Nor does the exact mode's agreement
+    with the peer tool, libbpf-tools `softirqs`, over a window of its own (-25%..+25%: a gross
+    disagreement): the exact NET_RX is held closely to the brackets (2026-11-29; against
+    `softirqs` it once read -10.25%, 5 spreads out, and failed the matrix)."""
     r = subprocess.run([sys.executable, "-m", "bench.accuracy", "--seconds", "3", "--sample-hz",
                         str(ACCURACY_HZ), "--out", str(tmp_path)], capture_output=True, text=True,
                        cwd=ROOT, timeout=900, env=dict(os.environ, PYTHONPATH=ROOT))
     print(r.stdout[-6000:])
+    try:
+        rows = json.load(open(tmp_path / "accuracy.json"))["rows"]
+    except OSError:
+        rows = []
+    # each figure in the run's record before any verdict: a failed run's figures are the ones
+    # worth having in the history
+    failed = hold_accuracy_rows(held, rows)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     data = json.load(open(tmp_path / "accuracy.json"))
     rows = data["rows"]
@@ -124,8 +133,7 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     assert {r["n"] for r in rows} == set(range(1, len(SCENARIOS) + 2))
     assert any(r["scenario"] == "IPv6 (loopback)" for r in rows)
     assert {r["mode"] for r in rows} == {"sampled", "exact"}
-    # each figure in the run's record (tests/support/record.py), then all of them judged
-    failed = hold_accuracy_rows(held, rows)
+    # each figure judged (recorded above: tests/support/record.py)
     assert not failed and all(r["ok"] for r in rows), failed or [r for r in rows if not r["ok"]]
     assert data["out_of_bounds"] == 0
     # and the bounds can catch what they are for: every sampled time's upper bound under +40%
