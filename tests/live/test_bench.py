@@ -134,7 +134,11 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     assert any(r["scenario"] == "IPv6 (loopback)" for r in rows)
     assert {r["mode"] for r in rows} == {"sampled", "exact"}
     # each figure judged (recorded above: tests/support/record.py)
-    assert not failed and all(r["ok"] for r in rows), failed or [r for r in rows if not r["ok"]]
+    # every row judged, but the peer's agreement where the tool's own start spoilt its reading
+    # (bench.accuracy says so in the row's truth_error)
+    judged = [r for r in rows if not r.get("truth_error")]
+    assert all(r.get("ratio") is None for r in rows if r.get("truth_error"))
+    assert not failed and all(r["ok"] for r in judged), failed or [r for r in judged if not r["ok"]]
     assert data["out_of_bounds"] == 0
     # and the bounds can catch what they are for: every sampled time's upper bound under +40%
     wide = [(r["scenario"], r["bounds"]) for r in rows
