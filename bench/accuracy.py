@@ -18,7 +18,6 @@ figure outside them, and writes bench/results/accuracy.md, which the README incl
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from steer.trace.windows import WindowsError, parse_windows
 
 from .common import RESULTS, build_c, host, parser, require_root, run, write
 from .odds import DISPERSION, ODDS, sampled_spread, z_for
-from .peer import NetRxBrackets, softirqs_tool
+from .peer import NetRxBrackets, PeerStartError, softirqs_net_rx, softirqs_tool
 
 SETTLE = 1.0        # seconds of traffic before a window opens
 # seconds of traffic after the window: the softirqs peer's window runs from its attach (~0.1-0.3 s
@@ -310,20 +309,18 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
         # instruments' agreement, held where steer brackets the same softirqs (exact)
         if mode != "exact":
             return rows
-        m = re.search(r"^net_rx\s+(\d+)", out, re.M)
-        peer = int(m.group(1)) / 1e9 / max(1, round(seconds)) if m else None
         row = {"scenario": sc.name, "mode": mode, "figure": "NET_RX seconds a second, all CPUs",
-               "truth": sc.kernel_truth, "steer": value, "truth_value": peer,
-               "ratio": value / peer if peer else None, "samples": None}
-        if peer is not None and peer > os.cpu_count():
-            # the tool's own start: a softirq under way while its entry program was attached
-            # and not its exit program reads its start from a zeroed per-CPU array, its time
-            # as the boot clock's (clean clone 107: -100%); no CPU runs more than a second a
-            # second, so that reading is the tool's, not the host's
-            row["ratio"] = None
-            row["truth_error"] = (f"softirqs read {peer:.3g} s a second of NET_RX on "
-                                  f"{os.cpu_count()} CPUs: a softirq that began before it "
-                                  "attached, timed from 0")
+               "truth": sc.kernel_truth, "steer": value, "truth_value": None, "ratio": None,
+               "samples": None}
+        try:
+            peer = softirqs_net_rx(out, seconds)
+        except PeerStartError as e:
+            # the tool's reading, not the host's (clean clone 107: -100%): not judged
+            row["truth_error"] = str(e)
+        else:
+            if peer:
+                row["truth_value"] = peer / 1e9
+                row["ratio"] = value / row["truth_value"]
         rows.append(row)
         return rows
     truth = (k1 - k0) / 1e9 / span

@@ -7,6 +7,7 @@ CPU's NET_RX time.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
@@ -86,6 +87,26 @@ def softirqs_tool(seconds: float) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
+class PeerStartError(ValueError):
+    """A `softirqs` reading no host can have; str() says what it read."""
+
+
+def softirqs_net_rx(out: str, seconds: float) -> float | None:
+    """NET_RX ns a second from what softirqs_tool(SECONDS) printed (None: no NET_RX line).
+    PeerStartError where it reads more than a second a second per CPU: a softirq under way when
+    the tool's entry program was attached and not yet its exit program is timed from a zeroed
+    per-CPU start, i.e. as the boot clock (86,775 s over 3 s once, the VM's uptime)."""
+    m = re.search(r"^net_rx\s+(\d+)", out, re.M)
+    if not m:
+        return None
+    per_second = int(m.group(1)) / max(1, round(seconds))
+    if per_second > 1e9 * (os.cpu_count() or 1):
+        raise PeerStartError(f"softirqs read {per_second / 1e9:.3g} s a second of NET_RX on "
+                             f"{os.cpu_count()} CPUs: a softirq that began before it attached, "
+                             "timed from 0")
+    return per_second
+
+
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0], pairs=5, seconds=5.0)
     args = p.parse_args(argv)
@@ -127,8 +148,11 @@ def main(argv=None) -> int:
                 out, _ = tool.communicate(timeout=60)
                 b, t1 = ours.net_rx_ns(), time.monotonic()
                 lab.wait(timeout=60)
-            m = re.search(r"^net_rx\s+(\d+)", out, re.M)
-            theirs = int(m.group(1)) / max(1, round(args.seconds)) if m else None
+            try:
+                theirs = softirqs_net_rx(out, args.seconds)
+            except PeerStartError as e:
+                print(f"  {e}: left out", flush=True)
+                continue
             mine = (b - a) / (t1 - t0)
             agree.append({"steer_ns_per_s": mine, "softirqs_ns_per_s": theirs,
                           "ratio": mine / theirs if theirs else None})

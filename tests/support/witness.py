@@ -127,12 +127,11 @@ class ReceivedTcpBytes:
         CPUs."""
         import json
         import subprocess
-        for map_id in self.map_ids:
-            show = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(map_id)],
-                                             capture_output=True, text=True, check=True).stdout)
-            if show.get("name") != _BYTES_MAP:
+        from helpers import bpftool_objects
+        for m in bpftool_objects("map"):
+            if m["id"] not in self.map_ids or m.get("name") != _BYTES_MAP:
                 continue
-            dump = json.loads(subprocess.run(["bpftool", "-j", "map", "dump", "id", str(map_id)],
+            dump = json.loads(subprocess.run(["bpftool", "-j", "map", "dump", "id", str(m["id"])],
                                              capture_output=True, text=True, check=True).stdout)
 
             def le(hexbytes: list[str]) -> int:
