@@ -82,6 +82,16 @@ class NetRxBrackets:
         self.obj.close()
 
 
+def udp_datagrams(pid: int) -> tuple[int, int]:
+    """The UDP datagrams of PID's network namespace since it was made, by the kernel's own count
+    (/proc/PID/net/snmp): those that reached a socket (InDatagrams, read, and InErrors, dropped
+    there: a full receive buffer), and those read."""
+    with open(f"/proc/{pid}/net/snmp") as f:
+        names, values = [line.split() for line in f if line.startswith("Udp:")][:2]
+    udp = dict(zip(names[1:], map(int, values[1:])))
+    return udp["InDatagrams"] + udp["InErrors"], udp["InDatagrams"]
+
+
 def softirqs_tool(seconds: float) -> subprocess.Popen:
     return subprocess.Popen(["softirqs", "-N", str(max(1, round(seconds))), "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -1,0 +1,68 @@
+"""bench.accuracy's mid-flow UDP truth: the receiving namespace's own count of datagrams, read
+just before and just after each of the tracer's reads, so that what came in while the tracer
+read is the truth's known spread and widens the bound by exactly that, and no more."""
+from types import SimpleNamespace
+
+import pytest
+
+import bench.accuracy as accuracy
+from bench.accuracy import bounds, udp_window_rows
+
+SIZE = 1400
+PORTS = {(40000, 5201)}
+
+
+def _flow(rx: int, app: int | None, sport: int = 40000, dport: int = 5201):
+    return SimpleNamespace(flow=SimpleNamespace(sport=sport, dport=dport), rx_bytes=rx,
+                           app_bytes=app)
+
+
+def _rows(flows, u0, u1):
+    sc = SimpleNamespace(name="UDP 2 Gbit/s")
+    return udp_window_rows(sc, "exact", SimpleNamespace(flows=flows), PORTS, SIZE, u0, u1)
+
+
+def test_the_truth_is_the_middle_of_what_the_reads_before_and_after_allow():
+    # (arrived, read) just before and just after the tracer's first and second reads
+    u0 = ((1_000, 990), (1_010, 1_000))
+    u1 = ((101_000, 100_990), (101_030, 101_010))
+    rows = _rows([_flow(100_010 * SIZE, 100_000 * SIZE)], u0, u1)
+    received, read = rows
+    # fewest 101_000 - 1_010, most 101_030 - 1_000: the middle 100_010 datagrams
+    assert received["truth_value"] == 100_010 * SIZE
+    assert received["ratio"] == pytest.approx(1.0)
+    assert received["truth_spread"] == pytest.approx(20 / 100_010)
+    assert read["truth_value"] == pytest.approx((100_990 - 1_000 + 101_010 - 990) / 2 * SIZE)
+    assert read["truth"] == "the namespace's datagrams read"
+
+
+def test_the_spread_widens_the_bound_and_a_15_percent_error_still_fails():
+    u0 = ((0, 0), (100, 100))
+    u1 = ((100_000, 100_000), (100_100, 100_100))
+    row = _rows([_flow(100_000 * SIZE, 100_000 * SIZE)], u0, u1)[0]
+    low, high = bounds(row["truth"], "exact", None, spread=row["truth_spread"])
+    base_low, base_high = accuracy.BOUNDS[(row["truth"], "exact")]
+    assert low == pytest.approx(base_low - 0.001) and high == pytest.approx(base_high + 0.001)
+    for k in (0.85, 1.15):
+        assert not low <= row["ratio"] * k - 1 <= high
+
+
+def test_only_the_scenarios_flows_count_and_a_missing_reader_figure_is_not_judged():
+    u0 = ((0, 0), (0, 0))
+    u1 = ((1_000, 1_000), (1_000, 1_000))
+    other = _flow(999 * SIZE, 999 * SIZE, sport=1, dport=2)
+    received, read = _rows([_flow(1_000 * SIZE, None), other], u0, u1)
+    assert received["ratio"] == pytest.approx(1.0)
+    assert read["ratio"] is None            # no reader figure in this mode: nothing to hold
+    # a reader figure that reads nothing is judged, and fails
+    _, read = _rows([_flow(1_000 * SIZE, 0)], u0, u1)
+    assert read["ratio"] == 0.0
+
+
+def test_windows_take_their_own_bounds_where_they_have_them(monkeypatch):
+    truth = "the namespace's datagrams"
+    monkeypatch.setattr(accuracy, "WINDOWS", object())
+    assert bounds(truth, "sampled", None) == accuracy.BOUNDS[(truth, "windows")]
+    assert bounds(truth, "exact", None) == accuracy.BOUNDS[(truth, "exact")]
+    # a truth without a windowed entry keeps its own
+    assert bounds("iperf3 bytes", "sampled", None) == accuracy.BOUNDS[("iperf3 bytes", "sampled")]
