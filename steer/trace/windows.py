@@ -104,6 +104,7 @@ class WindowRunner(threading.Thread):
         self._requests: list[list] = []   # [fn, result, error, done]
         self.error: BaseException | None = None
         self.windows_opened = 0
+        self.open_ns = 0   # how long the closed windows were open, in all
 
     def stop(self) -> None:
         self._halt.set()
@@ -177,7 +178,9 @@ class WindowRunner(threading.Thread):
                 self.windows_opened += 1
                 length = self.schedule.length(opened)
                 self._sleep_until(opened + length)
-                next_open = self.schedule.closed(self._close())   # closed even when stopping
+                closed = self._close()   # closed even when stopping
+                self.open_ns += closed - opened
+                next_open = self.schedule.closed(closed)
         except BaseException as e:   # a kernel error: the readers say so (Tracer: TracerError)
             self.error = e
             self._fail_requests(RuntimeError(f"the windows stopped: {e}"))
