@@ -92,9 +92,12 @@ BOUNDS = {
     ("iperf3 reader bytes", "exact"): (-0.001, 0.0001),
     # a UDP flow mid-flow, against its namespace's datagrams read just before and just after
     # each of the tracer's reads (the truth's spread, 0.03% to 0.35% here, is added either way):
-    # -0.08% to +0.07% over 3 runs of both modes (12 figures, all inside their spread); in
-    # windows (a window's count stands for its cycle) -2.1% to -0.2% over 6 runs of 4 s at 99 Hz
-    # against the windows' ~2% spread of 8 cycles; both fail a figure 0.85x or 1.15x off
+    # -0.08% to +0.07% over 3 runs of both modes (12 figures, all inside their spread). In
+    # windows (a window's count stands for its cycle) a sender with a CPU to spare read -2.7% to
+    # -0.2% in 7 runs of 4 s at 99 Hz, a ~2% spread of 8 cycles: +-5%, as test_windows_live
+    # holds its paced flow. A sender with none to spare slows inside the windows and falls
+    # outside (-10% to -14% at 99 Hz, the matrix's truths loading its CPU): what the windows
+    # cost, which these rows show (docs/how-it-measures.md). Both fail a figure 0.85x or 1.15x off
     ("the namespace's datagrams", "sampled"): (-0.002, 0.002),
     ("the namespace's datagrams", "exact"): (-0.002, 0.002),
     ("the namespace's datagrams", "windows"): (-0.05, 0.05),
@@ -195,16 +198,16 @@ def _steer(*args: str) -> None:
 
 def bounds(truth: str, mode: str, samples: float | None, figures: int = 1,
            extra_high: float = 0.0, bias: tuple[float, float] | None = None,
-           spread: float = 0.0) -> tuple[float, float]:
+           truth_spread: float = 0.0) -> tuple[float, float]:
     """What steer / truth - 1 is held to: BOUNDS (in windows, BOUNDS' windowed entry where it
     has one), or BIAS for a sampled time that has its own (and EXTRA_HIGH above, what the truth
-    itself knows it left out, and SPREAD either way, how far the truth knows itself to be off),
-    and for a sampled time resting on SAMPLES samples what chance may add either way when
+    itself knows it left out, and TRUTH_SPREAD either way, how far the truth knows itself to be
+    off), and for a sampled time resting on SAMPLES samples what chance may add either way when
     FIGURES such times are held at once at the suite's odds (bench.odds)."""
     key = (truth, "windows" if WINDOWS and mode == "sampled" else mode)
     low, high = bias if bias and mode == "sampled" and samples is not None \
         else BOUNDS.get(key, BOUNDS[(truth, mode)])
-    low, high = low - spread, high + extra_high + spread
+    low, high = low - truth_spread, high + extra_high + truth_spread
     if mode == "sampled" and samples is not None:
         spread = sampled_spread(samples, figures)
         low, high = low - spread, high + spread
@@ -263,8 +266,9 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
                 tool = softirqs_tool(seconds)
                 time.sleep(0.4)   # its window opens once its programs are attached
             # a UDP scenario's truth in the middle of the flow: the receiving namespace's own
-            # count of datagrams, read right after the tracer's (the whole run's, iperf3's, has
-            # the flow's start and end in it, which windows count by whole cycles)
+            # count of datagrams, read just before and just after each of the tracer's reads
+            # (the whole run's, iperf3's, has the flow's start and end in it, which windows
+            # count by whole cycles)
             udp_pid = lab.receiver_pid(lab.flows[0].port) \
                 if all(f.udp_rate for f in lab.flows) else None
             u0 = udp_datagrams(udp_pid) if udp_pid else None

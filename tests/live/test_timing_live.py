@@ -531,7 +531,7 @@ def test_ipv6_flows_in_each_mode(timing):
     skbs that no netif_receive_skb (nor netif_rx) event carried, in 1 to 2 runs of 100 (2 to 9
     skbs, 2026-11-28, bpftrace and steer agreeing to the byte in all 200), so iperf3's count is
     no lower bound there."""
-    from helpers import COOKIE
+    from helpers import COOKIE, LOOPBACK_MSS_V6, tcp_rx_bound
     from steer.model.classify import classify
     from witness import ReceivedTcpBytes
     udp_connect = 4   # iperf3's UDP "connect" datagram: read, not in its count
@@ -567,12 +567,13 @@ def test_ipv6_flows_in_each_mode(timing):
         got = r.received_bytes
         if r.flow.proto == "tcp":
             # the socket's in-order count (sampled), at most the unread tail beyond iperf3's
-            # count (it closes with data queued); what the hook handed up (exact)
+            # count (it closes with data queued); what the hook handed up (exact), with the
+            # segments the sender retransmitted (on some VMs of this kind ~1% of them)
             if timing == "exact":
                 assert j["rx_bytes"] == passed.get(r.sender_port), passed
+                assert j["rx_bytes"] <= tcp_rx_bound(r, LOOPBACK_MSS_V6)
             else:
-                assert got <= j["rx_bytes"]
-            assert j["rx_bytes"] <= got * 1.001 + COOKIE
+                assert got <= j["rx_bytes"] <= got * 1.001 + COOKIE
             assert j["app_bytes"] == got + COOKIE
         else:
             sent = r.raw["end"]["sum_sent"]["bytes"]

@@ -47,12 +47,16 @@ COOKIE = 37   # iperf3's stream cookie: on the data connection, not in its byte 
 MSS = 1448           # the lab veth's: 1500 less IPv4, TCP and its timestamp option
 
 
-def tcp_rx_bound(r) -> int:
+LOOPBACK_MSS_V6 = 65476   # the loopback's (MTU 65536) less IPv6's 40 bytes, TCP's and its timestamps'
+
+
+def tcp_rx_bound(r, mss: int = MSS) -> int:
     """The most the kernel side can count of lab flow R: what iperf3 received, its cookie, every
-    segment its sender retransmitted (counted per skb, a retransmission arrives again) and a full
-    receive buffer (what reached the socket after iperf3's server stopped reading)."""
+    segment of up to MSS bytes its sender retransmitted (counted per skb, a retransmission
+    arrives again) and a full receive buffer (what reached the socket after iperf3's server
+    stopped reading)."""
     rmem_max = int(open("/proc/sys/net/ipv4/tcp_rmem").read().split()[2])
-    return r.received_bytes + COOKIE + r.raw["end"]["sum_sent"]["retransmits"] * MSS + rmem_max
+    return r.received_bytes + COOKIE + r.raw["end"]["sum_sent"]["retransmits"] * mss + rmem_max
 
 
 def assert_tcp_rx(rx: int, r, how: str, passed) -> None:

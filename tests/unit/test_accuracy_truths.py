@@ -40,7 +40,7 @@ def test_the_spread_widens_the_bound_and_a_15_percent_error_still_fails():
     u0 = ((0, 0), (100, 100))
     u1 = ((100_000, 100_000), (100_100, 100_100))
     row = _rows([_flow(100_000 * SIZE, 100_000 * SIZE)], u0, u1)[0]
-    low, high = bounds(row["truth"], "exact", None, spread=row["truth_spread"])
+    low, high = bounds(row["truth"], "exact", None, truth_spread=row["truth_spread"])
     base_low, base_high = accuracy.BOUNDS[(row["truth"], "exact")]
     assert low == pytest.approx(base_low - 0.001) and high == pytest.approx(base_high + 0.001)
     for k in (0.85, 1.15):
