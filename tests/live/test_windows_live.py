@@ -13,7 +13,7 @@ import time
 from helpers import (CPU_A, CPU_B, ROOT, hold_accuracy_rows, live, settled, tracer_programs,
                      two_cpus)
 from bench.accuracy import BOUNDS
-from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool
+from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool, udp_datagrams
 from steer.experiment.lab import Lab, LabFlow
 from steer.kernel.links import prog_run_stats
 from steer.trace.tracer import Tracer
@@ -23,12 +23,6 @@ pytestmark = [live, two_cpus]
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 HZ, SETTLE, SECONDS = 997, 2.0, 6
-
-
-def _udp_datagrams(pid: int) -> int:
-    """InDatagrams of the network namespace PID is in."""
-    rows = [line.split() for line in open(f"/proc/{pid}/net/snmp") if line.startswith("Udp:")]
-    return int(rows[1][rows[0].index("InDatagrams")])
 
 
 def _processed() -> int:
@@ -94,10 +88,10 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
                 return (prog_run_stats(hint)[1], _processed(), tracer._runner.open_ns,
                         time.monotonic_ns())
 
-            w0, u0 = tracer.sample(), _udp_datagrams(pid)
+            w0, u0 = tracer.sample(), udp_datagrams(pid)[1]
             r0, p0, o0, t0 = tracer._between_windows(runs)
             out, _ = tool.communicate(timeout=SECONDS + 30)
-            w1, u1 = tracer.sample(), _udp_datagrams(pid)
+            w1, u1 = tracer.sample(), udp_datagrams(pid)[1]
             r1, p1, o1, t1 = tracer._between_windows(runs)
             results = lab.wait(timeout=60)
             time.sleep(0.2)
