@@ -33,12 +33,20 @@ def measure(mode: str, seconds: float, windows: int = 1):
     try:
         with open(STATS, "w") as f:
             f.write("1")
-        tracer = start_tracer(mode)
-        sizes = tracer.program_sizes()
+        # the floor first: programs on one hook run in the order they were attached, and the
+        # first to read what the kernel left cold since the last event (the napi struct's
+        # device, between two polls of a flow streaming through the caches) pays that miss,
+        # 20-25 ns on some VMs, which whoever came second does not. floor_napi_count reads it,
+        # so steer's programs are timed for their own work (ft_napi_poll +15-19 ns beyond the
+        # empty program where, attached before the floor, it read +36-50)
         floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), no_pin=True)
         floor.attach_all()
         floor_progs = {n: floor.prog_fd(n) for n in floor.programs()}
+        tracer = None
         try:
+            tracer = start_tracer(mode)
+            sizes = tracer.program_sizes()
+
             def stats():
                 out = tracer.program_stats()
                 out.update({n: prog_run_stats(fd) for n, fd in floor_progs.items()})
@@ -54,7 +62,8 @@ def measure(mode: str, seconds: float, windows: int = 1):
                 (res,) = lab.wait(timeout=seconds + 30)
                 reads.append(stats())
         finally:
-            tracer.stop()
+            if tracer:
+                tracer.stop()
             floor.close()
     finally:
         with open(STATS, "w") as f:

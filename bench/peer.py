@@ -92,6 +92,23 @@ def udp_datagrams(pid: int) -> tuple[int, int]:
     return udp["InDatagrams"] + udp["InErrors"], udp["InDatagrams"]
 
 
+def steal_seconds(cpus=None) -> float:
+    """The time the hypervisor ran something else in the place of CPUS (all, by default) since
+    boot, summed, by the kernel's own count (/proc/stat's steal column, in 1/USER_HZ s): during
+    it neither the lab's senders nor its receivers run, and the scheduler leaves it out of every
+    task's time."""
+    want = None if cpus is None else {f"cpu{c}" for c in cpus}
+    ticks = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            if not line.startswith("cpu"):
+                break
+            fields = line.split()
+            if (want is None and fields[0] == "cpu") or (want and fields[0] in want):
+                ticks += int(fields[8])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def softirqs_tool(seconds: float) -> subprocess.Popen:
     return subprocess.Popen(["softirqs", "-N", str(max(1, round(seconds))), "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

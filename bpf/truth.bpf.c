@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /* A truth for the benchmarks, not part of steer: each CPU's NET_RX softirq time, from brackets
  * of the softirq_entry and softirq_exit tracepoints, as libbpf-tools `softirqs` and bpftrace take
- * it, and what the brackets add to it themselves, measured beside them.
+ * it, and what the brackets add to it themselves, measured beside them. The brackets read the
+ * run clock (run_clock.bpf.h), as steer's exact mode does: the time the host took the vCPU away
+ * (steal) is no CPU's NET_RX time; those tools count it.
  *
  * A bracket holds part of its own cost: the entry program's return and the exit program's call,
  * from one clock read to the other (80-160 ns a softirq on this VM, retpolines; bpftrace's
@@ -14,6 +16,8 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "run_clock.bpf.h"
 #include "truth.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -48,12 +52,12 @@ static __always_inline void open_bracket(unsigned int vec_nr, int gap)
 	struct truth_bracket *b = bracket(vec_nr, gap);
 
 	if (b)
-		b->start = bpf_ktime_get_ns();
+		b->start = run_clock_ns();
 }
 
 static __always_inline void close_bracket(unsigned int vec_nr, int gap)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = run_clock_ns();
 	struct truth_bracket *b = bracket(vec_nr, gap);
 
 	if (!b || !b->start)

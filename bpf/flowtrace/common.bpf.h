@@ -12,5 +12,6 @@
 #include <bpf/bpf_endian.h>
 #include "flowtrace.h"
 #include "protocols.bpf.h"
+#include "../run_clock.bpf.h"
 
 #endif

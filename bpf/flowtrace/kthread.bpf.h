@@ -52,10 +52,8 @@ static __always_inline void charge_interval(struct cpu_state *s, struct ft_cpu_s
 	if (!st && s->cur_valid)
 		st = flow_entry(&s->cur, cpu, tot);
 	charge_flow_time(st, tot, s->ctx, now - s->mark);
-	if (st) {
-		st->llc_kernel += dllc;
-		st->last_seen_ns = now;
-	}
+	if (st)
+		st->llc_kernel += dllc;	/* last seen: at its skb (ft_netif_receive_skb) */
 	tot->llc_kernel += dllc;
 	s->mark = now;
 	s->llc_mark = llc;

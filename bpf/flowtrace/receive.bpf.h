@@ -33,7 +33,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	struct ft_flow_key k = {};
 	struct ft_flow_stats *st;
 	__u32 cpu = bpf_get_smp_processor_id();
-	__u64 now = bpf_ktime_get_ns(), payload = 0, llc;
+	__u64 stamp = bpf_ktime_get_ns(), now = stamp - cpu_steal_ns(), payload = 0, llc;
 	int parsed, second_pass = 0;
 	__u8 kctx;
 
@@ -79,7 +79,7 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 		return 0;
 	st->rx_skbs++;
 	s->skb_counted = 1;
-	st->last_seen_ns = now;
+	st->last_seen_ns = stamp;
 	if (second_pass)
 		return 0;	/* bytes and packets were counted on the arrival CPU */
 	count_payload(st, skb, payload, 1);

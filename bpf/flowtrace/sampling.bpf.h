@@ -91,11 +91,21 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_el
 	 * difference of their steal since boot) as run time, which doubled a cpumap kthread's time
 	 * on a VM whose vCPUs the host preempts */
 	runtime = task->se.sum_exec_runtime + now - task->se.exec_start - task_clock_lag(task);
-	if (!last->runtime || last->window != window)
+	if (!last->runtime || last->window != window) {
 		w = period;	/* its first sample (in this window): the time between is not known */
-	else
-		w = runtime > last->runtime ? runtime - last->runtime : 0;
-	last->runtime = runtime;
+		last->runtime = runtime;
+	} else if ((__s64)(runtime - last->runtime) > 0) {
+		/* signed: the clocks' offset may put the readings near 2^64, where they wrap */
+		w = runtime - last->runtime;
+		last->runtime = runtime;
+	} else {
+		/* behind the previous sample's reading: that one was taken before the scheduler
+		 * had counted a host preemption as steal (the lag above moves at its clock updates
+		 * only) and read the steal as run time. Keeping the higher reading gives that back
+		 * from the samples that follow; taking this lower one as the next base would keep
+		 * the steal as the task's run time */
+		w = 0;
+	}
 	last->window = window;
 	if (w > SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed)
 		w = SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed;

@@ -56,7 +56,7 @@ int BPF_PROG(ft_sys_enter, struct pt_regs *regs, long id)
 	r->in_recv = 1;
 	r->have_flow = 0;
 	r->acc_ns = r->acc_nested_ns = r->acc_llc = 0;
-	segment_start(r, tot, bpf_ktime_get_ns());
+	segment_start(r, tot, run_clock_ns());
 	return 0;
 }
 
@@ -66,7 +66,7 @@ int BPF_PROG(ft_sys_exit, struct pt_regs *regs, long ret)
 	struct ft_cpu_stats *tot;
 	struct ft_flow_stats *st;
 	struct recv_state *r;
-	__u64 now;
+	__u64 now, stamp;
 
 	r = bpf_task_storage_get(&readers, bpf_get_current_task_btf(), 0, 0);
 	if (!r || !r->in_recv)
@@ -74,7 +74,8 @@ int BPF_PROG(ft_sys_exit, struct pt_regs *regs, long ret)
 	tot = totals();
 	if (!tot)
 		return 0;
-	now = bpf_ktime_get_ns();
+	stamp = bpf_ktime_get_ns();
+	now = stamp - cpu_steal_ns();
 	segment_end(r, tot, now);
 	r->in_recv = 0;
 	if (!r->have_flow)
@@ -86,7 +87,7 @@ int BPF_PROG(ft_sys_exit, struct pt_regs *regs, long ret)
 	st->app_ns += r->acc_ns;
 	st->app_nested_ns += r->acc_nested_ns;
 	st->llc_app += r->acc_llc;
-	st->last_seen_ns = now;
+	st->last_seen_ns = stamp;
 	tot->app_ns += r->acc_ns;
 	tot->app_nested_ns += r->acc_nested_ns;
 	tot->llc_app += r->acc_llc;
@@ -167,7 +168,7 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 
 	if (!tot)
 		return 0;
-	now = bpf_ktime_get_ns();
+	now = run_clock_ns();
 	s = this_cpu_state();
 	if (s) {
 		if (s->run_pid && s->run_pid == prev->pid)

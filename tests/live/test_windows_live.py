@@ -13,7 +13,8 @@ import time
 from helpers import (CPU_A, CPU_B, ROOT, hold_accuracy_rows, live, settled, tracer_programs,
                      two_cpus)
 from bench.accuracy import BOUNDS
-from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool, udp_datagrams
+from bench.peer import (PeerStartError, softirqs_net_rx, softirqs_tool, steal_seconds,
+                        udp_datagrams)
 from steer.experiment.lab import Lab, LabFlow
 from steer.kernel.links import prog_run_stats
 from steer.trace.tracer import Tracer
@@ -57,7 +58,13 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
       runs), against -4.6% without windows. Bounds: that bias's -10%..+25%, widened by 4.39
       standard deviations of the samples the figure rests on (2/sqrt(n), the matrix's odds):
       about -30%..+45% with the ~1,900 NET_RX samples of 6 s, which fails a figure 1.5x off, not
-      one 15% off (the accuracy matrix holds the sampler to that, without windows)."""
+      one 15% off (the accuracy matrix holds the sampler to that, without windows).
+    - Where the host took the CPUs away (steal, /proc/stat) for a share S of the time, the
+      traffic stops for S inside the windows or outside them, not alike: a window stands for
+      its cycle as if it ran at the cycle's pace, off by up to S/(1-S) when all of it fell
+      outside the windows (or inside, the other way). Both bounds widen by that: with 8% and
+      17% of the CPUs taken, UDP bytes read +8% and +18% on a VM kind where they read -0.5%
+      without; the windows' figures are that much less sure on a host that steals."""
     with open(STATS) as f:
         stats_before = f.read().strip()
     with open(STATS, "w") as f:
@@ -88,10 +95,10 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
                 return (prog_run_stats(hint)[1], _processed(), tracer._runner.open_ns,
                         time.monotonic_ns())
 
-            w0, u0 = tracer.sample(), udp_datagrams(pid)[1]
+            w0, u0, st0 = tracer.sample(), udp_datagrams(pid)[1], steal_seconds((CPU_A, CPU_B))
             r0, p0, o0, t0 = tracer._between_windows(runs)
             out, _ = tool.communicate(timeout=SECONDS + 30)
-            w1, u1 = tracer.sample(), udp_datagrams(pid)[1]
+            w1, u1, st1 = tracer.sample(), udp_datagrams(pid)[1], steal_seconds((CPU_A, CPU_B))
             r1, p1, o1, t1 = tracer._between_windows(runs)
             results = lab.wait(timeout=60)
             time.sleep(0.2)
@@ -111,10 +118,13 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
     tcp = _bytes(s1, "tcp", "rx_bytes") - _bytes(s0, "tcp", "rx_bytes")
     held("TCP bytes / iperf3's - 1", tcp / results[0].received_bytes - 1,
          *BOUNDS[("iperf3 bytes", "sampled")])
+    seconds = (w1.monotonic_ns - w0.monotonic_ns) / 1e9
+    stolen = min(0.5, (st1 - st0) / (2 * seconds))   # of the two CPUs' time
+    steal_error = stolen / (1 - stolen)
+    print(f"the host took {stolen:.1%} of CPUs {CPU_A} and {CPU_B} while steer read")
     udp = _bytes(w1, "udp", "rx_bytes") - _bytes(w0, "udp", "rx_bytes")
     held("UDP bytes / the namespace's datagrams x size - 1",
-         udp / ((u1 - u0) * lab.flows[1].udp_size) - 1, -0.05, 0.05)
-    seconds = (w1.monotonic_ns - w0.monotonic_ns) / 1e9
+         udp / ((u1 - u0) * lab.flows[1].udp_size) - 1, -0.05 - steal_error, 0.05 + steal_error)
     net_rx = sum(c.net_rx_ns for c in w1.cpus) - sum(c.net_rx_ns for c in w0.cpus)
     try:
         truth = softirqs_net_rx(out, SECONDS)
@@ -127,7 +137,7 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
     assert n > 500, n
     spread = 4.39 * 2 / n ** 0.5
     held("NET_RX seconds a second / softirqs' - 1", (net_rx / seconds) / truth - 1,
-         -0.10 - spread, 0.25 + spread)
+         -0.10 - spread - steal_error, 0.25 + spread + steal_error)
 
 
 def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):

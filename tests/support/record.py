@@ -12,10 +12,13 @@ kept across runs, so that a failure can be set beside the earlier runs of the sa
   each one's value and bounds, so that the history shows how far each bound is from what the
   figure does run after run. `python tests/support/record.py` reads them back: per figure, its
   spread over the runs and the chance that spread gives of crossing its bound (`odds_of`),
-  against the odds the bound was made for.
+  against the odds the bound was made for;
+- the steal: how long the hypervisor ran something else in this VM's CPUs' place over the run
+  and during each test that saw some, summed over CPUs, beside a failure too: times held to the
+  scheduler's account are the ones it upsets.
 
 A plugin of the suite's own (tests/conftest.py registers it); it reads nothing but pytest's
-reports."""
+reports (and /proc/stat's steal)."""
 from __future__ import annotations
 
 import argparse
@@ -143,6 +146,18 @@ def odds_report(runs: list[dict], match: str = "") -> list[str]:
     return lines
 
 
+def steal_seconds() -> float:
+    """The time the hypervisor ran something else on this machine's CPUs, summed over them
+    (/proc/stat's steal, ticks of 1/USER_HZ): a test of times taken while the host took a CPU
+    away is read against truths that count it differently (the scheduler's leave it out)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return 0.0
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 class Recorder:
     def __init__(self):
         self.started = time.time()
@@ -150,9 +165,18 @@ class Recorder:
         self.outcome: dict[str, str] = {}
         self.figures: dict[str, dict[str, list[float]]] = defaultdict(dict)
         self.why: dict[str, str] = {}   # a failure's message, to compare with the next one
+        self.steal: dict[str, float] = {}   # the steal while a test's call ran, where there was
+        self._steal_at = 0.0
+        self._steal_start = steal_seconds()
 
     def pytest_runtest_logreport(self, report):
         self.seconds[report.nodeid] += report.duration
+        if report.when == "setup":
+            self._steal_at = steal_seconds()
+        elif report.when == "call":
+            stolen = steal_seconds() - self._steal_at
+            if stolen > 0:
+                self.steal[report.nodeid] = round(stolen, 2)
         for key, v in report.user_properties:
             if key == HELD and report.when == "call":
                 self.figures[report.nodeid][v["name"]] = [v["value"], v["low"], v["high"]]
@@ -186,7 +210,9 @@ class Recorder:
         if failed and runs:
             tr.write_sep("=", f"the failures in the last {len(runs)} runs ({history_path()})")
             for nodeid in failed:
-                tr.write_line(f"{nodeid}: {past_of(nodeid, runs)}")
+                stolen = f" (the host took {self.steal[nodeid]:.2f} CPU-s while it ran)" \
+                    if nodeid in self.steal else ""
+                tr.write_line(f"{nodeid}: {past_of(nodeid, runs)}{stolen}")
         self.write(took, tr)
 
     def write(self, took: float, tr) -> None:
@@ -196,7 +222,8 @@ class Recorder:
                "tiers": {t: round(s, 1) for t, s in self.by_tier().items()},
                "tests": {n: [self.outcome.get(n, "error"), round(s, 2)]
                          for n, s in sorted(self.seconds.items())},
-               "figures": dict(self.figures), "failures": self.why}
+               "figures": dict(self.figures), "failures": self.why,
+               "steal": {"run": round(steal_seconds() - self._steal_start, 2), **self.steal}}
         os.makedirs(os.path.dirname(RUN_FILE), exist_ok=True)
         with open(RUN_FILE, "w") as f:
             json.dump(run, f, indent=1)

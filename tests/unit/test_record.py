@@ -1,6 +1,7 @@
 """The suite's record of itself (tests/support/record.py): tiers from test ids, a history file
 with a torn line, and the line that sets a failure beside the earlier runs."""
 import json
+import os
 
 from record import held_figures, odds_of, odds_report, past_of, read_history, tier_of
 
@@ -65,3 +66,26 @@ def test_a_failures_message_is_kept_in_the_record():
                                                when="teardown", longrepr="teardown broke"))
     assert r.why == {"tests/live/x.py::t": "AssertionError: 0.91 >= 0.95"}
     assert r.outcome == {"tests/live/x.py::t": "error"}
+
+
+def test_the_steal_during_a_tests_call_is_recorded(monkeypatch):
+    """The host's steal between a test's setup and the end of its call is that test's; a test
+    that saw none has no entry, and steal_seconds reads /proc/stat's eighth column (seconds)."""
+    from types import SimpleNamespace
+    import record
+    readings = iter([10.0, 10.0, 10.0, 10.0, 10.5])   # start; a: setup, call; b: setup, call
+    monkeypatch.setattr(record, "steal_seconds", lambda: next(readings))
+    r = record.Recorder()
+
+    def report(nodeid, when):
+        r.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=1.0, when=when,
+                                                   user_properties=[], failed=False,
+                                                   skipped=False, longrepr=None))
+    for nodeid in ("a", "b"):
+        report(nodeid, "setup")
+        report(nodeid, "call")
+    assert r.steal == {"b": 0.5}
+    monkeypatch.undo()
+    with open("/proc/stat") as f:
+        ticks = int(f.readline().split()[8])
+    assert abs(record.steal_seconds() - ticks / os.sysconf("SC_CLK_TCK")) < 1.0
