@@ -79,7 +79,16 @@ BOUNDS = {
     # attached first; its entry programs run outside them); both bounds lie 20 spreads away and
     # fail a figure 0.85x or 1.15x off. bpftrace's brackets read 4-7% higher (its own cost)
     ("NET_RX per CPU", "exact"): (-0.05, 0.12),
-    ("cpumap kthread", "sampled"): (-0.25, 0.10),
+    # with the NET_RX softirqs the kthread runs after each batch (kthread_net_rx_seconds: the
+    # backlog its TCP filled through the veth, a fifth of its time steered to its reader's CPU,
+    # which the figure left out and the sampled mode read -17% to -23% without, the exact -3% to
+    # -7%): sampled -2.9% to +0.3%, exact -0.4% to +1.0% (scenarios 3 and 4, 3 runs each), so
+    # +-5% beyond the samples' own allowance lies 2 spreads and more from each and fails a figure
+    # 0.85x off (a 1.15x one only in longer windows: the allowance is ~9% in 3 s at 9,973 Hz).
+    # In windows the cpumap kthread read -31% to -21% before, +11% and +22% with it (2 runs at
+    # 997 Hz, an allowance of ~30%): the bounds it had
+    ("cpumap kthread", "sampled"): (-0.05, 0.05),
+    ("cpumap kthread", "windows"): (-0.25, 0.10),
     ("cpumap kthread", "exact"): (-0.10, 0.05),
     ("NAPI kthread", "sampled"): (-0.05, 0.05),
     ("NAPI kthread", "exact"): (-0.10, 0.05),
@@ -116,8 +125,9 @@ class Scenario:
     kernel_truth: str                            # softirqs NET_RX, cpumap kthread, NAPI kthread
     steer_to: Callable[[int, int], int] | None = None   # the CPU its first flow is pinned to
     threaded_napi: bool = False
-    # compare the kthread's own time alone: the target CPU's NET_RX also runs on top of the
-    # reader there (the ACKs it sends when it reads), which the scheduler counts as the reader's
+    # compare the kthread's own time alone (with the softirqs it ran): the target CPU's NET_RX
+    # also runs on top of the reader there (the ACKs it sends when it reads), which the
+    # scheduler counts as the reader's
     kthread_only: bool = False
     # the sampled kernel time's own systematic bounds, where BOUNDS' do not hold for it
     sampled_bias: tuple[float, float] | None = None
@@ -363,10 +373,12 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     truth = (k1 - k0) / 1e9 / span
     cpu = next(c for c in win.cpus if c.cpu == (sc.steer_to(a, b) if sc.steer_to else b))
     # the softirqs a kthread runs when it enables bottom halves are its own to the scheduler:
-    # the other vectors' (timers) are steer's kthread_softirq_seconds
+    # NET_RX's are steer's kthread_net_rx_seconds (of net_rx_seconds), the other vectors'
+    # (timers) its kthread_softirq_seconds
     if sc.kthread_only:
-        value = (cpu.kthread_seconds + cpu.kthread_softirq_seconds) / win.duration
-        figure = f"CPU {cpu.cpu}: kthread + its other softirqs, seconds a second"
+        value = (cpu.kthread_seconds + cpu.kthread_softirq_seconds
+                 + cpu.kthread_net_rx_seconds) / win.duration
+        figure = f"CPU {cpu.cpu}: kthread + the softirqs it ran, seconds a second"
     else:
         value = (cpu.kthread_seconds + cpu.net_rx_seconds
                  + cpu.kthread_softirq_seconds) / win.duration

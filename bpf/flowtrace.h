@@ -119,6 +119,12 @@ struct ft_cpu_stats {
 	 * NAPI: at its local_bh_enable or an interrupt's exit), which the scheduler counts as the
 	 * kthread's time: on a sender's CPU, its TCP's pacing timers (HRTIMER) */
 	__u64 kthread_softirq_ns;
+	/* of net_rx_ns, the NET_RX softirqs a receive kthread ran (at its local_bh_enable or an
+	 * interrupt's exit): the scheduler counts them as the kthread's time too. A cpumap
+	 * kthread runs, after each batch, the backlog its own TCP filled through a veth (the ACKs
+	 * of the flows it delivers): a fifth of its scheduler time in a lab flow steered to its
+	 * reader's CPU */
+	__u64 kthread_net_rx_ns;
 };
 
 /* NAPI polls per CPU and NAPI instance (napi:napi_poll): where a device's receive work arrives.

@@ -403,6 +403,10 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		} else {
 			tot->net_rx_ns += period;
 			tot->softirq_ns += period;
+			/* a NET_RX softirq on top of a receive kthread (its local_bh_enable) */
+			bpf_get_current_comm(comm, sizeof(comm));
+			if (kthread_ctx(comm) != CTX_NONE)
+				tot->kthread_net_rx_ns += period;
 		}
 		ADD_EVENTS(tot, kernel, dllc, dev);
 		if (cfg.profile_ranges)

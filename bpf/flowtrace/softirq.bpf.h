@@ -57,6 +57,8 @@ int BPF_PROG(ft_softirq_exit, unsigned int vec_nr)
 	if (s->resume_ctx != CTX_NONE) {
 		if (vec_nr != NET_RX_SOFTIRQ)
 			tot->kthread_softirq_ns += now - s->softirq_start;
+		else
+			tot->kthread_net_rx_ns += now - s->softirq_start;
 		open_kthread(s, s->resume_ctx, now, llc);
 		s->resume_ctx = CTX_NONE;
 	}

@@ -39,7 +39,7 @@ class CpuStats(ctypes.Structure):
         "samples_kernel_mode", "rx_drops", *EVENT_FIELDS, "napi_thread_ns", "hardirq_ns",
         "hardirqs", "backlog_polls", "backlog_packets", "backlog_full_polls", "napi_map_full",
         "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops", "recv_calls_lost",
-        "kthread_softirq_ns")]
+        "kthread_softirq_ns", "kthread_net_rx_ns")]
 
 
 class NapiKey(ctypes.Structure):

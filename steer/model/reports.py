@@ -195,7 +195,7 @@ FLOW_FIELDS = {
 }
 CPU_FIELDS = {
     "kernel_time": ("net_rx_seconds", "net_rx_unattributed_seconds", "napi_thread_seconds"),
-    "kthread_time": ("kthread_seconds", "kthread_softirq_seconds"),
+    "kthread_time": ("kthread_seconds", "kthread_softirq_seconds", "kthread_net_rx_seconds"),
     "app_time": ("app_seconds",),
     "drops": ("rx_drops",),
     "hardirqs": ("hardirq_seconds", "hardirqs"),
@@ -254,6 +254,8 @@ class CpuReport:
     # softirqs other than NET_RX (timers, tasklets) that receive kthreads ran: the scheduler
     # counts them in the kthread's time, steer in no flow's
     kthread_softirq_seconds: float = 0.0
+    # of net_rx_seconds, the NET_RX softirqs receive kthreads ran: in the kthread's time too
+    kthread_net_rx_seconds: float = 0.0
 
     def as_json(self, caps: Capabilities | None = None) -> dict:
         out = {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
@@ -262,6 +264,7 @@ class CpuReport:
                 "napi_thread_seconds": _r(self.napi_thread_seconds),
                 "kthread_seconds": _r(self.kthread_seconds),
                 "kthread_softirq_seconds": _r(self.kthread_softirq_seconds),
+                "kthread_net_rx_seconds": _r(self.kthread_net_rx_seconds),
                 "app_seconds": _r(self.app_seconds),
                 "hardirq_seconds": _r(self.hardirq_seconds), "hardirqs": self.hardirqs,
                 "napi_polls": self.napi.polls, "napi_packets": self.napi.packets,

@@ -133,6 +133,7 @@ class CpuSample:
     cpumap_kthread_drops: int = 0    # frames a cpumap kthread dropped (target CPU),
     recv_calls_lost: int = 0         # receive calls the kprobe fallback could not count
     kthread_softirq_ns: int = 0  # of softirq_ns: vectors but NET_RX inside receive kthreads
+    kthread_net_rx_ns: int = 0   # of net_rx_ns: NET_RX softirqs inside receive kthreads
 
 
 @dataclass(frozen=True)

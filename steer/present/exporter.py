@@ -59,6 +59,45 @@ def bpf_stats_enabled(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
     return read_int(path) == 1
 
 
+# the per-CPU families: (key in _cpu_metrics' values, name, help, labels beyond cpu)
+CPU_FAMILIES = [
+    ("kernel", "steer_cpu_kernel_seconds", "Kernel receive processing time per CPU and "
+     "context (softirq: NET_RX; napi_thread: threaded NAPI; kthread: cpumap).", ["context"]),
+    ("unattr", "steer_cpu_net_rx_unattributed_seconds",
+     "NET_RX time with no TCP/UDP skb to charge it to.", []),
+    ("kthread_softirq", "steer_cpu_kthread_softirq_seconds", "Softirqs other than "
+     "NET_RX (timers, tasklets) run inside receive kthreads (cpumap, threaded NAPI) per "
+     "CPU: the scheduler counts them as the kthread's time.", []),
+    ("kthread_net_rx", "steer_cpu_kthread_net_rx_seconds", "Of the NET_RX time, the "
+     "softirqs receive kthreads (cpumap, threaded NAPI) ran per CPU: the scheduler counts "
+     "them as the kthread's time too.", []),
+    ("app", "steer_cpu_app_seconds", "Application receive syscall time per CPU.", []),
+    ("events", "steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.", []),
+    ("drops", "steer_cpu_receive_drops",
+     "Received TCP/UDP packets the kernel dropped, per CPU.", []),
+    ("hardirq", "steer_cpu_hardirq_seconds", "Device interrupt handler time per CPU: a "
+     "NIC queue's interrupt lands on its arrival CPU.", []),
+    ("hardirqs", "steer_cpu_hardirqs", "Device interrupt handler runs per CPU "
+     "(/proc/interrupts counts these).", []),
+    ("napi_polls", "steer_cpu_napi_polls", "NAPI polls per CPU (napi:napi_poll). source "
+     "device: a driver's poll, where its packets arrive (the queue IRQ's CPU, its "
+     "threaded NAPI kthread's, a busy-polling reader's); backlog: RPS, netif_rx, "
+     "loopback.", ["source"]),
+    ("napi_packets", "steer_cpu_napi_packets", "Packets taken in by NAPI polls per CPU.",
+     ["source"]),
+    ("napi_full_polls", "steer_cpu_napi_full_polls", "NAPI polls that used their whole "
+     "budget per CPU: more was waiting.", ["source"]),
+    ("cpumap_drops", "steer_cpu_cpumap_drops", "Frames a steering cpumap dropped, per "
+     "CPU: at enqueue (the queue to the target CPU full; on the redirecting CPU) or in "
+     "the target's kthread.", ["where"]),
+    ("whole", "steer_cpu_events", "PMU events of everything a CPU ran (every task, user "
+     "and kernel), as PCM counts a core; software stand-ins with --counters software.",
+     ["event"]),
+    ("recv", "steer_cpu_receive_events", "PMU events charged to receive work per CPU and "
+     "side (kernel: NET_RX and cpumap kthreads; app: receive syscalls).",
+     ["side", "event"])]
+
+
 class SteerCollector(Collector):
     """Yields fresh metric families on every collect(). Every counter is the same whoever scrapes
     and how often: per-class totals fold each interval between two reads into running sums,
@@ -333,6 +372,7 @@ class SteerCollector(Collector):
             add("kernel", c.cpu, c.napi_thread_ns / 1e9, "napi_thread")
             add("kernel", c.cpu, c.kthread_ns / 1e9, "kthread")
             add("kthread_softirq", c.cpu, c.kthread_softirq_ns / 1e9)
+            add("kthread_net_rx", c.cpu, c.kthread_net_rx_ns / 1e9)
             add("hardirq", c.cpu, c.hardirq_ns / 1e9)
             add("hardirqs", c.cpu, c.hardirqs)
             add("unattr", c.cpu, c.net_rx_unattributed_ns / 1e9)
@@ -352,40 +392,7 @@ class SteerCollector(Collector):
                         add("recv", c.cpu, getattr(c, f"llc_{side}"), side, "llc_misses")
                     for event, n in counts.get(side, {}).items():
                         add("recv", c.cpu, n, side, event)
-        families = [
-            ("kernel", "steer_cpu_kernel_seconds", "Kernel receive processing time per CPU and "
-             "context (softirq: NET_RX; napi_thread: threaded NAPI; kthread: cpumap).", ["context"]),
-            ("unattr", "steer_cpu_net_rx_unattributed_seconds",
-             "NET_RX time with no TCP/UDP skb to charge it to.", []),
-            ("kthread_softirq", "steer_cpu_kthread_softirq_seconds", "Softirqs other than "
-             "NET_RX (timers, tasklets) run inside receive kthreads (cpumap, threaded NAPI) per "
-             "CPU: the scheduler counts them as the kthread's time.", []),
-            ("app", "steer_cpu_app_seconds", "Application receive syscall time per CPU.", []),
-            ("events", "steer_cpu_net_rx_softirqs", "NET_RX softirqs run per CPU.", []),
-            ("drops", "steer_cpu_receive_drops",
-             "Received TCP/UDP packets the kernel dropped, per CPU.", []),
-            ("hardirq", "steer_cpu_hardirq_seconds", "Device interrupt handler time per CPU: a "
-             "NIC queue's interrupt lands on its arrival CPU.", []),
-            ("hardirqs", "steer_cpu_hardirqs", "Device interrupt handler runs per CPU "
-             "(/proc/interrupts counts these).", []),
-            ("napi_polls", "steer_cpu_napi_polls", "NAPI polls per CPU (napi:napi_poll). source "
-             "device: a driver's poll, where its packets arrive (the queue IRQ's CPU, its "
-             "threaded NAPI kthread's, a busy-polling reader's); backlog: RPS, netif_rx, "
-             "loopback.", ["source"]),
-            ("napi_packets", "steer_cpu_napi_packets", "Packets taken in by NAPI polls per CPU.",
-             ["source"]),
-            ("napi_full_polls", "steer_cpu_napi_full_polls", "NAPI polls that used their whole "
-             "budget per CPU: more was waiting.", ["source"]),
-            ("cpumap_drops", "steer_cpu_cpumap_drops", "Frames a steering cpumap dropped, per "
-             "CPU: at enqueue (the queue to the target CPU full; on the redirecting CPU) or in "
-             "the target's kthread.", ["where"]),
-            ("whole", "steer_cpu_events", "PMU events of everything a CPU ran (every task, user "
-             "and kernel), as PCM counts a core; software stand-ins with --counters software.",
-             ["event"]),
-            ("recv", "steer_cpu_receive_events", "PMU events charged to receive work per CPU and "
-             "side (kernel: NET_RX and cpumap kthreads; app: receive syscalls).",
-             ["side", "event"])]
-        for key, name, doc, more in families:
+        for key, name, doc, more in CPU_FAMILIES:
             if key in ("whole", "recv") and not values.get(key):
                 continue   # no PMU events counted: no family
             m = CounterMetricFamily(name, doc, labels=["cpu", *more])

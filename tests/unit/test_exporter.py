@@ -322,14 +322,18 @@ def test_what_the_tracer_could_not_count_is_exported():
 
 def test_softirqs_a_receive_kthread_ran_are_exported_apart_from_receive_time():
     """The timers a NAPI kthread runs at its local_bh_enable are the kthread's time by the
-    scheduler, and no flow's: a counter of their own, not in steer_cpu_kernel_seconds."""
+    scheduler, and no flow's: a counter of their own, not in steer_cpu_kernel_seconds. The
+    NET_RX softirqs it runs there are NET_RX time (in steer_cpu_kernel_seconds) and the
+    kthread's: a counter of that part, which the kernel time already holds."""
     cpus = (CpuSample(0, net_rx_ns=3 * 10**9, napi_thread_ns=2 * 10**9,
-                      kthread_softirq_ns=10**9, softirq_ns=4 * 10**9),)
+                      kthread_softirq_ns=10**9, softirq_ns=4 * 10**9,
+                      kthread_net_rx_ns=5 * 10**8),)
     tracer = FakeTracer([_sample(0, []), TraceSample(S, {}, cpus, 0, 1024)])
     c = SteerCollector(tracer, read_topology(VM))
     list(c.collect())
     m = _scrape(c)
     assert _get(m, "steer_cpu_kthread_softirq_seconds_total", cpu=0) == 1
+    assert _get(m, "steer_cpu_kthread_net_rx_seconds_total", cpu=0) == 0.5
     assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="napi_thread") == 2
     assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="softirq") == 1
 
@@ -404,9 +408,9 @@ def test_per_cpu_series_fold_by_llc_or_socket_and_keep_their_sums(tmp_path):
         samples = [TraceSample(0, {}, cpus, 0, 1024, napi=napi)] * 2
         c = SteerCollector(FakeTracer(samples), topo, cpu_labels=labels)
         got[labels] = per_cpu(_scrape(c))
-    # 18 per-CPU series a CPU (3 contexts of kernel time, 7 more counters, NAPI's 3 by 2
-    # sources, cpumap drops at 2 places): 4,608 on this host, 288 by LLC, 36 by socket
-    assert [len(got[k]) for k in ("cpu", "llc", "socket")] == [4608, 288, 36]
+    # 19 per-CPU series a CPU (3 contexts of kernel time, 8 more counters, NAPI's 3 by 2
+    # sources, cpumap drops at 2 places): 4,864 on this host, 304 by LLC, 38 by socket
+    assert [len(got[k]) for k in ("cpu", "llc", "socket")] == [4864, 304, 38]
     assert {dict(k[1])["cpu"] for k in got["socket"]} == {"socket0", "socket1"}
     assert {dict(k[1])["cpu"] for k in got["llc"]} == {f"llc{i}" for i in range(16)}
     for name in ("steer_cpu_kernel_seconds_total", "steer_cpu_napi_polls_total",
