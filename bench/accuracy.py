@@ -34,7 +34,8 @@ from steer.trace.windows import WindowsError, parse_windows
 
 from .common import RESULTS, build_c, host, parser, require_root, run, write
 from .odds import DISPERSION, ODDS, sampled_spread, z_for
-from .peer import NetRxBrackets, PeerStartError, softirqs_net_rx, softirqs_tool, udp_datagrams
+from .peer import (NetRxBrackets, PeerStartError, softirqs_net_rx, softirqs_tool, steal_seconds,
+                   udp_datagrams)
 
 SETTLE = 1.0        # seconds of traffic before a window opens
 # seconds of traffic after the window: the softirqs peer's window runs from its attach (~0.1-0.3 s
@@ -559,11 +560,17 @@ def main(argv=None) -> int:
     rows = []
     for n, sc in runs:
         for mode in modes:
-            print(f"{n}. {sc.name if sc else 'recv()-only reader'} ({mode})", flush=True)
+            print(f"{n}. {sc.name if sc else 'recv()-only reader'} ({mode})", end="", flush=True)
+            stolen = steal_seconds((a, b))
             got = lab_scenario(sc, mode, args.seconds, a, b, args.sample_hz) if sc else \
                 reader_scenario(mode, args.seconds, a, b, args.sample_hz)
+            # what the host took from the two CPUs meanwhile: the brackets leave it out, the
+            # scheduler's truths too, as soon as its clock has counted it
+            stolen = steal_seconds((a, b)) - stolen
+            print(f": the host took {stolen:.2f} CPU-s" if stolen else "", flush=True)
             for r in got:
                 r["n"] = n
+                r["steal_seconds"] = round(stolen, 2)
             rows += got
     if args.mutate != 1.0:
         for r in rows:

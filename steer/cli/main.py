@@ -8,6 +8,7 @@ the host refused or lacks.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -59,6 +60,10 @@ COMMANDS: dict = {}   # name -> function, filled by build_parser
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if os.environ.get("STEER_STACKS_ON_SIGUSR2"):
+        # where each thread is, on demand: the suite asks a steer that did not stop for it
+        import faulthandler
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
     try:   # the handlers go in inside it: a stop from the first moment they are in ends here
         signal.signal(signal.SIGTERM, sigterm)
         handle_sigint()

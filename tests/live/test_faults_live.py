@@ -39,7 +39,21 @@ STOPS = 24
 def _spawn(*args):
     return subprocess.Popen([*STEER, *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=ROOT))
+                            env=dict(os.environ, PYTHONPATH=ROOT, STEER_STACKS_ON_SIGUSR2="1"))
+
+
+def _threads_of(pid: int) -> str:
+    """Each thread's state and what it waits in (/proc/PID/task): the kernel's side of a hang."""
+    out = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+        try:
+            state = next(line.split(None, 1)[1].strip() for line in
+                         open(f"/proc/{pid}/task/{tid}/status") if line.startswith("State:"))
+            wchan = open(f"/proc/{pid}/task/{tid}/wchan").read().strip()
+        except OSError:
+            continue
+        out.append(f"{tid} {state} in {wchan or '-'}")
+    return "; ".join(out)
 
 
 def _xdp_programs() -> list[str]:
@@ -422,9 +436,14 @@ def test_sigterm_and_ctrl_c_during_the_load_stop_steer():
         try:
             _, err = p.communicate(timeout=20)
         except subprocess.TimeoutExpired:
+            # where it is (Python's stacks, on stderr: STEER_STACKS_ON_SIGUSR2), before the kill
+            threads = _threads_of(p.pid)
+            p.send_signal(signal.SIGUSR2)
+            time.sleep(1)
             p.kill()
             _, err = p.communicate()
-            pytest.fail(f"steer flows ran on after {sig.name}: {err[-2000:]}")
+            pytest.fail(f"steer flows ran on after {sig.name} {after:.3f} s into its run; "
+                        f"threads: {threads}; stderr: {err[-6000:]}")
         assert p.returncode == 128 + sig, (i, sig.name, f"{after:.3f} s", p.returncode, err[-2000:])
         assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
     assert not settled(tracer_programs)
