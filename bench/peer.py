@@ -46,10 +46,15 @@ class NetRxBrackets:
     themselves: a program's return, the next one's call and a clock read, which a pair of
     programs of the same code times on every softirq beside it (attached first, outside the
     bracket). Without it these brackets read 2-5% high on this VM (30,000 to 100,000 softirqs a
-    second), bpftrace's 10-20% (its programs keep the bracket's start in a hash map)."""
+    second), bpftrace's 10-20% (its programs keep the bracket's start in a hash map).
 
-    def __init__(self):
-        self.obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True)
+    GATE_FD: a map shaped like truth.h's struct truth_gate (steer's window map, whose scale is set
+    while a window of its sampled timing is open): the softirqs that begin while it is open are
+    also counted apart (measure()'s "gated")."""
+
+    def __init__(self, gate_fd: int | None = None):
+        self.obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True,
+                             reuse=None if gate_fd is None else {"gate": gate_fd})
         try:
             # in this order: a tracepoint runs its programs in the order they were attached
             for prog in ("gap_start", "gap_end", "truth_entry", "truth_exit"):
@@ -62,19 +67,22 @@ class NetRxBrackets:
         self._t = time.monotonic()
 
     def _read(self) -> list[tuple[int, ...]]:
-        return [struct.unpack_from("6Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
+        return [struct.unpack_from("9Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
 
     def measure(self) -> dict[int, dict]:
         """Since the previous measure() (or the start): CPU -> {ns (the NET_RX time, the brackets'
         own cost taken off), raw (as the brackets read it), count (softirqs), overhead (ns a
-        bracket added)}, for the CPUs that ran any; the window's length in self.elapsed."""
+        bracket added), gated (ns, own cost taken off, of those that began with the gate open),
+        gated_count}, for the CPUs that ran any; the window's length in self.elapsed."""
         cur, now = self._read(), time.monotonic()
         out = {}
         for cpu, (a, b) in enumerate(zip(self._last, cur)):
             ns, n, gap, gaps = b[1] - a[1], b[2] - a[2], b[4] - a[4], b[5] - a[5]
+            gated, gn = b[7] - a[7], b[8] - a[8]
             if n:
                 over = gap / gaps if gaps else 0.0
-                out[cpu] = {"ns": ns - n * over, "raw": ns, "count": n, "overhead": over}
+                out[cpu] = {"ns": ns - n * over, "raw": ns, "count": n, "overhead": over,
+                            "gated": gated - gn * over, "gated_count": gn}
         self.elapsed, self._last, self._t = now - self._t, cur, now
         return out
 

@@ -12,7 +12,11 @@
  * return, the next one's call and a clock read. gap_start and gap_end, the same code on another
  * half of the record, attached before the bracket's on softirq_entry (outside the bracket), time
  * exactly that on every NET_RX softirq; userspace takes their mean off each bracket
- * (bench/peer.py). */
+ * (bench/peer.py).
+ *
+ * And the same brackets counted apart while a gate is open (truth.h): with steer's window map as
+ * the gate, the NET_RX time inside the windows of its sampled timing, which the windows' figures
+ * stand for. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -67,17 +71,62 @@ static __always_inline void close_bracket(unsigned int vec_nr, int gap)
 	b->start = 0;
 }
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct truth_gate);
+} gate SEC(".maps");
+
+static __always_inline int gate_open(void)
+{
+	__u32 zero = 0;
+	struct truth_gate *g = bpf_map_lookup_elem(&gate, &zero);
+
+	return g && g->scale;
+}
+
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(truth_entry, unsigned int vec_nr)
 {
-	open_bracket(vec_nr, 0);
+	__u32 zero = 0;
+	struct truth_cpu *c;
+	int gated;
+
+	if (vec_nr != NET_RX_VEC)
+		return 0;
+	/* the gate is read before the clock, outside the bracket */
+	gated = gate_open();
+	c = bpf_map_lookup_elem(&truth_cpus, &zero);
+	if (!c)
+		return 0;
+	c->gated.start = 0;
+	c->net_rx.start = run_clock_ns();
+	if (gated)
+		c->gated.start = c->net_rx.start;
 	return 0;
 }
 
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(truth_exit, unsigned int vec_nr)
 {
-	close_bracket(vec_nr, 0);
+	__u64 now = run_clock_ns();
+	__u32 zero = 0;
+	struct truth_cpu *c;
+
+	if (vec_nr != NET_RX_VEC)
+		return 0;
+	c = bpf_map_lookup_elem(&truth_cpus, &zero);
+	if (!c || !c->net_rx.start)
+		return 0;
+	c->net_rx.ns += now - c->net_rx.start;
+	c->net_rx.count++;
+	c->net_rx.start = 0;
+	if (c->gated.start) {
+		c->gated.ns += now - c->gated.start;
+		c->gated.count++;
+		c->gated.start = 0;
+	}
 	return 0;
 }
 

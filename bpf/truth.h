@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* truth.bpf.c's per-CPU record, as bench/peer.py reads it (six __u64, in this order). */
+/* truth.bpf.c's per-CPU record, as bench/peer.py reads it (nine __u64, in this order). */
 #ifndef __TRUTH_H
 #define __TRUTH_H
 
@@ -12,6 +12,16 @@ struct truth_bracket {
 struct truth_cpu {
 	struct truth_bracket net_rx;	/* softirq_entry to softirq_exit of each NET_RX softirq */
 	struct truth_bracket gap;	/* from one program's last clock read to the next one's first */
+	struct truth_bracket gated;	/* the NET_RX softirqs that began while the gate was open */
+};
+
+/* The gate: where userspace gives it a map of this shape that another object writes (steer's
+ * struct ft_window, whose scale is non-zero while a window is open), the brackets that open while
+ * scale is set are also counted in `gated`. Left alone, it stays shut. */
+struct truth_gate {
+	__u64 opened;
+	__u32 seq;
+	__u32 scale;
 };
 
 #endif /* __TRUTH_H */

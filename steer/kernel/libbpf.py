@@ -121,6 +121,7 @@ def libbpf():
             ("btf__free", None, [vp]),
             ("btf__type_by_id", ctypes.POINTER(_BtfType), [vp, u32]),
             ("bpf_map__set_pin_path", i, [vp, cp]),
+            ("bpf_map__reuse_fd", i, [vp, i]),
             ("bpf_obj_get", i, [cp]),
             ("bpf_obj_get_opts", i, [cp, vp]),   # opts: _ObjGetOpts
             ("bpf_obj_pin", i, [i, cp]),

@@ -48,7 +48,7 @@ class BpfObject:
                  max_entries: dict[str, int] | None = None, disable: set[str] = frozenset(),
                  only: set[str] | None = None, btf: str | None = None,
                  pin_root: str | None = None, no_pin: bool = False,
-                 no_maps: set[str] = frozenset()):
+                 no_maps: set[str] = frozenset(), reuse: dict[str, int] | None = None):
         lib = libbpf()
         if not os.path.exists(path):
             raise KernelError(f"BPF object {path} not found: build it with `make`")
@@ -80,6 +80,10 @@ class BpfObject:
                 lib.bpf_program__set_autoload(self._prog_handle(name), False)
             for name in no_maps:   # not created: a program that uses one fails to load, named
                 lib.bpf_map__set_autocreate(self._map_handle(name), False)
+            for name, fd in (reuse or {}).items():   # another object's map, shared: its fd
+                rc = lib.bpf_map__reuse_fd(self._map_handle(name), fd)
+                if rc < 0:
+                    raise fail(f"cannot share map {name}", rc)
             if only is not None:
                 for name in set(self.programs()) - set(only):
                     lib.bpf_program__set_autoload(self._prog_handle(name), False)

@@ -2,8 +2,8 @@
 time (the kernel's own count of their runs against the packets the CPUs took in, /proc/net/
 softnet_stat), and what they count there stands for the whole time: TCP bytes against iperf3's,
 UDP bytes against the receiving namespace's own count of datagrams (/proc/PID/net/snmp, read
-at the same moments as steer's figures), NET_RX time against libbpf-tools `softirqs`. Nothing of
-steer's stays in the kernel after stop()."""
+at the same moments as steer's figures), NET_RX time against the NET_RX softirqs' own time inside
+the windows. Nothing of steer's stays in the kernel after stop()."""
 import json
 import os
 import subprocess
@@ -13,8 +13,7 @@ import time
 from helpers import (CPU_A, CPU_B, ROOT, hold_accuracy_rows, live, settled, tracer_programs,
                      two_cpus)
 from bench.accuracy import BOUNDS
-from bench.peer import (PeerStartError, softirqs_net_rx, softirqs_tool, steal_seconds,
-                        udp_datagrams)
+from bench.peer import NetRxBrackets, steal_seconds, udp_datagrams
 from steer.experiment.lab import Lab, LabFlow
 from steer.kernel.links import prog_run_stats
 from steer.trace.tracer import Tracer
@@ -53,12 +52,20 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
       against the rate outside (a paced sender below saturation) and the ~10 ms between the
       boundary and the truth's read; +-5% is over 10 observed spreads and fails a 0.85x or
       1.15x figure.
-    - NET_RX seconds a second against softirqs': a window sees the host with steer's programs
-      on, whose cost inside NET_RX (here ~10% of it) the gaps do not have: +0.8% .. +11.6% (6
-      runs), against -4.6% without windows. Bounds: that bias's -10%..+25%, widened by 4.39
-      standard deviations of the samples the figure rests on (2/sqrt(n), the matrix's odds):
-      about -30%..+45% with the ~1,900 NET_RX samples of 6 s, which fails a figure 1.5x off, not
-      one 15% off (the accuracy matrix holds the sampler to that, without windows).
+    - NET_RX seconds against the NET_RX softirqs' own time inside the windows (bench.peer.
+      NetRxBrackets, bpf/truth.bpf.c, with steer's window map as its gate: the softirqs that
+      began while a window was open, counted apart) times the scale: what the windows stand
+      for, measured where they were. -3.9% .. -0.1% (4 runs). Bounds: the accuracy matrix's for
+      the sampled NET_RX against the brackets, -25%..+10% (UDP and IPv6 read low there), widened
+      by 4.39 standard deviations of the samples the figure rests on (2/sqrt(n), the matrix's
+      odds, bench/odds.py): about -45%..+30% with the ~1,800 NET_RX samples of 6 s, which fails
+      a scale not applied (-90%), events counted outside the windows, and a figure 1.5x off,
+      not one 15% off (the matrix holds the sampler to that, without windows). Against the whole
+      time (libbpf-tools `softirqs`, as this test held it before) the figure reads what steer's
+      own programs and its sampler at ten times its rate add inside the windows: NET_RX ran
+      1.48-1.55x as long a second inside them as outside them here (printed; +13% to +48% over
+      the whole, where a bound of -30%..+45% failed about 1 run in 20 on this VM kind), a cost
+      that docs/how-it-measures.md states rather than a test's error.
     - Where the host took the CPUs away (steal, /proc/stat) for a share S of the time, the
       traffic stops for S inside the windows or outside them, not alike: a window stands for
       its cycle as if it ran at the cycle's pace, off by up to S/(1-S) when all of it fell
@@ -84,22 +91,24 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
             s0 = tracer.sample()
             lab.start_clients()
             time.sleep(SETTLE)
-            tool = softirqs_tool(SECONDS)
-            time.sleep(0.4)   # its window opens once its programs are attached
-            pid = lab.receiver_pid(lab.flows[1].port)
-            hint = tracer._obj.prog_fd("ft_skb_hint")
+            brackets = NetRxBrackets(gate_fd=tracer._obj.map("windows").fd)
+            try:
+                pid = lab.receiver_pid(lab.flows[1].port)
+                hint = tracer._obj.prog_fd("ft_skb_hint")
 
-            def runs():
-                """ft_skb_hint's runs, the skbs taken in, how long the windows were open and
-                the clock, read together between two windows"""
-                return (prog_run_stats(hint)[1], _processed(), tracer._runner.open_ns,
-                        time.monotonic_ns())
+                def read():
+                    """steer's figures, the NET_RX brackets, the namespace's UDP datagrams, the
+                    steal, ft_skb_hint's runs, the skbs taken in, how long the windows were open
+                    and the clock, read together between two windows"""
+                    return (tracer._read_maps(), brackets.measure(), udp_datagrams(pid)[1],
+                            steal_seconds((CPU_A, CPU_B)), prog_run_stats(hint)[1],
+                            _processed(), tracer._runner.open_ns, time.monotonic_ns())
 
-            w0, u0, st0 = tracer.sample(), udp_datagrams(pid)[1], steal_seconds((CPU_A, CPU_B))
-            r0, p0, o0, t0 = tracer._between_windows(runs)
-            out, _ = tool.communicate(timeout=SECONDS + 30)
-            w1, u1, st1 = tracer.sample(), udp_datagrams(pid)[1], steal_seconds((CPU_A, CPU_B))
-            r1, p1, o1, t1 = tracer._between_windows(runs)
+                w0, _, u0, st0, r0, p0, o0, t0 = tracer._between_windows(read)
+                time.sleep(SECONDS)
+                w1, truth, u1, st1, r1, p1, o1, t1 = tracer._between_windows(read)
+            finally:
+                brackets.close()
             results = lab.wait(timeout=60)
             time.sleep(0.2)
             s1 = tracer.sample()
@@ -126,18 +135,20 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
     held("UDP bytes / the namespace's datagrams x size - 1",
          udp / ((u1 - u0) * lab.flows[1].udp_size) - 1, -0.05 - steal_error, 0.05 + steal_error)
     net_rx = sum(c.net_rx_ns for c in w1.cpus) - sum(c.net_rx_ns for c in w0.cpus)
-    try:
-        truth = softirqs_net_rx(out, SECONDS)
-    except PeerStartError as e:
-        # the tool's reading, not the host's (bench.peer.softirqs_net_rx): no truth this run
-        print(e)
-        return
+    inside = sum(c["gated"] for c in truth.values())
+    outside = sum(c["ns"] for c in truth.values()) - inside
+    open_s = (o1 - o0) / 1e9
+    print(f"NET_RX a second inside the windows / outside them: "
+          f"{(inside / open_s) / (outside / (seconds - open_s)):.3f}")
     n = sum(e.kernel_samples for e in w1.entries.values()) - \
         sum(e.kernel_samples for e in w0.entries.values())
     assert n > 500, n
     spread = 4.39 * 2 / n ** 0.5
-    held("NET_RX seconds a second / softirqs' - 1", (net_rx / seconds) / truth - 1,
-         -0.10 - spread - steal_error, 0.25 + spread + steal_error)
+    low, high = BOUNDS[("NET_RX brackets", "sampled")]
+    print(f"NET_RX: steer {net_rx / 1e9:.3f} s, the brackets inside the windows "
+          f"{inside / 1e9:.4f} s x {tracer.windows.scale}, {n} samples")
+    held("NET_RX seconds / the brackets' inside the windows x scale - 1",
+         net_rx / (inside * tracer.windows.scale) - 1, low - spread, high + spread)
 
 
 def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):
