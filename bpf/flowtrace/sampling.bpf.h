@@ -325,106 +325,140 @@ static __always_inline int current_recv_flow(struct ft_flow_key *k)
 		(x)->cycles_##side += (dev)[FT_EVENT_CYCLES];			\
 	} while (0)
 
-SEC("perf_event")
-int ft_sample(struct bpf_perf_event_data *ctx)
-{
-	struct cpu_state *s = this_cpu_state();
-	struct ft_cpu_stats *tot = totals();
-	struct ft_flow_key k = {}, rk = {};
-	struct ft_flow_stats *st;
-	__u64 period = ctx->sample_period, llc, dllc, now, dev[FT_EVENTS];
-	__u32 cpu = bpf_get_smp_processor_id(), pid, wseq, scale = window_scale(&wseq);
-	struct ft_window *w;
-	int where, kthread, napi_thread;
-	char comm[8];
+/* What one sample weighs and carries, worked out once by sample_begin() and handed to the step
+ * that charges it. */
+struct ft_sampled {
+	__u64 weight;			/* ns it stands for (sample_weight(), times the window's scale) */
+	__u64 dllc;			/* LLC misses since the previous sample on this CPU, scaled */
+	__u64 dev[FT_EVENTS];		/* the other PMU events since then, scaled */
+	__u32 cpu;
+	__u32 wseq;			/* the window it fell in */
+};
 
-	if (!s || !tot || !scale)
-		return 0;
-	if (s->sample_window != wseq) {
+/* Step 1: this CPU's bookkeeping, whatever the sample landed in: a new window's start, the PMU's
+ * deltas since the previous sample (charged with its weight, to the same side), the count of
+ * samples, and the weight itself. */
+static __always_inline void sample_begin(struct bpf_perf_event_data *ctx, struct cpu_state *s,
+					 struct ft_cpu_stats *tot, __u32 scale, struct ft_sampled *x)
+{
+	struct ft_window *w;
+	__u64 llc, now;
+
+	if (s->sample_window != x->wseq) {
 		/* this CPU's first sample in this window: it stands for the time since the window
 		 * opened, and the PMU's deltas start here */
 		w = this_window();
-		s->sample_window = wseq;
+		s->sample_window = x->wseq;
 		s->clock_ns = w ? w->open_ns : 0;
 		s->sample_llc = 0;
 		__builtin_memset(s->sample_events, 0, sizeof(s->sample_events));
 	}
-	/* LLC misses since the previous sample are charged with its period, to the same side */
 	llc = llc_now();
-	dllc = (s->sample_llc ? llc - s->sample_llc : 0) * scale;
+	x->dllc = (s->sample_llc ? llc - s->sample_llc : 0) * scale;
 	s->sample_llc = llc;
-	events_since_sample(s, dev);
+	events_since_sample(s, x->dev);
 	for (int i = 0; i < FT_EVENTS; i++)
-		dev[i] *= scale;
+		x->dev[i] *= scale;
 	tot->samples++;
 	now = bpf_ktime_get_ns();
 	/* the first sample on this CPU: as if the previous one were a period ago */
-	period = sample_weight(period, now,
-			       s->clock_ns && s->clock_ns < now ? now - s->clock_ns : period,
-			       wseq) * scale;
+	x->weight = sample_weight(ctx->sample_period, now,
+				  s->clock_ns && s->clock_ns < now ? now - s->clock_ns :
+				  ctx->sample_period, x->wseq) * scale;
 	s->clock_ns = now;
-	if (sampled_user_mode(ctx))
-		return 0;
-	tot->samples_kernel_mode++;
-	where = where_sampled(ctx);
-	kthread = napi_thread = 0;
+}
+
+/* Step 2: what the CPU was doing: WHERE_* from where_sampled(), with the receive kthreads told
+ * apart by name (*KTHREAD: the cpumap kthread's own work; *NAPI_THREAD: a threaded NAPI poller,
+ * whose work is NET_RX) */
+static __always_inline int sample_context(struct bpf_perf_event_data *ctx, int *kthread,
+					  int *napi_thread)
+{
+	int where = where_sampled(ctx);
+	char comm[8];
+
+	*kthread = *napi_thread = 0;
 	if (where == WHERE_TASK || where == WHERE_NET_CONTEXT) {
 		bpf_get_current_comm(comm, sizeof(comm));
 		/* threaded NAPI (napi/<dev>-<id>) runs the NET_RX work in a kthread, bh disabled */
 		if (comm_is_napi(comm))
-			where = WHERE_NET_RX, napi_thread = 1;
+			where = WHERE_NET_RX, *napi_thread = 1;
 		else if (comm_is_cpumap(comm))
-			kthread = 1;
+			*kthread = 1;
 		else if (where == WHERE_NET_CONTEXT)
 			where = WHERE_NET_RX;
 	}
+	return where;
+}
 
-	if (where == WHERE_NET_RX || kthread) {
-		/* a hint from an earlier window is stale: its skb may be gone */
-		st = s->hint_window == wseq && hint_flow(s, &k) == 0 ? flow_entry(&k, cpu, tot) : 0;
-		if (st) {
-			if (kthread)
-				st->kthread_ns += period;
-			else
-				st->kernel_ns += period;
-			st->kernel_samples++;
-			ADD_EVENTS(st, kernel, dllc, dev);
-			st->last_seen_ns = s->clock_ns;
-		} else if (kthread) {
-			tot->kthread_unattributed_ns += period;
-		} else {
-			tot->net_rx_unattributed_ns += period;
-		}
-		if (kthread) {
-			tot->kthread_ns += period;
-		} else if (napi_thread) {
-			tot->net_rx_ns += period;
-			tot->napi_thread_ns += period;
-		} else {
-			tot->net_rx_ns += period;
-			tot->softirq_ns += period;
-			/* a NET_RX softirq on top of a receive kthread (its local_bh_enable) */
-			bpf_get_current_comm(comm, sizeof(comm));
-			if (kthread_ctx(comm) != CTX_NONE)
-				tot->kthread_net_rx_ns += period;
-		}
-		ADD_EVENTS(tot, kernel, dllc, dev);
-		if (cfg.profile_ranges)
-			profile_sample(ctx, st ? &k : 0, cpu, kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL,
-				       period);
-	} else if (where == WHERE_SOFTIRQ) {
-		tot->softirq_ns += period;
-		tot->softirq_llc += dllc;
+/* Step 3a: receive processing (NET_RX, or a receive kthread's work), to the flow of the CPU's
+ * last skb in this window (its key in *K; 0: one was found) and to the CPU's totals by context */
+static __always_inline int charge_receive(struct cpu_state *s, struct ft_cpu_stats *tot,
+					  struct ft_sampled *x, int kthread, int napi_thread,
+					  struct ft_flow_key *k)
+{
+	struct ft_flow_stats *st;
+	__u64 w = x->weight;
+	char comm[8];
+
+	/* a hint from an earlier window is stale: its skb may be gone */
+	st = s->hint_window == x->wseq && hint_flow(s, k) == 0 ? flow_entry(k, x->cpu, tot) : 0;
+	if (st) {
+		if (kthread)
+			st->kthread_ns += w;
+		else
+			st->kernel_ns += w;
+		st->kernel_samples++;
+		ADD_EVENTS(st, kernel, x->dllc, x->dev);
+		st->last_seen_ns = s->clock_ns;
+	} else if (kthread) {
+		tot->kthread_unattributed_ns += w;
+	} else {
+		tot->net_rx_unattributed_ns += w;
+	}
+	if (kthread) {
+		tot->kthread_ns += w;
+	} else if (napi_thread) {
+		tot->net_rx_ns += w;
+		tot->napi_thread_ns += w;
+	} else {
+		tot->net_rx_ns += w;
+		tot->softirq_ns += w;
+		/* a NET_RX softirq on top of a receive kthread (its local_bh_enable) */
 		bpf_get_current_comm(comm, sizeof(comm));
 		if (kthread_ctx(comm) != CTX_NONE)
-			tot->kthread_softirq_ns += period;
+			tot->kthread_net_rx_ns += w;
 	}
-	if (kthread || current_recv_flow(&rk))
-		return 0;
-	/* the current task is in a receive syscall: its own time, or softirq time nested in it */
-	st = flow_entry(&rk, cpu, tot);
+	ADD_EVENTS(tot, kernel, x->dllc, x->dev);
+	return st ? 0 : -1;
+}
+
+/* Step 3b: another softirq than NET_RX */
+static __always_inline void charge_softirq(struct ft_cpu_stats *tot, struct ft_sampled *x)
+{
+	char comm[8];
+
+	tot->softirq_ns += x->weight;
+	tot->softirq_llc += x->dllc;
+	bpf_get_current_comm(comm, sizeof(comm));
+	if (kthread_ctx(comm) != CTX_NONE)
+		tot->kthread_softirq_ns += x->weight;
+}
+
+/* Step 4: a task inside a receive syscall: its own time (WHERE_TASK), or softirq time nested in
+ * it, to the flow of the socket it reads (its key in *RK); the first sample of a new reader names
+ * it. 0: charged as the reader's own time */
+static __always_inline int charge_reader(struct cpu_state *s, struct ft_cpu_stats *tot,
+					 struct ft_sampled *x, int where, struct ft_flow_key *rk)
+{
+	struct ft_flow_stats *st;
+	__u32 pid;
+
+	if (current_recv_flow(rk))
+		return -1;
+	st = flow_entry(rk, x->cpu, tot);
 	if (!st)
-		return 0;
+		return -1;
 	pid = bpf_get_current_pid_tgid() >> 32;
 	if (st->app_pid != pid) {
 		/* with socket counters no read names the reader: the samples do */
@@ -433,18 +467,50 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		st->app_cgroup = bpf_get_current_cgroup_id();
 	}
 	if (where == WHERE_TASK) {
-		st->app_ns += period;
+		st->app_ns += x->weight;
 		st->app_samples++;
-		ADD_EVENTS(st, app, dllc, dev);
-		tot->app_ns += period;
-		ADD_EVENTS(tot, app, dllc, dev);
-		if (cfg.profile_ranges)
-			profile_sample(ctx, &rk, cpu, FT_SIDE_APP, period);
+		ADD_EVENTS(st, app, x->dllc, x->dev);
+		tot->app_ns += x->weight;
+		ADD_EVENTS(tot, app, x->dllc, x->dev);
 	} else {
-		st->app_nested_ns += period;
-		tot->app_nested_ns += period;
+		st->app_nested_ns += x->weight;
+		tot->app_nested_ns += x->weight;
 	}
 	st->last_seen_ns = s->clock_ns;
+	return where == WHERE_TASK ? 0 : -1;
+}
+
+SEC("perf_event")
+int ft_sample(struct bpf_perf_event_data *ctx)
+{
+	struct cpu_state *s = this_cpu_state();
+	struct ft_cpu_stats *tot = totals();
+	struct ft_flow_key k = {}, rk = {};
+	struct ft_sampled x = {};
+	__u32 scale = window_scale(&x.wseq);
+	int where, kthread, napi_thread, side = -1;
+	struct ft_flow_key *flow = 0;
+
+	if (!s || !tot || !scale)
+		return 0;
+	x.cpu = bpf_get_smp_processor_id();
+	sample_begin(ctx, s, tot, scale, &x);
+	if (sampled_user_mode(ctx))
+		return 0;
+	tot->samples_kernel_mode++;
+	where = sample_context(ctx, &kthread, &napi_thread);
+	if (where == WHERE_NET_RX || kthread) {
+		if (charge_receive(s, tot, &x, kthread, napi_thread, &k) == 0)
+			flow = &k;
+		side = kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL;
+	} else if (where == WHERE_SOFTIRQ) {
+		charge_softirq(tot, &x);
+	}
+	if (!kthread && charge_reader(s, tot, &x, where, &rk) == 0)
+		flow = &rk, side = FT_SIDE_APP;
+	/* one call site: the profile's search is most of what the verifier walks */
+	if (cfg.profile_ranges && side >= 0)
+		profile_sample(ctx, flow, x.cpu, side, x.weight);
 	return 0;
 }
 
