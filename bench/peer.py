@@ -15,6 +15,7 @@ import subprocess
 import time
 
 from steer.abi import flowtrace as abi
+from steer.kernel.btf import kvm_steal_offset
 from steer.kernel.objects import BpfObject, bpf_dir
 from steer.experiment.lab import Lab
 
@@ -54,6 +55,7 @@ class NetRxBrackets:
 
     def __init__(self, gate_fd: int | None = None):
         self.obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True,
+                             rodata=struct.pack("q", kvm_steal_offset()),
                              reuse=None if gate_fd is None else {"gate": gate_fd})
         try:
             # in this order: a tracepoint runs its programs in the order they were attached

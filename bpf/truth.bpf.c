@@ -28,6 +28,9 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define NET_RX_VEC	3	/* NET_RX_SOFTIRQ */
 
+/* run_clock.bpf.h's STEAL_OFF, set by userspace (bench/peer.py) as for steer's programs */
+const volatile __s64 steal_off = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -56,12 +59,12 @@ static __always_inline void open_bracket(unsigned int vec_nr, int gap)
 	struct truth_bracket *b = bracket(vec_nr, gap);
 
 	if (b)
-		b->start = run_clock_ns();
+		b->start = run_clock_ns(steal_off);
 }
 
 static __always_inline void close_bracket(unsigned int vec_nr, int gap)
 {
-	__u64 now = run_clock_ns();
+	__u64 now = run_clock_ns(steal_off);
 	struct truth_bracket *b = bracket(vec_nr, gap);
 
 	if (!b || !b->start)
@@ -101,7 +104,7 @@ int BPF_PROG(truth_entry, unsigned int vec_nr)
 	if (!c)
 		return 0;
 	c->gated.start = 0;
-	c->net_rx.start = run_clock_ns();
+	c->net_rx.start = run_clock_ns(steal_off);
 	if (gated)
 		c->gated.start = c->net_rx.start;
 	return 0;
@@ -110,7 +113,7 @@ int BPF_PROG(truth_entry, unsigned int vec_nr)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(truth_exit, unsigned int vec_nr)
 {
-	__u64 now = run_clock_ns();
+	__u64 now = run_clock_ns(steal_off);
 	__u32 zero = 0;
 	struct truth_cpu *c;
 
@@ -142,5 +145,34 @@ SEC("tp_btf/softirq_entry")
 int BPF_PROG(gap_end, unsigned int vec_nr)
 {
 	close_bracket(vec_nr, 1);
+	return 0;
+}
+
+/* For a test that holds the run clock's live steal to /proc/stat (tests/live/
+ * test_run_clock_live.py):
+ * not attached by the benchmarks */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct truth_steal);
+} truth_steals SEC(".maps");
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(truth_steal_read, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct truth_steal *t;
+	__u32 zero = 0;
+	struct rq *rq;
+
+	if (!bpf_core_field_exists(struct rq, prev_steal_time_rq))
+		return 0;
+	rq = task->se.cfs_rq->rq;
+	t = bpf_map_lookup_elem(&truth_steals, &zero);
+	if (!rq || !t)
+		return 0;
+	t->live = steal_off ? live_steal_ns(rq, steal_off) : 0;
+	t->counted = rq->prev_steal_time_rq;
 	return 0;
 }

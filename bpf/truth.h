@@ -24,4 +24,11 @@ struct truth_gate {
 	__u32 scale;
 };
 
+/* the run clock's two steal figures (run_clock.bpf.h) as the last sched_switch on a CPU read them:
+ * the live one through STEAL_OFF, and the run queue's count */
+struct truth_steal {
+	__u64 live;
+	__u64 counted;
+};
+
 #endif /* __TRUTH_H */

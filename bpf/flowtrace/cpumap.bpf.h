@@ -38,7 +38,7 @@ int BPF_PROG(ft_xdp_cpumap_kthread, int map_id, unsigned int processed, unsigned
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
-	__u64 now = run_clock_ns();
+	__u64 now = run_clock_ns(cfg.steal_off);
 	__u8 valid;
 
 	if (tot)

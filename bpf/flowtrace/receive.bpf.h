@@ -33,7 +33,8 @@ int BPF_PROG(ft_netif_receive_skb, struct sk_buff *skb)
 	struct ft_flow_key k = {};
 	struct ft_flow_stats *st;
 	__u32 cpu = bpf_get_smp_processor_id();
-	__u64 stamp = bpf_ktime_get_ns(), now = stamp - cpu_steal_ns(), payload = 0, llc;
+	__u64 stamp = bpf_ktime_get_ns(), now = stamp - cpu_steal_ns(cfg.steal_off);
+	__u64 payload = 0, llc;
 	int parsed, second_pass = 0;
 	__u8 kctx;
 

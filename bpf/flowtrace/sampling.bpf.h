@@ -54,7 +54,8 @@ struct {
 
 /* How far the scheduler's task clock of this CPU's run queue (what exec_start and
  * sum_exec_runtime are in) is behind its clock: the time the hypervisor took the CPU away (steal)
- * and, where the kernel accounts it, hard and soft irq time, since boot. The run queue is reached
+ * and, where the kernel accounts it, hard and soft irq time, since boot, and the steal its clocks
+ * do not hold yet (run_clock.bpf.h's steal_not_counted). The run queue is reached
  * through the task's CFS run queue (group scheduling, which every distribution kernel has):
  * `runqueues` is a per-CPU variable that kallsyms lists only with CONFIG_KALLSYMS_ALL. */
 static __always_inline __u64 task_clock_lag(struct task_struct *task)
@@ -63,10 +64,12 @@ static __always_inline __u64 task_clock_lag(struct task_struct *task)
 
 	if (!bpf_core_field_exists(struct cfs_rq, rq))
 		return 0;
-	rq = BPF_CORE_READ(task, se.cfs_rq, rq);
+	rq = task->se.cfs_rq->rq;
 	if (!rq)
 		return 0;
-	return BPF_CORE_READ(rq, clock) - BPF_CORE_READ(rq, clock_task);
+	/* and the steal since the run queue's last clock update, which its clocks do not hold yet
+	 * (run_clock.bpf.h) */
+	return rq->clock - rq->clock_task + steal_not_counted(rq, cfg.steal_off);
 }
 
 /* the longest task time one sample may stand for: beyond it something stopped the sampler

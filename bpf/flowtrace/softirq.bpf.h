@@ -14,7 +14,7 @@ int BPF_PROG(ft_softirq_entry, unsigned int vec_nr)
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
-	__u64 now = run_clock_ns();
+	__u64 now = run_clock_ns(cfg.steal_off);
 
 	if (!s || !tot)
 		return 0;
@@ -41,7 +41,7 @@ int BPF_PROG(ft_softirq_exit, unsigned int vec_nr)
 {
 	struct cpu_state *s = this_cpu_state();
 	struct ft_cpu_stats *tot = totals();
-	__u64 now = run_clock_ns();
+	__u64 now = run_clock_ns(cfg.steal_off);
 	__u64 llc = llc_now();
 
 	if (!s || !tot || !s->softirq_start)

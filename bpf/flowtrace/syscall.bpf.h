@@ -56,7 +56,7 @@ int BPF_PROG(ft_sys_enter, struct pt_regs *regs, long id)
 	r->in_recv = 1;
 	r->have_flow = 0;
 	r->acc_ns = r->acc_nested_ns = r->acc_llc = 0;
-	segment_start(r, tot, run_clock_ns());
+	segment_start(r, tot, run_clock_ns(cfg.steal_off));
 	return 0;
 }
 
@@ -75,7 +75,7 @@ int BPF_PROG(ft_sys_exit, struct pt_regs *regs, long ret)
 	if (!tot)
 		return 0;
 	stamp = bpf_ktime_get_ns();
-	now = stamp - cpu_steal_ns();
+	now = stamp - cpu_steal_ns(cfg.steal_off);
 	segment_end(r, tot, now);
 	r->in_recv = 0;
 	if (!r->have_flow)
@@ -168,7 +168,7 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 
 	if (!tot)
 		return 0;
-	now = run_clock_ns();
+	now = run_clock_ns(cfg.steal_off);
 	s = this_cpu_state();
 	if (s) {
 		if (s->run_pid && s->run_pid == prev->pid)

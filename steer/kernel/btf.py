@@ -1,9 +1,56 @@
 """What the running kernel's BTF says it has: a function's parameters, a type, a redirect path."""
 from __future__ import annotations
 
-from steer.kernel.libbpf import libbpf
+import ctypes
+import functools
 
-BTF_KIND_ENUM, BTF_KIND_TYPEDEF, BTF_KIND_FUNC = 6, 8, 12
+from steer.kernel.libbpf import _BtfType, libbpf
+
+BTF_KIND_ENUM, BTF_KIND_TYPEDEF, BTF_KIND_FUNC, BTF_KIND_DATASEC = 6, 8, 12, 15
+
+
+class _VarSecinfo(ctypes.Structure):   # struct btf_var_secinfo, after a DATASEC's btf_type
+    _fields_ = [("type", ctypes.c_uint32), ("offset", ctypes.c_uint32),
+                ("size", ctypes.c_uint32)]
+
+
+def percpu_distance(frm: str, to: str) -> int | None:
+    """How far the per-CPU variable TO lies from FRM in every CPU's per-CPU area, in bytes, by
+    the running kernel's BTF (their offsets in its .data..percpu section); None where either is
+    not there. For the BPF side, which reaches FRM's copy through a pointer and would read TO's
+    beside it: kallsyms lists per-CPU variables only with CONFIG_KALLSYMS_ALL."""
+    lib = libbpf()
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf:
+        return None
+    try:
+        sid = lib.btf__find_by_name_kind(btf, b".data..percpu", BTF_KIND_DATASEC)
+        if sid <= 0:
+            return None
+        sec = lib.btf__type_by_id(btf, sid)
+        n = sec.contents.info & 0xffff
+        infos = (_VarSecinfo * n).from_address(ctypes.addressof(sec.contents)
+                                               + ctypes.sizeof(_BtfType))
+        offsets = {}
+        for info in infos:
+            var = lib.btf__type_by_id(btf, info.type).contents
+            name = lib.btf__name_by_offset(btf, var.name_off)
+            if name in (frm.encode(), to.encode()):
+                offsets[name.decode()] = info.offset
+        if len(offsets) < 2:
+            return None
+        return offsets[to] - offsets[frm]
+    finally:
+        lib.btf__free(btf)
+
+
+@functools.lru_cache(maxsize=1)
+def kvm_steal_offset() -> int:
+    """bpf/run_clock.bpf.h's STEAL_OFF: where a CPU's KVM steal clock (steal_time, the time the
+    host ran something else in the vCPU's place, as the host keeps it) lies from its run queue;
+    0 where the kernel has either not (no KVM guest support, no scheduler BTF): the run clock then
+    takes the steal the run queue has counted."""
+    return percpu_distance("runqueues", "steal_time") or 0
 
 
 def vmlinux_func_params(name: str) -> int | None:

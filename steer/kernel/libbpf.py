@@ -120,6 +120,7 @@ def libbpf():
             ("btf__find_by_name_kind", ctypes.c_int32, [vp, cp, u32]),
             ("btf__free", None, [vp]),
             ("btf__type_by_id", ctypes.POINTER(_BtfType), [vp, u32]),
+            ("btf__name_by_offset", cp, [vp, u32]),
             ("bpf_map__set_pin_path", i, [vp, cp]),
             ("bpf_map__reuse_fd", i, [vp, i]),
             ("bpf_obj_get", i, [cp]),

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
 from steer.trace.windows import WindowRunner, Windows
-from steer.kernel.btf import BTF_KIND_ENUM, vmlinux_func_params, vmlinux_has_type
+from steer.kernel.btf import (BTF_KIND_ENUM, kvm_steal_offset, vmlinux_func_params,
+                              vmlinux_has_type)
 from steer.kernel.errors import KernelError, errno_name
 from steer.kernel.maps import BpfRing, possible_cpus
 from steer.kernel.mounts import drop_reason_names
@@ -402,7 +403,8 @@ class Tracer:
                          softirq_stacks=0 if preempt_rt() else 1,
                          app_counters=1 if p.hook == "counters" else 0,
                          profile_ranges=len(ranges) if sampled else 0, skb_count=p.skb_count,
-                         windows=1 if self._windowed(p) else 0)
+                         windows=1 if self._windowed(p) else 0,
+                         steal_off=kvm_steal_offset())
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi
         sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE")}

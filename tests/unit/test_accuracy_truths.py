@@ -66,3 +66,13 @@ def test_windows_take_their_own_bounds_where_they_have_them(monkeypatch):
     assert bounds(truth, "exact", None) == accuracy.BOUNDS[(truth, "exact")]
     # a truth without a windowed entry keeps its own
     assert bounds("iperf3 bytes", "sampled", None) == accuracy.BOUNDS[("iperf3 bytes", "sampled")]
+
+
+def test_the_peer_tools_steal_widens_only_the_low_bound():
+    """`softirqs` times on the plain clock, which counts what the host took from a CPU inside a
+    softirq; steer's exact mode and the brackets leave it out. So its row's low bound widens by
+    the CPU-seconds stolen over the scenario against the tool's NET_RX seconds, and no more."""
+    low, high = accuracy.BOUNDS[("softirqs NET_RX", "exact")]
+    assert bounds("softirqs NET_RX", "exact", None, extra_low=0.2) == \
+        pytest.approx((low - 0.2, high))
+    assert bounds("softirqs NET_RX", "exact", None) == (low, high)
