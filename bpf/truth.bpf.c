@@ -148,9 +148,8 @@ int BPF_PROG(gap_end, unsigned int vec_nr)
 	return 0;
 }
 
-/* For a test that holds the run clock's live steal to /proc/stat (tests/live/
- * test_run_clock_live.py):
- * not attached by the benchmarks */
+/* For the test that holds the run clock's live steal to /proc/stat
+ * (tests/live/test_run_clock_live.py); the benchmarks do not attach it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
