@@ -48,8 +48,8 @@ def percpu_distance(frm: str, to: str) -> int | None:
 def kvm_steal_offset() -> int:
     """bpf/run_clock.bpf.h's STEAL_OFF: where a CPU's KVM steal clock (steal_time, the time the
     host ran something else in the vCPU's place, as the host keeps it) lies from its run queue;
-    0 where the kernel has either not (no KVM guest support, no scheduler BTF): the run clock then
-    takes the steal the run queue has counted."""
+    0 where the kernel's BTF has either not (no KVM guest support): the run clock then takes the
+    steal the run queue has counted."""
     return percpu_distance("runqueues", "steal_time") or 0
 
 

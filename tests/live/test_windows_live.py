@@ -69,9 +69,10 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
     - Where the host took the CPUs away (steal, /proc/stat) for a share S of the time, the
       traffic stops for S inside the windows or outside them, not alike: a window stands for
       its cycle as if it ran at the cycle's pace, off by up to S/(1-S) when all of it fell
-      outside the windows (or inside, the other way). Both bounds widen by that: with 8% and
-      17% of the CPUs taken, UDP bytes read +8% and +18% on a VM kind where they read -0.5%
-      without; the windows' figures are that much less sure on a host that steals."""
+      outside the windows (or inside, the other way). The UDP bound widens by that (the NET_RX
+      figure and its truth are both the windows'): with 8% and 17% of the CPUs taken, UDP
+      bytes read +8% and +18% on a VM kind where they read -0.5% without; the windows' figures
+      are that much less sure on a host that steals."""
     with open(STATS) as f:
         stats_before = f.read().strip()
     with open(STATS, "w") as f:
