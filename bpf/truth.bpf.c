@@ -175,3 +175,42 @@ int BPF_PROG(truth_steal_read, bool preempt, struct task_struct *prev, struct ta
 	t->counted = rq->prev_steal_time_rq;
 	return 0;
 }
+
+/* The scheduler's time of each CPU's cpumap kthread (its sum_exec_runtime, as /proc/PID/schedstat
+ * has it), run by run at its switches out, and apart the runs that ended while the gate was open:
+ * with steer's window map as the gate, the kthread's time inside the windows, which the windows'
+ * figures stand for (bench/accuracy.py in windows). A cpumap kthread is bound to its CPU; with
+ * more than one cpumap on the host, a CPU's kthreads would be taken for one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct truth_kthread);
+} truth_kthreads SEC(".maps");
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(truth_kthread_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	struct truth_kthread *t;
+	__u64 runtime, d;
+	__u32 zero = 0;
+	char comm[8];
+
+	__builtin_memcpy(comm, prev->comm, sizeof(comm));
+	if (comm[0] != 'c' || comm[1] != 'p' || comm[2] != 'u' || comm[3] != 'm' ||
+	    comm[4] != 'a' || comm[5] != 'p' || comm[6] != '/')
+		return 0;
+	t = bpf_map_lookup_elem(&truth_kthreads, &zero);
+	if (!t)
+		return 0;
+	runtime = prev->se.sum_exec_runtime;
+	if (t->last && runtime > t->last) {
+		d = runtime - t->last;
+		t->ns += d;
+		if (gate_open())
+			t->gated_ns += d;
+	}
+	t->last = runtime;
+	return 0;
+}
