@@ -265,7 +265,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
         if brackets:
             brackets.close()
         raise
-    pinned = False
+    pinned, gated = False, None
     try:
         with Lab(sc.flows(a, b), seconds=SETTLE + seconds + TAIL,
                  threaded_napi=sc.threaded_napi) as lab:
@@ -280,7 +280,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
             kthread = (lambda pid, c: c.startswith(f"cpumap/{target}/")) if sc.steer_to else \
                 (lambda pid, c: pid in lab.napi_pids)
             s0 = tracer.sample()
-            tool = gated = None
+            tool = None
             lab.start_clients()
             time.sleep(SETTLE)
             if sc.kernel_truth == "softirqs NET_RX" and mode == "exact":
