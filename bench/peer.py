@@ -42,6 +42,14 @@ class NetRxTracer:
         self.obj.close()
 
 
+def truth_object(only: set[str] | None = None, gate_fd: int | None = None) -> BpfObject:
+    """bpf/truth.bpf.c loaded, owned by this process: its run clock told where the KVM steal
+    clock lies (as steer's programs are), GATE_FD's map shared as its gate where given."""
+    return BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True, only=only,
+                     rodata=struct.pack("q", kvm_steal_offset()),
+                     reuse=None if gate_fd is None else {"gate": gate_fd})
+
+
 class NetRxBrackets:
     """Each CPU's NET_RX softirq time by brackets (bpf/truth.bpf.c), less what the brackets add
     themselves: a program's return, the next one's call and a clock read, which a pair of
@@ -54,9 +62,7 @@ class NetRxBrackets:
     also counted apart (measure()'s "gated")."""
 
     def __init__(self, gate_fd: int | None = None):
-        self.obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True,
-                             rodata=struct.pack("q", kvm_steal_offset()),
-                             reuse=None if gate_fd is None else {"gate": gate_fd})
+        self.obj = truth_object(gate_fd=gate_fd)
         try:
             # in this order: a tracepoint runs its programs in the order they were attached
             for prog in ("gap_start", "gap_end", "truth_entry", "truth_exit"):
@@ -99,9 +105,7 @@ class GatedKthreadTime:
     windows of the sampled timing. One cpumap on the host (a CPU's runs are summed)."""
 
     def __init__(self, gate_fd: int):
-        self.obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), no_pin=True,
-                             rodata=struct.pack("q", kvm_steal_offset()),
-                             only={"truth_kthread_switch"}, reuse={"gate": gate_fd})
+        self.obj = truth_object({"truth_kthread_switch"}, gate_fd)
         try:
             self.obj.attach("truth_kthread_switch")
             self.cpus = self.obj.map("truth_kthreads")

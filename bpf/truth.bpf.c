@@ -38,42 +38,6 @@ struct {
 	__type(value, struct truth_cpu);
 } truth_cpus SEC(".maps");
 
-/* The truth's brackets and the gap pair beside them are the same two functions, on the two
- * halves of the record: a bracket opens with a clock read as its last work and closes with one as
- * its first, so that what it holds of its own is a return, a call and a clock read. */
-static __always_inline struct truth_bracket *bracket(unsigned int vec_nr, int gap)
-{
-	__u32 zero = 0;
-	struct truth_cpu *c;
-
-	if (vec_nr != NET_RX_VEC)
-		return 0;
-	c = bpf_map_lookup_elem(&truth_cpus, &zero);
-	if (!c)
-		return 0;
-	return gap ? &c->gap : &c->net_rx;
-}
-
-static __always_inline void open_bracket(unsigned int vec_nr, int gap)
-{
-	struct truth_bracket *b = bracket(vec_nr, gap);
-
-	if (b)
-		b->start = run_clock_ns(steal_off);
-}
-
-static __always_inline void close_bracket(unsigned int vec_nr, int gap)
-{
-	__u64 now = run_clock_ns(steal_off);
-	struct truth_bracket *b = bracket(vec_nr, gap);
-
-	if (!b || !b->start)
-		return;
-	b->ns += now - b->start;
-	b->count++;
-	b->start = 0;
-}
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -89,47 +53,64 @@ static __always_inline int gate_open(void)
 	return g && g->scale;
 }
 
+static __always_inline struct truth_cpu *net_rx_record(unsigned int vec_nr)
+{
+	__u32 zero = 0;
+
+	return vec_nr == NET_RX_VEC ? bpf_map_lookup_elem(&truth_cpus, &zero) : 0;
+}
+
+/* The truth's brackets and the gap pair beside them are the same two functions, on the two
+ * halves of the record: a bracket opens with a clock read as its last work and closes with one as
+ * its first, so that what it holds of its own is a return, a call and a clock read. The truth's
+ * half also counts apart the brackets opened with the gate open; the gate is read before the
+ * clock, and the gated count kept after it. */
+static __always_inline void open_bracket(unsigned int vec_nr, int gap)
+{
+	int gated = !gap && gate_open();
+	struct truth_cpu *c = net_rx_record(vec_nr);
+	struct truth_bracket *b;
+
+	if (!c)
+		return;
+	b = gap ? &c->gap : &c->net_rx;
+	b->start = run_clock_ns(steal_off);
+	if (!gap)
+		c->gated.start = gated ? b->start : 0;
+}
+
+static __always_inline void close_bracket(unsigned int vec_nr, int gap)
+{
+	__u64 now = run_clock_ns(steal_off);
+	struct truth_cpu *c = net_rx_record(vec_nr);
+	struct truth_bracket *b;
+
+	if (!c)
+		return;
+	b = gap ? &c->gap : &c->net_rx;
+	if (!b->start)
+		return;
+	b->ns += now - b->start;
+	b->count++;
+	b->start = 0;
+	if (!gap && c->gated.start) {
+		c->gated.ns += now - c->gated.start;
+		c->gated.count++;
+		c->gated.start = 0;
+	}
+}
+
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(truth_entry, unsigned int vec_nr)
 {
-	__u32 zero = 0;
-	struct truth_cpu *c;
-	int gated;
-
-	if (vec_nr != NET_RX_VEC)
-		return 0;
-	/* the gate is read before the clock, outside the bracket */
-	gated = gate_open();
-	c = bpf_map_lookup_elem(&truth_cpus, &zero);
-	if (!c)
-		return 0;
-	c->gated.start = 0;
-	c->net_rx.start = run_clock_ns(steal_off);
-	if (gated)
-		c->gated.start = c->net_rx.start;
+	open_bracket(vec_nr, 0);
 	return 0;
 }
 
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(truth_exit, unsigned int vec_nr)
 {
-	__u64 now = run_clock_ns(steal_off);
-	__u32 zero = 0;
-	struct truth_cpu *c;
-
-	if (vec_nr != NET_RX_VEC)
-		return 0;
-	c = bpf_map_lookup_elem(&truth_cpus, &zero);
-	if (!c || !c->net_rx.start)
-		return 0;
-	c->net_rx.ns += now - c->net_rx.start;
-	c->net_rx.count++;
-	c->net_rx.start = 0;
-	if (c->gated.start) {
-		c->gated.ns += now - c->gated.start;
-		c->gated.count++;
-		c->gated.start = 0;
-	}
+	close_bracket(vec_nr, 0);
 	return 0;
 }
 

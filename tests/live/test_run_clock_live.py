@@ -12,7 +12,7 @@ import pytest
 
 from helpers import live
 from steer.kernel.btf import kvm_steal_offset
-from steer.kernel.objects import BpfObject, bpf_dir
+from bench.peer import truth_object
 
 pytestmark = live
 
@@ -40,8 +40,7 @@ def test_the_live_steal_is_each_cpus_steal_by_proc_stat():
     reads another variable fails it (unless that variable happens to hold this CPU's steal to
     10 ms); where the guest shares no steal clock, the live figure is 0 and only that is held."""
     off = kvm_steal_offset()
-    obj = BpfObject(str(bpf_dir() / "truth.bpf.o"), rodata=struct.pack("q", off),
-                    only={"truth_steal_read"}, no_pin=True)
+    obj = truth_object({"truth_steal_read"})
     try:
         before = _stat_steal_ns()
         obj.attach("truth_steal_read")
