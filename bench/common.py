@@ -122,6 +122,8 @@ TRACER_MODES = {"sampled": {"timing": "sampled"},
                 # the sampled mode on its per-packet hooks 50 ms of every 500 (--windows 50/500)
                 "sampled-windows": {"timing": "sampled", "windows": "50/500"},
                 "exact": {"timing": "exact"},
+                # `steer flows --latency`: the default mode and the latency programs beside it
+                "sampled-latency": {"timing": "sampled", "latency": True},
                 # steer profile (on demand, not always on): the sampled tracer at its default
                 # rate and ten times that, each sample also classifying its kernel stack
                 "profile-1khz": {"timing": "sampled", "profile": True, "sample_hz": 999},

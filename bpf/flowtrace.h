@@ -236,4 +236,44 @@ struct ft_profile_value {
 	__u64 ns;		/* the samples' weights, as the flow's kernel_ns/app_ns take them */
 };
 
+/* --latency: how long a flow's received data waits in the host, from its skb reaching the stack
+ * (netif_receive_skb) to the receive call that copies it to the reader. At most one skb per flow
+ * every gate_ns is sampled (arrival time alone decides, not the reader: a sample never depends on
+ * how full the queue is); its arrival waits in one of FT_LAT_SLOTS slots until a copy takes it. */
+#define FT_LAT_SLOTS		16
+#define FT_LAT_SUB		8	/* buckets per power of two: each ~1/8 of it wide */
+#define FT_LAT_BUCKETS		256	/* 0-7 ns one each, then 8 per power of two to 2^34 ns */
+#define FT_LAT_GATE_NS		100000	/* at first a sample every 100 us per flow, at most */
+#define FT_LAT_GATE_MAX_NS	1000000000
+#define FT_LAT_CALM		(4 * FT_LAT_SLOTS)
+#define FT_LAT_TCP		(1ULL << 32)	/* a TCP slot's id: this bit and the sequence number */
+
+struct ft_lat_slot {
+	__u64 id;		/* 0: free; TCP: FT_LAT_TCP | the skb's first payload byte's sequence
+				 * number; UDP: the skb's address */
+	__u64 arrival_ns;
+};
+
+/* a UDP socket's sampled datagrams, from their enqueue to the read that takes them: a socket
+ * serves many peers, so each slot names its flow */
+struct ft_lat_sock {
+	struct ft_lat_slot slot[FT_LAT_SLOTS];
+	struct ft_flow_key flow[FT_LAT_SLOTS];
+	__u32 head;
+	__u32 pad;
+};
+
+struct ft_lat_flow {
+	__u64 next_ns;		/* no sample before this arrival time */
+	__u64 gate_ns;		/* between samples: doubles where a slot was taken before its read,
+				 * halves again after FT_LAT_CALM reads without that */
+	__u64 samples;		/* arrival-to-read delays in hist */
+	__u64 lost;		/* sampled skbs whose slot was taken before a read took them */
+	__u64 sum_ns;
+	__u32 head;		/* the next slot to fill, modulo FT_LAT_SLOTS */
+	__u32 calm;		/* samples read since the last one lost */
+	struct ft_lat_slot slot[FT_LAT_SLOTS];
+	__u32 hist[FT_LAT_BUCKETS];
+};
+
 #endif /* __FLOWTRACE_H */

@@ -22,32 +22,11 @@ int BPF_PROG(ft_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_re
 	struct ft_cpu_stats *tot;
 	struct ft_flow_stats *st;
 	struct ft_flow_key k = {};
-	__u64 head, data, nh, payload;
-	__u32 len, headlen, shift;
-	__u16 nh_off;
+	__u64 payload;
 
 	if ((__u32)reason <= SKB_CONSUMED_REASON || !skb->skb_iif)
 		return 0;
-	nh_off = skb->network_header;
-	if (nh_off == (__u16)~0U)
-		return 0;
-	head = (__u64)skb->head;
-	data = (__u64)skb->data;
-	nh = head + nh_off;
-	len = skb->len;
-	headlen = skb->len - skb->data_len;
-	if (data >= nh) {		/* headers already pulled: count them back in */
-		shift = data - nh;
-		len += shift;
-		headlen += shift;
-	} else {			/* dropped below the network layer */
-		shift = nh - data;
-		if (shift > headlen)
-			return 0;
-		len -= shift;
-		headlen -= shift;
-	}
-	if (headers_flow((unsigned char *)nh, len, headlen, bpf_ntohs(skb->protocol), &k, &payload))
+	if (pulled_skb_flow(skb, &k, &payload, 0))
 		return 0;
 	tot = totals();
 	if (!tot)

@@ -144,10 +144,12 @@ static __always_inline int ipv6_header(unsigned char *data, __u32 *len, __u32 he
 
 /* parse the network and transport headers at DATA, an skb's data of LEN bytes (HEADLEN of them
  * linear) and Ethernet protocol ETH_PROTO (netif_receive_skb runs after eth_type_trans, before the
- * network header offset is reset). Returns 0 and fills the key and the transport payload length,
- * or -1 for anything that is not TCP/UDP over IPv4/IPv6. */
+ * network header offset is reset). Returns 0 and fills the key, the transport payload length and,
+ * where TCP_SEQ is given, a TCP segment's sequence number; -1 for anything that is not TCP/UDP
+ * over IPv4/IPv6. */
 static __always_inline int headers_flow(unsigned char *data, __u32 len, __u32 headlen,
-					__u16 eth_proto, struct ft_flow_key *k, __u64 *payload)
+					__u16 eth_proto, struct ft_flow_key *k, __u64 *payload,
+					__u32 *tcp_seq)
 {
 	__u32 l4off = 0;
 	__u8 proto = 0;
@@ -180,6 +182,8 @@ static __always_inline int headers_flow(unsigned char *data, __u32 len, __u32 he
 		k->sport = th[0] << 8 | th[1];
 		k->dport = th[2] << 8 | th[3];
 		thl = (th[12] >> 4) * 4;
+		if (tcp_seq)
+			*tcp_seq = (__u32)th[4] << 24 | th[5] << 16 | th[6] << 8 | th[7];
 		*payload = len > l4off + thl ? len - l4off - thl : 0;
 	} else {
 		__u8 uh[4];
@@ -197,7 +201,42 @@ static __always_inline int headers_flow(unsigned char *data, __u32 len, __u32 he
 static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload)
 {
 	return headers_flow(skb->data, skb->len, skb->len - skb->data_len, bpf_ntohs(skb->protocol),
-			    k, payload);
+			    k, payload, 0);
+}
+
+/* and a TCP segment's sequence number */
+static __always_inline int skb_flow_seq(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload,
+					__u32 *tcp_seq)
+{
+	return headers_flow(skb->data, skb->len, skb->len - skb->data_len, bpf_ntohs(skb->protocol),
+			    k, payload, tcp_seq);
+}
+
+/* an skb past the layer that set its network header, wherever that layer left its data (a queued
+ * skb's points at its payload, a dropped one's anywhere): its headers read from the network header */
+static __always_inline int pulled_skb_flow(const struct sk_buff *skb, struct ft_flow_key *k,
+					   __u64 *payload, __u32 *tcp_seq)
+{
+	__u64 data = (__u64)skb->data, nh;
+	__u32 len = skb->len, headlen = skb->len - skb->data_len, shift;
+	__u16 nh_off = skb->network_header;
+
+	if (nh_off == (__u16)~0U)
+		return -1;
+	nh = (__u64)skb->head + nh_off;
+	if (data >= nh) {		/* headers already pulled: count them back in */
+		shift = data - nh;
+		len += shift;
+		headlen += shift;
+	} else {			/* dropped below the network layer */
+		shift = nh - data;
+		if (shift > headlen)
+			return -1;
+		len -= shift;
+		headlen -= shift;
+	}
+	return headers_flow((unsigned char *)nh, len, headlen, bpf_ntohs(skb->protocol), k,
+			    payload, tcp_seq);
 }
 
 /* Task stacks are 16 KiB on x86_64 and arm64 (32 KiB under KASAN, where a context in a stack's
@@ -244,7 +283,7 @@ static __always_inline int hint_flow(struct cpu_state *s, struct ft_flow_key *k)
 	if (!h->data)
 		return -1;
 	return headers_flow((unsigned char *)h->data, h->len, h->headlen, bpf_ntohs(h->proto), k,
-			    &payload);
+			    &payload, 0);
 }
 
 #endif /* FT_SKB_BPF_H */

@@ -58,6 +58,9 @@ FT_CATEGORY_NONE, FT_CATEGORY_OTHER = range(2)
 FT_SIDE_KERNEL, FT_SIDE_KTHREAD, FT_SIDE_APP = range(3)
 FT_EVENT_REFERENCES, FT_EVENT_INSTRUCTIONS, FT_EVENT_CYCLES, FT_EVENTS = range(4)
 FT_COUNT_TCP, FT_COUNT_UDP = 1, 2
+FT_LAT_SLOTS, FT_LAT_SUB, FT_LAT_BUCKETS = 16, 8, 256
+FT_LAT_GATE_NS, FT_LAT_GATE_MAX_NS, FT_LAT_TCP = 100_000, 1_000_000_000, 1 << 32
+FT_LAT_CALM = 4 * FT_LAT_SLOTS
 ENUMS = {"ft_timing": {"FT_TIMING_EXACT": FT_TIMING_EXACT, "FT_TIMING_SAMPLED": FT_TIMING_SAMPLED}}
 HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX,
                     "FT_TEXT_NAPI_THREAD": FT_TEXT_NAPI_THREAD, "FT_TEXT_SOFTIRQ": FT_TEXT_SOFTIRQ,
@@ -67,7 +70,11 @@ HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX
                     "FT_SIDE_APP": FT_SIDE_APP, "FT_EVENT_REFERENCES": FT_EVENT_REFERENCES,
                     "FT_EVENT_INSTRUCTIONS": FT_EVENT_INSTRUCTIONS,
                     "FT_EVENT_CYCLES": FT_EVENT_CYCLES, "FT_EVENTS": FT_EVENTS,
-                    "FT_COUNT_TCP": FT_COUNT_TCP, "FT_COUNT_UDP": FT_COUNT_UDP}
+                    "FT_COUNT_TCP": FT_COUNT_TCP, "FT_COUNT_UDP": FT_COUNT_UDP,
+                    "FT_LAT_SLOTS": FT_LAT_SLOTS, "FT_LAT_SUB": FT_LAT_SUB,
+                    "FT_LAT_BUCKETS": FT_LAT_BUCKETS, "FT_LAT_GATE_NS": FT_LAT_GATE_NS,
+                    "FT_LAT_GATE_MAX_NS": FT_LAT_GATE_MAX_NS, "FT_LAT_TCP": FT_LAT_TCP,
+                    "FT_LAT_CALM": FT_LAT_CALM}
 
 
 class Config(ctypes.Structure):
@@ -93,12 +100,23 @@ class ProfileValue(ctypes.Structure):
     _fields_ = [("samples", u64), ("ns", u64)]
 
 
+class LatSlot(ctypes.Structure):
+    _fields_ = [("id", u64), ("arrival_ns", u64)]
+
+
+class LatFlow(ctypes.Structure):
+    _fields_ = [("next_ns", u64), ("gate_ns", u64), ("samples", u64), ("lost", u64),
+                ("sum_ns", u64), ("head", u32), ("calm", u32), ("slot", LatSlot * FT_LAT_SLOTS),
+                ("hist", u32 * FT_LAT_BUCKETS)]
+
+
 # C struct name -> mirror, for the BTF check
 MIRRORS = {
     "ft_flow_key": FlowKey, "ft_flow_cpu_key": FlowCpuKey, "ft_flow_stats": FlowStats,
     "ft_cpu_stats": CpuStats, "ft_config": Config, "ft_text_category": TextCategory,
     "ft_profile_key": ProfileKey, "ft_profile_value": ProfileValue,
     "ft_napi_key": NapiKey, "ft_napi_stats": NapiStats, "ft_window": Window,
+    "ft_lat_slot": LatSlot, "ft_lat_flow": LatFlow,
 }
 
 

@@ -243,7 +243,8 @@ def start_tracer(args):
     from steer.trace.tracer import Tracer
     tracer = Tracer(max_flows=args.max_flows, counters=args.counters, btf=args.btf,
                     idle_timeout=args.idle_timeout, app_hook=args.app_hook, timing=args.timing,
-                    sample_hz=args.sample_hz, windows=getattr(args, "windows", None)).start()
+                    sample_hz=args.sample_hz, windows=getattr(args, "windows", None),
+                    latency=getattr(args, "latency", False)).start()
     tune_gc()
     return tracer
 

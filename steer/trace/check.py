@@ -50,11 +50,11 @@ def remedy(why: str) -> str:
     return ""
 
 
-def _tracer_run(timing: str, app_hook: str) -> dict:
+def _tracer_run(timing: str, app_hook: str, latency: bool = False) -> dict:
     """Start a tracer as the commands do, note what it took and what was refused, stop it."""
     from steer.kernel.privileges import PrivilegeError
     from steer.trace.tracer import Tracer, TracerError
-    t = Tracer(timing=timing, app_hook=app_hook, counters="off")
+    t = Tracer(timing=timing, app_hook=app_hook, counters="off", latency=latency)
     try:
         t.start()
     except (TracerError, PrivilegeError) as e:
@@ -125,6 +125,8 @@ def run_checks() -> dict:
         runs[timing] = _tracer_run(timing, "auto")
     for hook in ("tracepoint", "fexit", "kprobe"):
         runs[f"exact/{hook}"] = _tracer_run("exact", hook)
+    # what --latency adds (its figure, below the default's)
+    runs["latency"] = _tracer_run("auto", "auto", latency=True)
     report["default"] = {k: default.get(k) for k in ("runs", "mode", "hook", "why", "error")}
     report["modes"] = {name: {k: r.get(k) for k in ("runs", "mode", "hook", "why", "error")}
                        for name, r in runs.items() if name != "default"}
@@ -143,6 +145,11 @@ def run_checks() -> dict:
     for name, f in (default.get("figures") or {}).items():
         figures[name] = dict(f, what=FIGURES[name],
                              fix=remedy(f["why"]) if f["state"] != WORKS else "")
+    lat = (runs["latency"].get("figures") or {}).get("latency")
+    if lat:
+        # a figure of an option's: "option" says which, the default does not have it
+        figures["latency"] = dict(lat, what=FIGURES["latency"], option="--latency",
+                                  fix=remedy(lat["why"]) if lat["state"] != WORKS else "")
     report["figures"] = figures
     if report["privileges"]["missing"] or not report["btf"]:
         report["counters"], report["steering"] = {}, "not tried"

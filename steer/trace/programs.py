@@ -62,13 +62,18 @@ SECTIONS = {
     "ft_sys_enter": "tp_btf/sys_enter",
     "ft_sys_exit": "tp_btf/sys_exit",
     "ft_sched_switch": "tp_btf/sched_switch",
+    "ft_lat_arrival": "tp_btf/netif_receive_skb",
+    "ft_lat_read": "tp_btf/skb_copy_datagram_iovec",
+    "ft_lat_queued": "tp_btf/sk_data_ready",
+    "ft_lat_udp_read": "tp_btf/sock_recv_length",
 }
 ALL_PROGRAMS = tuple(SECTIONS)
 # its maps (tests/unit/test_programs.py checks them against the source): a map type the kernel lacks
 # (task storage before 5.11) is not created, and the programs that use it are refused in turn
 MAPS = ("flows", "cpu_totals", "windows", "udp_seen", "udp_ring", "llc_counters", "ref_counters",
         "instruction_counters", "cycle_counters", "cpu_states", "readers", "napi_polls", "socks",
-        "recv_calls", "sampled_runtime", "stack_scratch", "profile_text", "profile")
+        "recv_calls", "sampled_runtime", "stack_scratch", "profile_text", "profile", "lat_flows",
+        "lat_zero", "lat_arriving", "lat_socks")
 OPTIONAL = tuple(p for p in ALL_PROGRAMS if not any(p in core for core in CORE.values()))
 
 # the per-CPU and per-device figures, in every mode
@@ -82,6 +87,10 @@ TCP_ITERATOR = "ft_tcp_sockets"
 # exact timing's context bookkeeping: cpumap kthreads, and the reader's syscalls
 SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit")
 EXACT_PROGRAMS = ("ft_xdp_redirect", "ft_xdp_cpumap_kthread", "ft_sched_switch", *SYSCALL_PROGRAMS)
+# --latency, in any mode: an skb's arrival; a TCP read's copy of its data; a UDP datagram's
+# enqueue on its socket and the read that takes it off
+LATENCY_PROGRAMS = ("ft_lat_arrival", "ft_lat_read", "ft_lat_queued", "ft_lat_udp_read")
+LATENCY_UDP = ("ft_lat_queued", "ft_lat_udp_read")
 
 # How the application side learns which socket a read was from and how many bytes it got:
 # - counters (sampled timing): no program per TCP read. A TCP reader's bytes are the socket's own
@@ -133,6 +142,7 @@ FIGURES = {
     "napi_polls": "NAPI polls per CPU and device queue",
     "hardirqs": "device interrupt time per CPU",
     "cpumap_drops": "frames a steering cpumap dropped because its queue to the target CPU was full",
+    "latency": "how long received data waits from the stack to the reader's copy, per flow",
 }
 # and in a few words, for tables and the live view's degraded line
 FIGURE_NAMES = {"kernel_time": "kernel time", "kthread_time": "kthread time",
@@ -141,7 +151,7 @@ FIGURE_NAMES = {"kernel_time": "kernel time", "kthread_time": "kthread time",
                 "reader": "reader CPU", "app_time": "app time", "app_calls": "calls",
                 "open_connections": "connections open at start", "drops": "drops",
                 "napi_polls": "NAPI polls", "hardirqs": "IRQ time",
-                "cpumap_drops": "cpumap queue drops"}
+                "cpumap_drops": "cpumap queue drops", "latency": "latency (--latency)"}
 
 
 class PlanError(Exception):
@@ -195,10 +205,11 @@ def _first(options, needs, refused: dict, what: str):
     return None, "; ".join(passed)
 
 
-def plan(timing: str, app_hook: str, refused: dict[str, str]) -> Plan:
+def plan(timing: str, app_hook: str, refused: dict[str, str], latency: bool = False) -> Plan:
     """The plan for TIMING (one of TIMING_CHOICES) and APP_HOOK (one of HOOK_CHOICES) on a kernel
-    that refused the programs in REFUSED (name -> why, a phrase naming the hook). Raises
-    PlanError where the mode or hook asked for by name cannot run, or no mode can."""
+    that refused the programs in REFUSED (name -> why, a phrase naming the hook), with the
+    latency programs where LATENCY. Raises PlanError where the mode or hook asked for by name
+    cannot run, or no mode can."""
     modes = TIMINGS if timing == "auto" else (timing,)
     mode, timing_why = _first(modes, lambda m: CORE[m], refused, "--timing")
     if mode is None:
@@ -232,6 +243,8 @@ def plan(timing: str, app_hook: str, refused: dict[str, str]) -> Plan:
             wanted |= set(SYSCALL_PROGRAMS)
     elif hook in SOCKET_HOOKS:
         wanted |= set(SOCKET_PROGRAMS)
+    if latency:
+        wanted |= set(LATENCY_PROGRAMS)
     programs = frozenset(wanted - set(refused))
 
     skb_count, tcp_walk = 0, False
@@ -250,6 +263,8 @@ def plan(timing: str, app_hook: str, refused: dict[str, str]) -> Plan:
             skb_count |= FT_COUNT_TCP
     figures = _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why,
                        _Lost(hook_why, "--app-hook off" if app_hook == "off" else ""))
+    if latency:   # a figure of its own only where asked for
+        figures["latency"] = _latency(programs, refused)
     return Plan(mode, hook, programs, skb_count, tcp_walk, figures, timing_why, hook_why)
 
 
@@ -333,6 +348,23 @@ def _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why: str
     f["hardirqs"] = _state(all(map(has, irq)), "irq:irq_handler_entry/exit", "not measured",
                            why(*irq))
     return f
+
+
+def _latency(programs, refused) -> Figure:
+    """--latency's figure: the arrival's program, with each transport's read programs."""
+    lost = lambda *names: _Lost(refusals(names, refused))   # noqa: E731
+    if "ft_lat_arrival" not in programs:
+        return lost("ft_lat_arrival").figure(MISSING, "not measured")
+    how = ("an skb per flow every 100 us at most (fewer where its data waits long), from its "
+           "arrival (net:netif_receive_skb) to the read that takes it")
+    tcp, udp = "ft_lat_read" in programs, all(p in programs for p in LATENCY_UDP)
+    if tcp and udp:
+        return Figure(WORKS, how + " (TCP: skb:skb_copy_datagram_iovec; UDP: sock:sk_data_ready "
+                      "and sock:sock_recv_length)")
+    if tcp or udp:
+        return lost(*(LATENCY_UDP if tcp else ("ft_lat_read",))).figure(
+            DEGRADED, how + (": TCP reads only" if tcp else ": UDP reads only"))
+    return lost("ft_lat_read", *LATENCY_UDP).figure(MISSING, "not measured")
 
 
 def _flushed_by(tcp_walk: bool) -> str:

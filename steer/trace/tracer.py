@@ -105,6 +105,7 @@ def _flow_id_of(k: tuple) -> FlowId:
 _STATS_FIELDS = [n for n, _ in itertools.takewhile(lambda f: f[1] is abi.u64, abi.FlowStats._fields_)]
 _CPU_FIELDS = [n for n, _ in abi.CpuStats._fields_]
 _KEY = struct.Struct(abi.struct_format(abi.FlowCpuKey))
+_FLOW_KEY = struct.Struct(abi.struct_format(abi.FlowKey))
 _VALUE = struct.Struct(abi.struct_format(abi.FlowStats))
 _NAPI_KEY = struct.Struct(abi.struct_format(abi.NapiKey))
 _NAPI_VALUE = struct.Struct(abi.struct_format(abi.NapiStats))
@@ -123,6 +124,7 @@ _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuS
 # its time in 4 runs of 28 at 4,999 Hz (2026-11-27). Rates a few percent apart drift through
 # every phase many times a second.
 SAMPLE_SPREAD = 0.02
+LATENCY_MAX_FLOWS = 8192   # --latency's flows at most (lat_flows: ~1.3 KB each, preallocated)
 
 
 def sample_period(hz: int, cpu: int) -> int:
@@ -143,6 +145,7 @@ class Tracer:
     sample_hz: int = DEFAULT_SAMPLE_HZ
     profile: bool = False       # steer profile: each sample's kernel stack by category (sampled)
     windows: Windows | None = None   # sampled: on the per-packet hooks in windows (None: always)
+    latency: bool = False       # --latency: each flow's arrival-to-read delays (any mode)
     capabilities: Capabilities | None = field(default=None, init=False)
 
     def __post_init__(self):
@@ -314,7 +317,7 @@ class Tracer:
         self.refused_maps = {m: REFUSE_ENV for m in forced & set(MAPS)}
         for _ in range(len(ALL_PROGRAMS) + len(MAPS) + 1):
             try:
-                p = plan(self.timing, self.app_hook, refused)
+                p = plan(self.timing, self.app_hook, refused, self.latency)
             except PlanError as e:
                 raise TracerError(str(e)) from None
             if self.profile and p.timing != "sampled":
@@ -375,6 +378,10 @@ class Tracer:
                 out[prog] = "this kernel has no xdp:xdp_cpumap_kthread tracepoint"
         if not vmlinux_has_type("btf_trace_xdp_cpumap_enqueue"):
             out["ft_xdp_cpumap_enqueue"] = "this kernel has no xdp:xdp_cpumap_enqueue tracepoint"
+        if not vmlinux_has_type("btf_trace_sock_recv_length"):
+            out["ft_lat_udp_read"] = "this kernel has no sock:sock_recv_length (Linux 6.3+)"
+        if not vmlinux_has_type("btf_trace_sk_data_ready"):
+            out["ft_lat_queued"] = "this kernel has no sock:sk_data_ready (Linux 6.5+)"
         if not vmlinux_has_type("skb_drop_reason", BTF_KIND_ENUM):
             out["ft_kfree_skb"] = "this kernel's skb:kfree_skb gives no drop reason (Linux 5.17+)"
         return out
@@ -407,7 +414,10 @@ class Tracer:
                          steal_off=kvm_steal_offset())
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi
-        sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE")}
+        sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE"),
+                 # ~1.3 KB an entry, preallocated: as few as the kernel takes where not asked for
+                 "lat_flows": min(self.max_flows, LATENCY_MAX_FLOWS) if self.latency
+                 else possible_cpus()}
         if ranges and sampled:
             sizes.update(profile_text=len(ranges), profile=PROFILE_ENTRIES)
         # fresh events for each attempt: an attached one belongs to its link, which a failed
@@ -718,6 +728,22 @@ class Tracer:
             if not self._obj:
                 raise TracerError("tracer is not running")
             return read_counts(self._obj.map("profile"))
+
+    def latency_totals(self) -> dict[FlowId, tuple]:
+        """With latency=True: per flow, the kernel's running (histogram, samples, lost, sum_ns)
+        of its arrival-to-read delays (steer.model.latency reads them)."""
+        with self._lock:
+            if not self._obj:
+                raise TracerError("tracer is not running")
+            if "lat_flows" not in self.refused_maps and "ft_lat_read" in self._obj.attached:
+                m = self._obj.map("lat_flows")
+                out = {}
+                for kraw, vraw in m.items():
+                    v = abi.LatFlow.from_buffer_copy(vraw)
+                    out[_flow_id_of(_FLOW_KEY.unpack(kraw))] = (
+                        list(v.hist), v.samples, v.lost, v.sum_ns)
+                return out
+            return {}
 
     def sample(self) -> TraceSample:
         """Read every map once: cumulative counters since start. Also flushes the sockets' reads

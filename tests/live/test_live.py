@@ -366,11 +366,14 @@ def test_live_view_off_a_terminal_is_plain_text(tmp_path):
     assert out.count("flows over") >= 2 and "198.18.0.2:5201" in out and "rx" in out
 
 
-@pytest.mark.parametrize("timing", [[], ["--timing", "exact"]], ids=["default", "exact"])
+@pytest.mark.parametrize("timing", [[], ["--timing", "exact", "--latency"]],
+                         ids=["default", "exact-latency"])
 def test_flows_json_shape(timing):
     """The shape of `steer flows --json`, and where the flow comes in: the default mode reads it
     from the socket, exact timing from each skb; both name the lab's receiving veth in its
-    namespace, with the ifindex `ip` gives, and no NIC under it."""
+    namespace, with the ifindex `ip` gives, and no NIC under it. With --latency (here in the
+    exact mode; tests/live/test_latency_live.py holds its figures to a truth in the default
+    one) each flow has its arrival-to-read delays, and without it none."""
     with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
         lab.start_servers()
         p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json", *timing],
@@ -397,6 +400,13 @@ def test_flows_json_shape(timing):
     assert (rx["dev"], rx["netns"], rx["ifindex"]) == (RECEIVER_DEV, lab.rx, link["ifindex"]), rx
     assert rx["nic"] is None and rx["locality"] == "none: a virtual device"
     assert f["nic_local"] == {"kernel": None, "app": None}
+    if "--latency" not in timing:
+        assert all("latency" not in g for g in j["flows"])
+        return
+    assert all(set(g["latency"]) == {"arrival_to_read"} for g in j["flows"])
+    d = f["latency"]["arrival_to_read"]
+    # iperf3's reader waits in its read: its data is read within milliseconds, not seconds
+    assert d["samples"] > 100 and 0 < d["p50_us"] <= d["p90_us"] <= d["p99_us"] < 1e6, d
 
 
 @pytest.mark.parametrize("refuse", ["", "ft_flush_socks,ft_udp_recvmsg_exit,ft_udpv6_recvmsg_exit",

@@ -1,0 +1,95 @@
+"""A flow's arrival-to-read delays (--latency): the kernel's histogram of them (bpf/flowtrace.h,
+struct ft_lat_flow) read as quantiles. Pure: the buckets' bounds mirror lat_bucket() in
+bpf/flowtrace/latency.bpf.h, and a quantile is placed inside its bucket by linear interpolation,
+so it is within a bucket's width (an eighth of its power of two) of the kernel's own delays."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SUB = 8          # FT_LAT_SUB: buckets per power of two
+BUCKETS = 256    # FT_LAT_BUCKETS
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def bucket_of(ns: int) -> int:
+    """The bucket a delay of NS nanoseconds goes to, as the kernel's lat_bucket() puts it."""
+    if ns < SUB:
+        return ns
+    p = ns.bit_length() - 1
+    return min(SUB * (p - 2) + ((ns >> (p - 3)) & (SUB - 1)), BUCKETS - 1)
+
+
+def bucket_bounds(b: int) -> tuple[int, int]:
+    """[low, high) in nanoseconds of bucket B (the last one also holds everything above it)."""
+    if b < SUB:
+        return b, b + 1
+    p, j = b // SUB + 2, b % SUB
+    width = 1 << (p - 3)
+    return (SUB + j) * width, (SUB + j + 1) * width
+
+
+@dataclass(frozen=True)
+class Delays:
+    """One flow's arrival-to-read delays over an interval."""
+    samples: int
+    lost: int            # sampled skbs whose slot was taken before a read took them
+    mean_ns: float | None
+    quantiles_ns: dict[float, float]   # q -> delay, for QUANTILES, where there are samples
+
+    def as_json(self) -> dict:
+        q = {f"p{round(k * 100)}_us": round(v / 1e3, 3) for k, v in self.quantiles_ns.items()}
+        return {"samples": self.samples, "lost": self.lost,
+                "mean_us": None if self.mean_ns is None else round(self.mean_ns / 1e3, 3),
+                **({f"p{round(k * 100)}_us": None for k in QUANTILES} if not q else q)}
+
+
+def quantile(hist: list[int], q: float) -> float | None:
+    """The Q quantile (0..1) of the delays counted in HIST (one count per bucket)."""
+    total = sum(hist)
+    if not total:
+        return None
+    rank = q * total
+    seen = 0
+    for b, n in enumerate(hist):
+        if n and seen + n >= rank:
+            lo, hi = bucket_bounds(b)
+            return lo + (hi - lo) * max(rank - seen, 0) / n
+        seen += n
+    lo, hi = bucket_bounds(len(hist) - 1)
+    return float(lo)
+
+
+def delays(hist: list[int], samples: int, lost: int, sum_ns: int) -> Delays:
+    """What the kernel's histogram says, or an empty Delays where nothing was read."""
+    if not samples:
+        return Delays(0, lost, None, {})
+    return Delays(samples, lost, sum_ns / samples, {q: quantile(hist, q) for q in QUANTILES})
+
+
+def since(now: tuple, before: tuple | None) -> tuple:
+    """(hist, samples, lost, sum_ns) of an interval, from the kernel's running totals NOW and
+    BEFORE (None: the flow's first read); a flow the kernel forgot and met again counts anew."""
+    if before is None or now[1] < before[1] or now[2] < before[2]:
+        return now
+    return ([a - b for a, b in zip(now[0], before[0])], now[1] - before[1], now[2] - before[2],
+            now[3] - before[3])
+
+
+def interval_delays(before: dict, after: dict) -> dict:
+    """FlowId -> Delays over an interval, from two reads of the kernel's running totals
+    (Tracer.latency_totals)."""
+    return {fid: delays(*since(now, before.get(fid))) for fid, now in after.items()}
+
+
+def with_delays(data: dict, by_flow: dict | None) -> dict:
+    """A snapshot's JSON (flows --json) with each flow's arrival_to_read delays from BY_FLOW
+    (FlowId -> Delays), where --latency asked for them: a flow with no sampled skb read in the
+    interval has samples 0 and null quantiles."""
+    if by_flow is None:
+        return data
+    from steer.model.samples import FlowId
+    none = Delays(0, 0, None, {})
+    for row in data["flows"]:
+        fid = FlowId(row["proto"], row["src"], row["sport"], row["dst"], row["dport"])
+        row["latency"] = {"arrival_to_read": by_flow.get(fid, none).as_json()}
+    return data
