@@ -34,19 +34,24 @@ def _add_flows(sub, fmt) -> None:
                    help="length of the window")
     f.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
     f.add_argument("--limit", metavar="N", type=positive(int, 0, MAX_ROWS), default=50, help="flows in the table")
-    f.add_argument("--latency", action="store_true",
+    latency_option(f)
+    view_options(f)
+    tracer_options(f)
+
+
+def latency_option(p) -> None:
+    p.add_argument("--latency", action="store_true",
                    help="also how long each flow's data waits from the stack to its reader "
                         "(median, p90, p99)\n\n"
                         "also how long each flow's received data waits in the host: from its skb "
                         "reaching the stack (net:netif_receive_skb) to the receive call that "
                         "takes it (TCP: skb:skb_copy_datagram_iovec; UDP: the datagram leaving its "
-                        "socket's queue, at sock:sock_recv_length), median, p90 and "
-                        "p99 over the window, from an skb per flow every 100 us at most. Four "
-                        "programs more: one per skb, one per copy of TCP data to a reader, one per "
-                        "enqueue on a socket and one per read of a socket; not in the default "
-                        "mode's cost budget, so asked for (docs/how-it-measures.md)")
-    view_options(f)
-    tracer_options(f)
+                        "socket's queue, at sock:sock_recv_length), median, p90 and p99 over the "
+                        "window (`steer top`: p50 and p99, a column), from an skb per flow every "
+                        "100 us at most. Four programs more: one per skb, one per copy of TCP "
+                        "data to a reader, one per enqueue on a socket and one per read of a "
+                        "socket; not in the default mode's cost budget, so asked for "
+                        "(docs/how-it-measures.md)")
 
 
 def _add_top(sub, fmt) -> None:
@@ -64,6 +69,7 @@ def _add_top(sub, fmt) -> None:
                      help="quit after this long (default: run until Ctrl-C)")
     top.add_argument("--limit", metavar="N", type=positive(int, 0, MAX_ROWS), default=DEFAULT_LIMIT,
                      help="flows printed per interval off a terminal (on one, as many as fit)")
+    latency_option(top)
     view_options(top)
     tracer_options(top)
 
@@ -143,7 +149,8 @@ def cmd_flows(args) -> int:
     from steer.model.topology import read_topology
     from steer.present.live import make_console
     from steer.present.view import render
-    from steer.model.latency import interval_delays, with_delays
+    from steer.model.latency import interval_delays
+    from steer.model.reports import attach_delays
     from steer.present.latency_view import delays_table
     topo = read_topology()
     tracer = start_tracer(args)
@@ -160,8 +167,9 @@ def cmd_flows(args) -> int:
         tracer.stop()
     snap = attach_workloads(attach_devices(snap, topo, DeviceResolver()), workloads)
     delays = interval_delays(lat0, lat1) if args.latency else None
+    snap = attach_delays(snap, delays)
     if args.json:
-        print(json.dumps(with_delays(snap.as_json(), delays), indent=2))
+        print(json.dumps(snap.as_json(), indent=2))
     else:
         console = make_console()
         console.print(render(snap, topo, args.limit, console.width, view_state(args)))

@@ -10,9 +10,10 @@ from steer.model.capabilities import Capabilities
 from steer.model.classify import Placement, classify
 from steer.model.interval import (ACTIVITY, COUNTERS, WILDCARD_DROPS, dominant, first_named,
                                   interval_cpus, is_wildcard, kernel_time, restarted)
+from steer.model.latency import interval_delays
 from steer.model.placement import PlacementMemory
-from steer.model.reports import (CpuReport, FlowReport, RxPath, Snapshot, attach_devices,
-                                 attach_workloads, by_side, side_events)
+from steer.model.reports import (CpuReport, FlowReport, RxPath, Snapshot, attach_delays,
+                                 attach_devices, attach_workloads, by_side, side_events)
 from steer.model.samples import CpuSample, FlowCpuSample, FlowId, NapiCounts, TraceSample, TraceSource
 from steer.model.topology import Topology
 from steer.model.units import hit_ratio
@@ -262,11 +263,18 @@ class Intervals:
         self.tracer, self.topo, self.devices, self.workloads = tracer, topo, devices, workloads
         self.memory = PlacementMemory(topo) if smooth else None
         self.first = self.last = tracer.sample()
+        # --latency: the kernel's running totals of each flow's delays at the last snapshot
+        self.latency = getattr(tracer, "latency", False)
+        self.delays_last = tracer.latency_totals() if self.latency else None
 
     def __call__(self) -> Snapshot:
         now = self.tracer.sample()
         snap = build_snapshot(self.last, now, self.topo, self.tracer.capabilities)
         self.last = now
+        if self.latency:
+            totals = self.tracer.latency_totals()
+            snap = attach_delays(snap, interval_delays(self.delays_last, totals))
+            self.delays_last = totals
         snap = self.memory.update(snap) if self.memory else snap
         # DEVICES: attach_devices' lookup, for consumers that weigh the NIC's place (policies);
         # WORKLOADS: attach_workloads', for those that show or match readers by workload

@@ -43,6 +43,9 @@ class Delays:
                 **({f"p{round(k * 100)}_us": None for k in QUANTILES} if not q else q)}
 
 
+NO_DELAYS = Delays(0, 0, None, {})   # a flow none of whose sampled skbs was read
+
+
 def quantile(hist: list[int], q: float) -> float | None:
     """The Q quantile (0..1) of the delays counted in HIST (one count per bucket)."""
     total = sum(hist)
@@ -79,17 +82,3 @@ def interval_delays(before: dict, after: dict) -> dict:
     """FlowId -> Delays over an interval, from two reads of the kernel's running totals
     (Tracer.latency_totals)."""
     return {fid: delays(*since(now, before.get(fid))) for fid, now in after.items()}
-
-
-def with_delays(data: dict, by_flow: dict | None) -> dict:
-    """A snapshot's JSON (flows --json) with each flow's arrival_to_read delays from BY_FLOW
-    (FlowId -> Delays), where --latency asked for them: a flow with no sampled skb read in the
-    interval has samples 0 and null quantiles."""
-    if by_flow is None:
-        return data
-    from steer.model.samples import FlowId
-    none = Delays(0, 0, None, {})
-    for row in data["flows"]:
-        fid = FlowId(row["proto"], row["src"], row["sport"], row["dst"], row["dport"])
-        row["latency"] = {"arrival_to_read": by_flow.get(fid, none).as_json()}
-    return data

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from steer.model.capabilities import Capabilities
 from steer.model.classify import Placement
 from steer.model.irqs import DeviceIrq, queue_irq
+from steer.model.latency import NO_DELAYS, Delays
 from steer.model.samples import FlowCpuSample, FlowId, NapiCounts
 from steer.model.topology import Topology, nic_local, nic_sockets
 from steer.model.units import per_gb, hit_ratio
@@ -89,6 +90,8 @@ class FlowReport:
     app_cgroup_id: int | None = None
     app_cgroup: str | None = None
     app_workload: Workload | None = None
+    # --latency: its arrival-to-read delays over the snapshot's interval (None: not asked for)
+    delays: Delays | None = None
 
     @property
     def rate_bps(self) -> float:
@@ -163,6 +166,8 @@ class FlowReport:
                 **(self.rx_device or {})},
             "nic_local": self.nic_local,
         }
+        if self.delays is not None:
+            out["latency"] = {"arrival_to_read": self.delays.as_json()}
         return _null_missing(out, caps, f"{f.proto}_", FLOW_FIELDS) if caps else out
 
 
@@ -334,6 +339,15 @@ def attach_workloads(snap: Snapshot, lookup) -> Snapshot:
             f = replace(f, app_cgroup=path, app_workload=w)
         flows.append(f)
     return replace(snap, flows=flows)
+
+
+def attach_delays(snap: Snapshot, by_flow: dict | None) -> Snapshot:
+    """SNAP with each flow's arrival-to-read delays from BY_FLOW (FlowId -> Delays, --latency;
+    a flow none of whose sampled skbs was read in the interval: no samples); None: not asked."""
+    if by_flow is None:
+        return snap
+    return replace(snap, flows=[replace(f, delays=by_flow.get(f.flow, NO_DELAYS))
+                                for f in snap.flows])
 
 
 def with_queue_irq(dev: dict, queue: int | None) -> dict:

@@ -186,10 +186,30 @@ def columns(snap: Snapshot, history: History | None) -> list[Column]:
         Column("k s/GB", lambda f: _per_gb(f.kernel_seconds_per_gb, f), 4),
         Column("a s/GB", lambda f: _per_gb(f.app_seconds_per_gb, f), 4),
     ]
+    if any(f.delays is not None for f in snap.flows):
+        # --latency: how long its data waited from the stack to its reader, p50/p99
+        cols.insert(6, Column("wait p50/p99", delays_text, 1))
     if snap.capabilities.llc.available:
         cols += [Column("LLC k", lambda f: figure(f.llc_misses_kernel, "{:,}"), 5),
                  Column("LLC a", lambda f: figure(f.llc_misses_app, "{:,}"), 5)]
     return cols
+
+
+def delays_text(f: FlowReport) -> str:
+    """p50/p99 of the flow's arrival-to-read delays in the interval ("-" where none was read)."""
+    d = f.delays
+    if d is None or not d.samples:
+        return "-"
+    return f"{duration_text(d.quantiles_ns[0.5])}/{duration_text(d.quantiles_ns[0.99])}"
+
+
+def duration_text(ns: float) -> str:
+    """A delay in three significant figures at most: 850ns, 12us, 3.4ms, 1.2s."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            v = ns / scale
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return f"{ns:.0f}ns"
 
 
 def reader_text(f: FlowReport) -> str:

@@ -352,11 +352,13 @@ def test_live_view_in_a_terminal(width, height):
 
 
 def test_live_view_off_a_terminal_is_plain_text(tmp_path):
+    """`steer top` off a terminal: a plain table an interval, and with --latency the column of
+    each flow's wait from the stack to its reader."""
     with Lab([LabFlow(CPU_A, CPU_A)], seconds=3) as lab:
         lab.start_servers()
-        p = subprocess.Popen([*STEER, "top", "--interval", "1", "--duration", "3"],
+        p = subprocess.Popen([*STEER, "top", "--interval", "1", "--duration", "3", "--latency"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+                             env=dict(os.environ, PYTHONPATH=ROOT, COLUMNS="200"), cwd=ROOT)
         time.sleep(0.8)
         lab.start_clients()
         out, err = p.communicate(timeout=60)
@@ -364,6 +366,9 @@ def test_live_view_off_a_terminal_is_plain_text(tmp_path):
     assert p.returncode == 0, err
     assert "\x1b[" not in out
     assert out.count("flows over") >= 2 and "198.18.0.2:5201" in out and "rx" in out
+    # --latency: a column of each flow's wait from the stack to its reader, p50/p99
+    assert "wait p50/p99" in out
+    assert re.search(r"5201 .* \d+(\.\d)?(ns|us|ms)/\d+(\.\d)?(ns|us|ms) ", out), out
 
 
 @pytest.mark.parametrize("timing", [[], ["--timing", "exact", "--latency"]],

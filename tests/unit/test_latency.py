@@ -98,27 +98,35 @@ def test_each_latency_program_has_its_hook():
         "tp_btf/sock_recv_length"}
 
 
-def test_flows_json_gets_each_flows_delays_and_the_table_its_sampled_flows():
-    from steer.model.latency import interval_delays, with_delays
-    from steer.model.samples import FlowId
+def test_each_flow_gets_its_delays_in_json_the_table_and_the_live_views_column():
+    from rich.console import Console
+    from steer.model.latency import NO_DELAYS, interval_delays
+    from steer.model.reports import attach_delays
     from steer.present.latency_view import delays_table
-    a = FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 5201)
-    b = FlowId("udp", "198.18.0.1", 40001, "198.18.0.2", 5202)
+    from steer.present.view import ViewState, duration_text, render
+    from test_view import A, B, DATA, VM, _snapshot
+    from steer.model.topology import read_topology
     hist = [0] * BUCKETS
     hist[bucket_of(50_000)] = 4
-    before = {a: ([0] * BUCKETS, 0, 0, 0)}
-    after = {a: (hist, 4, 0, 200_000), b: ([0] * BUCKETS, 0, 1, 0)}
-    d = interval_delays(before, after)
-    data = {"flows": [{"proto": f.proto, "src": f.src, "sport": f.sport, "dst": f.dst,
-                       "dport": f.dport} for f in (a, b)]
-            + [{"proto": "tcp", "src": "::1", "sport": 1, "dst": "::1", "dport": 2}]}
-    rows = with_delays(data, d)["flows"]
-    assert rows[0]["latency"]["arrival_to_read"]["samples"] == 4
-    assert rows[1]["latency"]["arrival_to_read"] == {"samples": 0, "lost": 1, "mean_us": None,
-                                                      "p50_us": None, "p90_us": None,
-                                                      "p99_us": None}
-    assert rows[2]["latency"]["arrival_to_read"]["samples"] == 0   # not in the kernel's map
-    assert with_delays({"flows": [{}]}, None) == {"flows": [{}]}   # not asked for: untouched
+    d = interval_delays({A: ([0] * BUCKETS, 0, 0, 0)},
+                        {A: (hist, 4, 0, 200_000), B: ([0] * BUCKETS, 0, 1, 0)})
+    snap = _snapshot(DATA)
+    assert attach_delays(snap, None) is snap   # not asked for: untouched
+    snap = attach_delays(snap, d)
+    rows = {(f["sport"], f["dport"]): f for f in snap.as_json()["flows"]}
+    assert rows[(40000, 5201)]["latency"]["arrival_to_read"]["samples"] == 4
+    assert rows[(40001, 9000)]["latency"]["arrival_to_read"] == {
+        "samples": 0, "lost": 1, "mean_us": None, "p50_us": None, "p90_us": None, "p99_us": None}
+    assert all("latency" in f for f in rows.values())   # the ACKs too: not in the kernel's map
+    assert next(f for f in snap.flows if f.flow not in d).delays is NO_DELAYS
     text = delays_table(d, 10)
-    assert str(a) in text and str(b) not in text and " 51us " in text   # in 49.2..53.2 us
+    assert str(A) in text and str(B) not in text and " 51us " in text   # in 49.2..53.2 us
     assert "no sampled skb" in delays_table({}, 10)
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render(snap, read_topology(VM), width=200, state=ViewState(show_idle=True)))
+    view = console.export_text()
+    assert "wait p50/p99" in view
+    (a,) = [line for line in view.splitlines() if "40000 ->" in line]
+    assert "51us/53us" in a
+    assert [duration_text(n) for n in (850, 12_345, 3_400_000, 1.2e9)] == \
+        ["850ns", "12us", "3.4ms", "1.2s"]
