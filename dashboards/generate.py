@@ -175,6 +175,17 @@ def overview():
                         "(the follow-up's instructions per Gbps). Needs a PMU and --timing "
                         "sampled."),
         degraded_table(12, 0, 32),
+        timeseries(13, "Receive wait by class (p50, p99)", [
+            target(f"histogram_quantile(0.5, sum by (class, le) (rate("
+                   f"steer_class_receive_wait_seconds_bucket{{{INST}}}[{RATE}])))",
+                   "p50 {{class}}", "A"),
+            target(f"histogram_quantile(0.99, sum by (class, le) (rate("
+                   f"steer_class_receive_wait_seconds_bucket{{{INST}}}[{RATE}])))",
+                   "p99 {{class}}", "B")], "s", 0, 40, w=24,
+            description="How long received data waits in the host, from its skb reaching the "
+                        "stack to the read that takes it, by the placement class of its flow: "
+                        "does the same-core placement cost latency as well as throughput? "
+                        "Needs steer export --latency (a diagnostic: four programs more)."),
     ]
     return dashboard("steer-overview", "steer: receive placement overview",
                      "Per-class receive throughput and cost, per-CPU time, steering actions.",

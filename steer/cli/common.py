@@ -229,6 +229,22 @@ def help_text(text: str | None, detail: bool = False) -> str:
     return (more or brief) if detail else brief
 
 
+def latency_option(p) -> None:
+    """--latency, of the commands that show flows: the latency programs beside the tracer's."""
+    p.add_argument("--latency", action="store_true",
+                   help="also how long each flow's data waits from the stack to its reader\n\n"
+                        "also how long each flow's received data waits in the host: from its skb "
+                        "reaching the stack (net:netif_receive_skb) to the receive call that "
+                        "takes it (TCP: skb:skb_copy_datagram_iovec; UDP: the datagram leaving its "
+                        "socket's queue, at sock:sock_recv_length), from an skb per flow every "
+                        "100 us at most: `steer flows` its median, p90 and p99, `steer top` p50 "
+                        "and p99 as a column, `steer export` a histogram by class "
+                        "(steer_class_receive_wait_seconds). Four programs more: one per skb, one "
+                        "per copy of TCP data to a reader, one per enqueue on a socket and one per "
+                        "read of a socket; not in the default mode's cost budget, so asked for "
+                        "(docs/how-it-measures.md)")
+
+
 def check_tracer_options(args) -> None:
     """What argparse cannot see: tracer options that do not go together."""
     if getattr(args, "windows", None) and getattr(args, "timing", None) not in ("sampled", "auto"):

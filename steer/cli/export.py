@@ -5,8 +5,8 @@ import os
 import sys
 import time
 
-from steer.cli.common import (MAX_INTERVAL, MAX_ROWS, UsageError, UserError, bounded_int, positive,
-                              start_tracer, tracer_options)
+from steer.cli.common import (MAX_INTERVAL, MAX_ROWS, UsageError, UserError, bounded_int,
+                              latency_option, positive, start_tracer, tracer_options)
 
 
 def add_parsers(sub, fmt) -> dict:
@@ -38,6 +38,7 @@ def add_parsers(sub, fmt) -> dict:
                          "root's files), and says so. The pinned steering rules are readable "
                          "by the steer group; another user reports steer_steering_readable 0")
     web_options(ex)
+    latency_option(ex)
     tracer_options(ex)
     return {"export": cmd_export}
 

@@ -5,8 +5,8 @@ import json
 import sys
 import time
 
-from steer.cli.common import (EXIT_ERROR, MAX_INTERVAL, MAX_ROWS, UserError, bounded_int, device_name,
-                              need_matplotlib, netns_name, positive,
+from steer.cli.common import (EXIT_ERROR, MAX_INTERVAL, MAX_ROWS, UserError, bounded_int,
+                              device_name, latency_option, need_matplotlib, netns_name, positive,
                               start_profiler, start_tracer, tracer_options, view_options,
                               view_state)
 
@@ -37,21 +37,6 @@ def _add_flows(sub, fmt) -> None:
     latency_option(f)
     view_options(f)
     tracer_options(f)
-
-
-def latency_option(p) -> None:
-    p.add_argument("--latency", action="store_true",
-                   help="also how long each flow's data waits from the stack to its reader "
-                        "(median, p90, p99)\n\n"
-                        "also how long each flow's received data waits in the host: from its skb "
-                        "reaching the stack (net:netif_receive_skb) to the receive call that "
-                        "takes it (TCP: skb:skb_copy_datagram_iovec; UDP: the datagram leaving its "
-                        "socket's queue, at sock:sock_recv_length), median, p90 and p99 over the "
-                        "window (`steer top`: p50 and p99, a column), from an skb per flow every "
-                        "100 us at most. Four programs more: one per skb, one per copy of TCP "
-                        "data to a reader, one per enqueue on a socket and one per read of a "
-                        "socket; not in the default mode's cost budget, so asked for "
-                        "(docs/how-it-measures.md)")
 
 
 def _add_top(sub, fmt) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from steer.model.numeric import np
+
 SUB = 8          # FT_LAT_SUB: buckets per power of two
 BUCKETS = 256    # FT_LAT_BUCKETS
 QUANTILES = (0.5, 0.9, 0.99)
@@ -82,3 +84,51 @@ def interval_delays(before: dict, after: dict) -> dict:
     """FlowId -> Delays over an interval, from two reads of the kernel's running totals
     (Tracer.latency_totals)."""
     return {fid: delays(*since(now, before.get(fid))) for fid, now in after.items()}
+
+
+# the exporter's histogram buckets (le, seconds): Prometheus' classic ones from 10 us to 2.5 s
+EXPORT_BOUNDS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
+                 0.1, 0.25, 0.5, 1.0, 2.5)
+# each kernel bucket's midpoint in seconds: a bucket goes to the first le at or above it, so a
+# cumulative count is off by at most the share of one kernel bucket (1/8 of its power of two)
+_MIDPOINTS = np.array([sum(bucket_bounds(b)) / 2e9 for b in range(BUCKETS)])
+_LE_OF = np.searchsorted(np.array(EXPORT_BOUNDS), _MIDPOINTS)   # len(EXPORT_BOUNDS): +Inf
+
+
+class ClassWaits:
+    """Per placement class, the running histogram of its flows' arrival-to-read delays, for a
+    Prometheus histogram that only goes up: each read's interval of each flow (since(), against
+    the flow's previous read) goes to the class the flow had in that interval."""
+
+    def __init__(self, classes):
+        self.classes = list(classes)
+        self.hist = np.zeros((len(self.classes), BUCKETS), np.uint64)
+        self.sum_ns = [0] * len(self.classes)
+        self._last: dict = {}
+
+    def fold(self, totals: dict, class_of) -> None:
+        """TOTALS: flow -> the kernel's running (hist, samples, lost, sum_ns); CLASS_OF(flows) ->
+        each flow's class index in this interval, or -1 (no traffic seen: its delays wait for a
+        read where it has one)."""
+        keys = list(totals)
+        cls = class_of(keys) if keys else []
+        last = {}
+        for key, c in zip(keys, cls):
+            if c < 0:
+                if key in self._last:
+                    last[key] = self._last[key]
+                continue
+            hist, n, _, total = since(totals[key], self._last.get(key))
+            last[key] = totals[key]
+            if n:
+                self.hist[c] += np.asarray(hist, np.uint64)
+                self.sum_ns[c] += total
+        self._last = last
+
+    def buckets(self, i: int) -> tuple[list[tuple[str, float]], float]:
+        """Class I's cumulative (le, count) pairs, +Inf last, and its sum in seconds."""
+        per_le = np.bincount(_LE_OF, weights=self.hist[i].astype(float),
+                             minlength=len(EXPORT_BOUNDS) + 1)
+        cum = np.cumsum(per_le)
+        return ([(f"{le:g}", float(c)) for le, c in zip(EXPORT_BOUNDS, cum)]
+                + [("+Inf", float(cum[-1]))], self.sum_ns[i] / 1e9)

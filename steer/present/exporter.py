@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from steer import __version__
@@ -27,7 +27,8 @@ from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS,
                             DEFAULT_TIMEOUT, DEFAULT_WORKERS, FLOW_LABEL_SETS)
 from steer.model.capabilities import MECHANISMS
 from steer.model.classify import CLASSES
-from steer.model.flowarrays import FlowArrays, flow_fields, flow_hashes, flow_id
+from steer.model.flowarrays import FLOW, FlowArrays, flow_fields, flow_hashes, flow_id
+from steer.model.latency import ClassWaits
 from steer.model.reports import SIDE_EVENTS, SIDES, by_side, side_events
 from steer.model.totals import EPHEMERAL, FlowTotal, ServiceTotals, WorkloadTotals, workload_key
 from steer.model.ledger import AT, TOTALS, Fold, FlowLedger, find
@@ -135,6 +136,8 @@ class SteerCollector(Collector):
             self._workloads = WorkloadResolver(CgroupResolver(background=True))
             self._workloads.prime()
         self._workload_totals = WorkloadTotals()
+        # --latency: each class's delays from the stack to the reader
+        self._waits = ClassWaits(CLASSES) if getattr(tracer, "latency", False) else None
         # steer_class_flows' window, sorted by flow (its hash: 1 in 2^64 two count as one, as
         # Python's hash of a FlowId did): each flow, when it last had traffic (ms) and its class
         self._active_flows = np.empty(0, np.uint64)   # their hashes (flowarrays.flow_hashes)
@@ -167,6 +170,9 @@ class SteerCollector(Collector):
             sums = np.bincount(fold.cls, weights=values, minlength=len(CLASSES))
             for i, cls in enumerate(CLASSES):
                 self._class_totals[cls][key] += float(sums[i])
+        if self._waits is not None:
+            self._waits.fold(self.tracer.latency_totals(raw=True), lambda keys: _classes_of(
+                keys, fold))
         t = now.monotonic_ns / 1e9
         self._remember_active(fold, int(t * 1000))
         return now, fold, self._series(fold, t)
@@ -335,6 +341,15 @@ class SteerCollector(Collector):
                     for side in SIDES:
                         m.add_metric([cls, side], self._class_totals[cls][f"{event}_{side}"])
                 yield m
+        if self._waits is not None:
+            m = HistogramMetricFamily(
+                "steer_class_receive_wait_seconds",
+                "How long received data waits from the stack to the read that takes it, by "
+                "class (--latency: sampled skbs).", labels=["class"])
+            for i, cls in enumerate(CLASSES):
+                buckets, total = self._waits.buckets(i)
+                m.add_metric([cls], buckets, total)
+            yield m
         flows = GaugeMetricFamily("steer_class_flows",
                                   f"Flows with traffic in the last {ACTIVE_WINDOW:g} s, by class.",
                                   labels=["class"])
@@ -559,6 +574,21 @@ class SteerCollector(Collector):
 # fields of them by side
 _EVENT_DOCS = {"llc_references": "LLC references", "instructions": "Instructions retired",
                "cycles": "Core cycles"}
+
+
+def _classes_of(keys: list[bytes], fold: Fold) -> np.ndarray:
+    """The class (an index into CLASSES) each flow of KEYS (packed ft_flow_key) had in FOLD's
+    interval, -1 where it had no traffic there."""
+    out = np.full(len(keys), -1, np.int64)
+    active = flow_hashes(fold.flows[fold.active])
+    if not len(active):
+        return out
+    order = np.argsort(active)
+    want = flow_hashes(np.frombuffer(b"".join(keys), FLOW))
+    at = np.minimum(np.searchsorted(active[order], want), len(active) - 1)
+    hit = active[order][at] == want
+    out[hit] = fold.cls[order][at][hit]
+    return out
 
 
 def _cpu_order(item) -> tuple:

@@ -729,9 +729,10 @@ class Tracer:
                 raise TracerError("tracer is not running")
             return read_counts(self._obj.map("profile"))
 
-    def latency_totals(self) -> dict[FlowId, tuple]:
-        """With latency=True: per flow, the kernel's running (histogram, samples, lost, sum_ns)
-        of its arrival-to-read delays (steer.model.latency reads them)."""
+    def latency_totals(self, raw: bool = False) -> dict:
+        """With latency=True: per flow (a FlowId; RAW: its packed ft_flow_key), the kernel's
+        running (histogram, samples, lost, sum_ns) of its arrival-to-read delays
+        (steer.model.latency reads them)."""
         with self._lock:
             if not self._obj:
                 raise TracerError("tracer is not running")
@@ -740,8 +741,8 @@ class Tracer:
                 out = {}
                 for kraw, vraw in m.items():
                     v = abi.LatFlow.from_buffer_copy(vraw)
-                    out[_flow_id_of(_FLOW_KEY.unpack(kraw))] = (
-                        list(v.hist), v.samples, v.lost, v.sum_ns)
+                    key = bytes(kraw) if raw else _flow_id_of(_FLOW_KEY.unpack(kraw))
+                    out[key] = (list(v.hist), v.samples, v.lost, v.sum_ns)
                 return out
             return {}
 

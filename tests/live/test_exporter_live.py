@@ -69,9 +69,11 @@ def stack(tmp_path_factory):
         r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "lo")
         assert r.returncode == 0, r.stderr
         try:
-            # software stand-ins: the PMU panels and series get data on this VM too
+            # software stand-ins: the PMU panels and series get data on this VM too; and
+            # --latency, for the panel of the wait by class
             exporter = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{p_export}",
-                                         "--counters", "software", "--sample-hz", str(STACK_HZ)],
+                                         "--counters", "software", "--sample-hz", str(STACK_HZ),
+                                         "--latency"],
                                         env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
             procs.append(exporter)
@@ -114,7 +116,8 @@ def test_exposition_passes_promtool(stack):
     for want in (b"steer_class_rx_bytes", b"steer_cpu_kernel_seconds", b"steer_flow_info",
                  b"steer_rule_packets", b"steer_xdp_packets", b"steer_tracer_evictions",
                  b"steer_capability_info", b"steer_cpu_events", b"steer_cpu_receive_events",
-                 b"steer_class_llc_references", b"steer_class_instructions", b"steer_class_cycles"):
+                 b"steer_class_llc_references", b"steer_class_instructions", b"steer_class_cycles",
+                 b"steer_class_receive_wait_seconds"):
         assert want in names or want + b"_total" in names, want
 
 

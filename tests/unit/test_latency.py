@@ -130,3 +130,44 @@ def test_each_flow_gets_its_delays_in_json_the_table_and_the_live_views_column()
     assert "51us/53us" in a
     assert [duration_text(n) for n in (850, 12_345, 3_400_000, 1.2e9)] == \
         ["850ns", "12us", "3.4ms", "1.2s"]
+
+
+def test_class_waits_only_go_up_and_fold_each_interval_into_its_flows_class():
+    from steer.model.latency import EXPORT_BOUNDS, ClassWaits
+    w = ClassWaits(["same-core", "same-socket", "cross-socket"])
+    h1 = [0] * BUCKETS
+    h1[bucket_of(40_000)] = 3          # 40 us: le 5e-05
+    h2 = list(h1)
+    h2[bucket_of(2_000_000)] = 2       # and 2 ms: le 0.0025
+    w.fold({b"a": (h1, 3, 0, 120_000)}, lambda keys: [0])
+    w.fold({b"a": (h2, 5, 0, 4_120_000)}, lambda keys: [1])   # the flow changed class
+    same_core, total = w.buckets(0)
+    assert dict(same_core)["5e-05"] == 3 and dict(same_core)["+Inf"] == 3
+    assert total == pytest.approx(120e-6)
+    socket, total = w.buckets(1)
+    assert dict(socket)["5e-05"] == 0 and dict(socket)["0.0025"] == 2 and dict(socket)["+Inf"] == 2
+    assert [le for le, _ in socket] == [f"{b:g}" for b in EXPORT_BOUNDS] + ["+Inf"]
+    assert total == pytest.approx(4e-3)
+    counts = [c for _, c in socket]
+    assert counts == sorted(counts)    # cumulative
+    # a flow with no traffic in an interval waits for one; the kernel forgetting it starts anew
+    w.fold({b"a": (h2, 5, 0, 4_120_000)}, lambda keys: [-1])
+    w.fold({b"a": (h1, 3, 0, 120_000)}, lambda keys: [2])
+    assert dict(w.buckets(2)[0])["+Inf"] == 3
+    assert dict(w.buckets(1)[0])["+Inf"] == 2   # nothing taken back
+
+
+def test_the_exporter_finds_each_flows_class_by_its_key():
+    from steer.model.flowarrays import FLOW
+    from steer.model.numeric import np
+    from steer.present.exporter import _classes_of
+    keys = [bytes([i]) * 40 for i in range(1, 5)]
+    flows = np.frombuffer(b"".join(sorted(keys[:3])), FLOW)
+
+    class Fold:
+        pass
+    fold = Fold()
+    fold.flows, fold.active, fold.cls = flows, np.array([0, 2]), np.array([1, 2])
+    assert list(_classes_of(keys, fold)) == [1, -1, 2, -1]
+    fold.active, fold.cls = np.array([], int), np.array([], int)
+    assert list(_classes_of(keys, fold)) == [-1] * 4
