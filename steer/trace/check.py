@@ -119,14 +119,14 @@ def run_checks() -> dict:
         "bpffs": fs_magic(BPFFS) == BPF_FS_MAGIC,
         "tracefs": fs_magic(TRACEFS) == TRACEFS_MAGIC,
     }
-    default = _tracer_run("auto", "auto")
+    # the default, with what --latency adds beside it (optional programs: they change neither
+    # the mode nor the hook the default takes, and their figure is marked as the option's)
+    default = _tracer_run("auto", "auto", latency=True)
     runs = {"default": default}
     for timing in ("sampled", "exact"):
         runs[timing] = _tracer_run(timing, "auto")
     for hook in ("tracepoint", "fexit", "kprobe"):
         runs[f"exact/{hook}"] = _tracer_run("exact", hook)
-    # what --latency adds (its figure, below the default's)
-    runs["latency"] = _tracer_run("auto", "auto", latency=True)
     report["default"] = {k: default.get(k) for k in ("runs", "mode", "hook", "why", "error")}
     report["modes"] = {name: {k: r.get(k) for k in ("runs", "mode", "hook", "why", "error")}
                        for name, r in runs.items() if name != "default"}
@@ -144,12 +144,9 @@ def run_checks() -> dict:
     figures = {}
     for name, f in (default.get("figures") or {}).items():
         figures[name] = dict(f, what=FIGURES[name],
-                             fix=remedy(f["why"]) if f["state"] != WORKS else "")
-    lat = (runs["latency"].get("figures") or {}).get("latency")
-    if lat:
-        # a figure of an option's: "option" says which, the default does not have it
-        figures["latency"] = dict(lat, what=FIGURES["latency"], option="--latency",
-                                  fix=remedy(lat["why"]) if lat["state"] != WORKS else "")
+                             fix=remedy(f["why"]) if f["state"] != WORKS else "",
+                             # a figure of an option's: "option" says which
+                             **({"option": "--latency"} if name == "latency" else {}))
     report["figures"] = figures
     if report["privileges"]["missing"] or not report["btf"]:
         report["counters"], report["steering"] = {}, "not tried"
@@ -291,7 +288,9 @@ def headline(report: dict) -> str:
     head = f"steer check: Linux {report['kernel']} {report['machine']}: "
     if not d["runs"]:
         return head + f"steer cannot trace here: {d['error']}"
-    lost = lost_to_kernel({n: Figure.from_dict(f) for n, f in report["figures"].items()})
+    # the default's figures: not those of an option (--latency), which the default has not
+    lost = lost_to_kernel({n: Figure.from_dict(f) for n, f in report["figures"].items()
+                           if not f.get("option")})
     return head + f"the default mode runs as {d['mode']} timing" + (
         f" ({d['why']})" if d["why"] else "") + (
         f"; degraded: {', '.join(FIGURE_NAMES[n] for n in lost)}" if lost else

@@ -127,3 +127,18 @@ def test_a_report_with_no_figure_still_lays_out():
     r["figures"] = {}
     lines = text_lines(r, width=100)
     assert any(l.startswith("privileges") for l in lines)
+
+
+def test_an_options_figure_is_listed_but_not_the_defaults_loss():
+    """--latency's figure comes from the same run as the default's (its programs are optional
+    beside them) and is marked as the option's: a kernel without sock:sk_data_ready degrades it,
+    and the headline, which speaks of the default, does not count that."""
+    refused = {"ft_lat_queued": "this kernel has no sock:sk_data_ready (Linux 6.5+)"}
+    r = report(refused)
+    lat = plan("auto", "auto", refused, latency=True).figures["latency"]
+    r["figures"]["latency"] = dict(lat.as_dict(), what=FIGURES["latency"], option="--latency",
+                                   fix=remedy(lat.why))
+    assert lat.state == "degraded"
+    assert "no figure lost to the kernel" in headline(r)
+    lines = text_lines(r, width=100)
+    assert any(l.startswith("latency (--latency)") and "degraded" in l for l in lines)
