@@ -252,6 +252,7 @@ struct ft_lat_slot {
 	__u64 id;		/* 0: free; TCP: FT_LAT_TCP | the skb's first payload byte's sequence
 				 * number; UDP: the skb's address */
 	__u64 arrival_ns;
+	__u64 queued_ns;	/* when it reached its socket's receive queue (0: not seen) */
 };
 
 /* a UDP socket's sampled datagrams, from their enqueue to the read that takes them: a socket
@@ -270,10 +271,14 @@ struct ft_lat_flow {
 	__u64 samples;		/* arrival-to-read delays in hist */
 	__u64 lost;		/* sampled skbs whose slot was taken before a read took them */
 	__u64 sum_ns;
+	__u64 staged;		/* of the samples, those whose enqueue was seen: in hist_stack and
+				 * hist_queue too */
 	__u32 head;		/* the next slot to fill, modulo FT_LAT_SLOTS */
 	__u32 calm;		/* samples read since the last one lost */
 	struct ft_lat_slot slot[FT_LAT_SLOTS];
-	__u32 hist[FT_LAT_BUCKETS];
+	__u32 hist[FT_LAT_BUCKETS];		/* arrival to read */
+	__u32 hist_stack[FT_LAT_BUCKETS];	/* arrival to the socket's receive queue */
+	__u32 hist_queue[FT_LAT_BUCKETS];	/* the receive queue to the read */
 };
 
 #endif /* __FLOWTRACE_H */

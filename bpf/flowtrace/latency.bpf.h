@@ -11,11 +11,12 @@
 
 #include "common.bpf.h"
 #include "skb.bpf.h"
+#include "sock.bpf.h"
 
 /* not preallocated per CPU: a flow's arrival and its reads run on different CPUs */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1024);	/* userspace sets it to --max-flows, at most 8192 */
+	__uint(max_entries, 1024);	/* userspace sets it to --max-flows, at most 4096 */
 	__type(key, struct ft_flow_key);
 	__type(value, struct ft_lat_flow);
 } lat_flows SEC(".maps");
@@ -134,6 +135,7 @@ int BPF_PROG(ft_lat_arrival, struct sk_buff *skb)
 	f->head++;
 	take_slot(f, slot);
 	slot->arrival_ns = now;
+	slot->queued_ns = 0;
 	slot->id = FT_LAT_TCP | seq;
 	return 0;
 }
@@ -149,10 +151,19 @@ static __always_inline int tcp_copy_start(const struct sk_buff *skb, __u32 *star
 	return 0;
 }
 
-static __always_inline void record_delay(struct ft_lat_flow *f, __u64 arrival_ns, __u64 now)
+/* a sample read at NOW: its delay from arrival and, where its enqueue was seen, the two stages */
+static __always_inline void record_delay(struct ft_lat_flow *f, struct ft_lat_slot *slot,
+					 __u64 now)
 {
-	__u64 d = now > arrival_ns ? now - arrival_ns : 0;
+	__u64 arrival = slot->arrival_ns, queued = slot->queued_ns;
+	__u64 d = now > arrival ? now - arrival : 0;
 
+	if (queued >= arrival && queued <= now) {
+		__sync_fetch_and_add(&f->hist_stack[lat_bucket(queued - arrival) &
+						    (FT_LAT_BUCKETS - 1)], 1);
+		__sync_fetch_and_add(&f->hist_queue[lat_bucket(now - queued) & (FT_LAT_BUCKETS - 1)], 1);
+		__sync_fetch_and_add(&f->staged, 1);
+	}
 	__sync_fetch_and_add(&f->hist[lat_bucket(d) & (FT_LAT_BUCKETS - 1)], 1);
 	__sync_fetch_and_add(&f->samples, 1);
 	__sync_fetch_and_add(&f->sum_ns, d);
@@ -188,14 +199,41 @@ int BPF_PROG(ft_lat_read, const struct sk_buff *skb, int len)
 		id = slot->id;
 		if (!(id & FT_LAT_TCP) || (__u32)id - start >= (__u32)len)
 			continue;
+		record_delay(f, slot, now);
 		slot->id = 0;
-		record_delay(f, slot->arrival_ns, now);
 	}
 	return 0;
 }
 
-/* UDP, at an enqueue on a socket of this CPU's sampled datagram: into the socket's slots, once
- * the datagram is on its queue (linked: a read unlinks it) */
+/* TCP, at data made readable on a socket (in order: rcv_nxt passed it), wherever that runs (the
+ * softirq, or the reader's release of the socket for a segment that waited in its backlog): the
+ * samples below rcv_nxt not marked yet reached the receive queue now */
+static __always_inline void tcp_queued(struct sock *sk)
+{
+	struct ft_flow_key k = {};
+	struct ft_lat_flow *f;
+	__u32 rcv_nxt;
+	__u64 now, id;
+	int i;
+
+	if (sock_flow(sk, &k))
+		return;
+	f = lat_flow(&k, 0);
+	if (!f)
+		return;
+	rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
+	now = bpf_ktime_get_ns();
+	for (i = 0; i < FT_LAT_SLOTS; i++) {
+		struct ft_lat_slot *slot = &f->slot[i];
+
+		id = slot->id;
+		if ((id & FT_LAT_TCP) && !slot->queued_ns && (__s32)((__u32)id - rcv_nxt) < 0)
+			slot->queued_ns = now;
+	}
+}
+
+/* At an enqueue: TCP's samples by sequence number (above); UDP's, this CPU's sampled datagram
+ * into the socket's slots, once it is on its queue (linked: a read unlinks it) */
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(ft_lat_queued, struct sock *sk)
 {
@@ -206,6 +244,10 @@ int BPF_PROG(ft_lat_queued, struct sock *sk)
 	struct sk_buff *skb;
 	__u32 z = 0, i;
 
+	if (sk->sk_protocol == IPPROTO_TCP) {
+		tcp_queued(sk);
+		return 0;
+	}
 	a = bpf_map_lookup_elem(&lat_arriving, &z);
 	if (!a || !a->skb || sk->sk_protocol != IPPROTO_UDP)
 		return 0;
@@ -222,6 +264,7 @@ int BPF_PROG(ft_lat_queued, struct sock *sk)
 	take_slot(f, slot);
 	slot->id = (__u64)skb;
 	slot->arrival_ns = a->arrival_ns;
+	slot->queued_ns = bpf_ktime_get_ns();
 	q->flow[i] = a->flow;
 	return 0;
 }
@@ -248,10 +291,10 @@ int BPF_PROG(ft_lat_udp_read, struct sock *sk, int ret, int flags)
 
 		if (!skb || BPF_CORE_READ(skb, prev))
 			continue;
-		slot->id = 0;
 		f = lat_flow(&q->flow[i], 0);
 		if (f)
-			record_delay(f, slot->arrival_ns, now);
+			record_delay(f, slot, now);
+		slot->id = 0;
 	}
 	return 0;
 }

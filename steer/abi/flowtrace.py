@@ -101,13 +101,14 @@ class ProfileValue(ctypes.Structure):
 
 
 class LatSlot(ctypes.Structure):
-    _fields_ = [("id", u64), ("arrival_ns", u64)]
+    _fields_ = [("id", u64), ("arrival_ns", u64), ("queued_ns", u64)]
 
 
 class LatFlow(ctypes.Structure):
     _fields_ = [("next_ns", u64), ("gate_ns", u64), ("samples", u64), ("lost", u64),
-                ("sum_ns", u64), ("head", u32), ("calm", u32), ("slot", LatSlot * FT_LAT_SLOTS),
-                ("hist", u32 * FT_LAT_BUCKETS)]
+                ("sum_ns", u64), ("staged", u64), ("head", u32), ("calm", u32),
+                ("slot", LatSlot * FT_LAT_SLOTS), ("hist", u32 * FT_LAT_BUCKETS),
+                ("hist_stack", u32 * FT_LAT_BUCKETS), ("hist_queue", u32 * FT_LAT_BUCKETS)]
 
 
 # C struct name -> mirror, for the BTF check

@@ -4,7 +4,8 @@ bpf/flowtrace/latency.bpf.h, and a quantile is placed inside its bucket by linea
 so it is within a bucket's width (an eighth of its power of two) of the kernel's own delays."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from steer.model.numeric import np
 
@@ -30,19 +31,46 @@ def bucket_bounds(b: int) -> tuple[int, int]:
     return (SUB + j) * width, (SUB + j + 1) * width
 
 
+class Totals(NamedTuple):
+    """The kernel's running counts of one flow (struct ft_lat_flow): the arrival-to-read
+    histogram, its samples, the samples lost, their sum; and of the samples whose enqueue on the
+    socket was seen (STAGED), the histograms of the two stages, arrival to the queue and the
+    queue to the read (None: none kept)."""
+    hist: list[int]
+    samples: int
+    lost: int
+    sum_ns: int
+    staged: int = 0
+    hist_stack: list[int] | None = None
+    hist_queue: list[int] | None = None
+
+
 @dataclass(frozen=True)
 class Delays:
-    """One flow's arrival-to-read delays over an interval."""
+    """One flow's arrival-to-read delays over an interval, and its stages'."""
     samples: int
     lost: int            # sampled skbs whose slot was taken before a read took them
     mean_ns: float | None
     quantiles_ns: dict[float, float]   # q -> delay, for QUANTILES, where there are samples
+    staged: int = 0                    # samples whose enqueue was seen: the stages rest on them
+    stack_ns: dict[float, float] = field(default_factory=dict)   # arrival to the receive queue
+    queue_ns: dict[float, float] = field(default_factory=dict)   # the receive queue to the read
 
     def as_json(self) -> dict:
-        q = {f"p{round(k * 100)}_us": round(v / 1e3, 3) for k, v in self.quantiles_ns.items()}
-        return {"samples": self.samples, "lost": self.lost,
-                "mean_us": None if self.mean_ns is None else round(self.mean_ns / 1e3, 3),
-                **({f"p{round(k * 100)}_us": None for k in QUANTILES} if not q else q)}
+        """"arrival_to_read", "arrival_to_queue" and "queue_to_read", each with its samples
+        and quantiles in us (null where there is none)."""
+        return {"arrival_to_read": {"samples": self.samples, "lost": self.lost,
+                                    "mean_us": _us(self.mean_ns), **_quantiles(self.quantiles_ns)},
+                "arrival_to_queue": {"samples": self.staged, **_quantiles(self.stack_ns)},
+                "queue_to_read": {"samples": self.staged, **_quantiles(self.queue_ns)}}
+
+
+def _us(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / 1e3, 3)
+
+
+def _quantiles(by_q: dict[float, float]) -> dict:
+    return {f"p{round(q * 100)}_us": _us(by_q.get(q)) for q in QUANTILES}
 
 
 NO_DELAYS = Delays(0, 0, None, {})   # a flow none of whose sampled skbs was read
@@ -64,26 +92,39 @@ def quantile(hist: list[int], q: float) -> float | None:
     return float(lo)
 
 
-def delays(hist: list[int], samples: int, lost: int, sum_ns: int) -> Delays:
-    """What the kernel's histogram says, or an empty Delays where nothing was read."""
-    if not samples:
-        return Delays(0, lost, None, {})
-    return Delays(samples, lost, sum_ns / samples, {q: quantile(hist, q) for q in QUANTILES})
+def delays(t: Totals | tuple) -> Delays:
+    """What the kernel's histograms say, or an empty Delays where nothing was read."""
+    t = Totals(*t)
+    if not t.samples:
+        return Delays(0, t.lost, None, {})
+    staged = t.staged if t.hist_stack is not None and t.hist_queue is not None else 0
+    return Delays(t.samples, t.lost, t.sum_ns / t.samples,
+                  {q: quantile(t.hist, q) for q in QUANTILES}, staged,
+                  {q: quantile(t.hist_stack, q) for q in QUANTILES} if staged else {},
+                  {q: quantile(t.hist_queue, q) for q in QUANTILES} if staged else {})
 
 
-def since(now: tuple, before: tuple | None) -> tuple:
-    """(hist, samples, lost, sum_ns) of an interval, from the kernel's running totals NOW and
-    BEFORE (None: the flow's first read); a flow the kernel forgot and met again counts anew."""
-    if before is None or now[1] < before[1] or now[2] < before[2]:
+def since(now: Totals | tuple, before: Totals | tuple | None) -> Totals:
+    """An interval's counts, from the kernel's running totals NOW and BEFORE (None: the flow's
+    first read); a flow the kernel forgot and met again counts anew."""
+    now = Totals(*now)
+    if before is None:
         return now
-    return ([a - b for a, b in zip(now[0], before[0])], now[1] - before[1], now[2] - before[2],
-            now[3] - before[3])
+    before = Totals(*before)
+    if now.samples < before.samples or now.lost < before.lost or now.staged < before.staged:
+        return now
+
+    def minus(a, b):
+        return None if a is None or b is None else [x - y for x, y in zip(a, b)]
+    return Totals(minus(now.hist, before.hist), now.samples - before.samples,
+                  now.lost - before.lost, now.sum_ns - before.sum_ns, now.staged - before.staged,
+                  minus(now.hist_stack, before.hist_stack), minus(now.hist_queue, before.hist_queue))
 
 
 def interval_delays(before: dict, after: dict) -> dict:
     """FlowId -> Delays over an interval, from two reads of the kernel's running totals
     (Tracer.latency_totals)."""
-    return {fid: delays(*since(now, before.get(fid))) for fid, now in after.items()}
+    return {fid: delays(since(now, before.get(fid))) for fid, now in after.items()}
 
 
 # the exporter's histogram buckets (le, seconds): Prometheus' classic ones from 10 us to 2.5 s
@@ -118,11 +159,11 @@ class ClassWaits:
                 if key in self._last:
                     last[key] = self._last[key]
                 continue
-            hist, n, _, total = since(totals[key], self._last.get(key))
+            t = since(totals[key], self._last.get(key))
             last[key] = totals[key]
-            if n:
-                self.hist[c] += np.asarray(hist, np.uint64)
-                self.sum_ns[c] += total
+            if t.samples:
+                self.hist[c] += np.asarray(t.hist, np.uint64)
+                self.sum_ns[c] += t.sum_ns
         self._last = last
 
     def buckets(self, i: int) -> tuple[list[tuple[str, float]], float]:

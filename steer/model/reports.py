@@ -167,7 +167,7 @@ class FlowReport:
             "nic_local": self.nic_local,
         }
         if self.delays is not None:
-            out["latency"] = {"arrival_to_read": self.delays.as_json()}
+            out["latency"] = self.delays.as_json()
         return _null_missing(out, caps, f"{f.proto}_", FLOW_FIELDS) if caps else out
 
 

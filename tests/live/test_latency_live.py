@@ -58,7 +58,9 @@ def test_arrival_to_read_delays_against_the_readers_own_clock(tmp_path, held):
     message read at once: the send, the stack and the wake-up, which steer counts in part).
     Measured: -2.5%..-0.4% at p50 and -1.6%..-0.4% at p90 against bounds of about -10%..+6% and
     -4%..+2%, so a figure 0.85x or 1.15x the truth's falls outside them; bounds wider than
-    +-20% (too few samples) fail the test rather than pass a gross error."""
+    +-20% (too few samples) fail the test rather than pass a gross error. The two stages, arrival
+    to the queue and the queue to the read, are held to the total and the path (below): their
+    split has no truth of its own here (the stack's part is 1-2 us at p50, 5-8 us at p99)."""
     cpus = usable_cpus()
     if len(cpus) < 2:
         pytest.skip("needs two CPUs: the apart placement")
@@ -112,7 +114,7 @@ def test_arrival_to_read_delays_against_the_readers_own_clock(tmp_path, held):
         assert len(read) > 5000, len(read)
         for mode in modes:
             (fid,) = [f for f in after[mode] if f.proto == proto and f.dport == port]
-            ours = delays(*since(after[mode][fid], before[mode].get(fid)))
+            ours = delays(since(after[mode][fid], before[mode].get(fid)))
             print(f"  {mode}: {ours.as_json()}")
             assert ours.samples > 1000, ours
             for q in QUANTILES:
@@ -123,3 +125,13 @@ def test_arrival_to_read_delays_against_the_readers_own_clock(tmp_path, held):
                 name = f"{mode} {proto} {place} p{round(q * 100)} vs the reader's clock"
                 held(name, ours.quantiles_ns[q] / want - 1, low, high)
                 assert -0.20 < low and high < 0.20, (name, low, high)
+            # the stages: every sample's enqueue seen (TCP: its sequence number below rcv_nxt at
+            # a readable socket; UDP: its socket found there); the stack's part is a part of the
+            # path, which the reader's quickest messages bound; and the queue's part is the
+            # rest of each delay: its median within the total's, less the stack's p99, and a
+            # bucket's width (1/8) either way for the two quantiles' interpolation
+            stack, queue, total = ours.stack_ns, ours.queue_ns, ours.quantiles_ns
+            assert ours.staged >= 0.99 * ours.samples, ours
+            assert stack[0.99] < path, (stack, path)
+            assert total[0.5] - stack[0.99] - total[0.5] / 8 <= queue[0.5] <= total[0.5] * 9 / 8, \
+                (queue, total, stack)

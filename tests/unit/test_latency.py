@@ -6,8 +6,8 @@ import random
 import pytest
 
 from steer.abi.flowtrace import FT_LAT_BUCKETS, FT_LAT_SUB
-from steer.model.latency import (BUCKETS, SUB, Delays, bucket_bounds, bucket_of, delays,
-                                 quantile, since)
+from steer.model.latency import (BUCKETS, SUB, Delays, Totals, bucket_bounds, bucket_of,
+                                 delays, quantile, since)
 from steer.trace.programs import LATENCY_PROGRAMS, SECTIONS, plan
 
 
@@ -46,26 +46,36 @@ def test_quantiles_of_a_histogram_are_within_a_bucket_of_the_values():
 
 
 def test_an_interval_of_the_kernels_totals():
-    before = ([1] * BUCKETS, BUCKETS, 2, 10_000)
-    now = ([3] * BUCKETS, 2 * BUCKETS + BUCKETS, 5, 40_000)
-    hist, n, lost, total = since(now, before)
-    assert hist == [2] * BUCKETS and n == 2 * BUCKETS and lost == 3 and total == 30_000
+    before = Totals([1] * BUCKETS, BUCKETS, 2, 10_000, 3, [1] * BUCKETS, [2] * BUCKETS)
+    now = Totals([3] * BUCKETS, 3 * BUCKETS, 5, 40_000, 7, [2] * BUCKETS, [5] * BUCKETS)
+    t = since(now, before)
+    assert t.hist == [2] * BUCKETS and t.samples == 2 * BUCKETS and t.lost == 3
+    assert t.sum_ns == 30_000 and t.staged == 4
+    assert t.hist_stack == [1] * BUCKETS and t.hist_queue == [3] * BUCKETS
     assert since(now, None) == now
     # the flow forgotten by the kernel (LRU) and met again: its counts start over
     assert since(before, now) == before
+    # the kernel's four running counts alone: no stages
+    assert since(([2] * BUCKETS, 4, 0, 8), ([1] * BUCKETS, 2, 0, 4)).hist_stack is None
 
 
-def test_delays_in_json():
-    hist = [0] * BUCKETS
+def test_delays_in_json_with_the_stages_where_the_enqueue_was_seen():
+    hist, stack, queue = [0] * BUCKETS, [0] * BUCKETS, [0] * BUCKETS
     hist[bucket_of(1_000_000)] = 10
-    d = delays(hist, 10, 1, 10_000_000)
-    j = d.as_json()
-    assert j["samples"] == 10 and j["lost"] == 1 and j["mean_us"] == 1000.0
-    assert 937 <= j["p50_us"] <= 1063 and j["p99_us"] >= j["p90_us"] >= j["p50_us"]
-    empty = delays([0] * BUCKETS, 0, 4, 0).as_json()
-    assert empty == {"samples": 0, "lost": 4, "mean_us": None, "p50_us": None, "p90_us": None,
-                     "p99_us": None}
-    assert Delays(0, 0, None, {}).as_json()["p50_us"] is None
+    stack[bucket_of(5_000)] = 8
+    queue[bucket_of(990_000)] = 8
+    j = delays(Totals(hist, 10, 1, 10_000_000, 8, stack, queue)).as_json()
+    r = j["arrival_to_read"]
+    assert r["samples"] == 10 and r["lost"] == 1 and r["mean_us"] == 1000.0
+    assert 937 <= r["p50_us"] <= 1063 and r["p99_us"] >= r["p90_us"] >= r["p50_us"]
+    assert j["arrival_to_queue"]["samples"] == 8 and 4.6 <= j["arrival_to_queue"]["p50_us"] <= 5.4
+    assert 920 <= j["queue_to_read"]["p50_us"] <= 1060
+    empty = delays(([0] * BUCKETS, 0, 4, 0)).as_json()
+    assert empty["arrival_to_read"] == {"samples": 0, "lost": 4, "mean_us": None, "p50_us": None,
+                                        "p90_us": None, "p99_us": None}
+    assert empty["queue_to_read"] == {"samples": 0, "p50_us": None, "p90_us": None,
+                                      "p99_us": None}
+    assert Delays(0, 0, None, {}).as_json()["arrival_to_read"]["p50_us"] is None
 
 
 def test_latency_adds_its_programs_and_its_figure_only_when_asked_for():
@@ -117,6 +127,8 @@ def test_each_flow_gets_its_delays_in_json_the_table_and_the_live_views_column()
     assert rows[(40000, 5201)]["latency"]["arrival_to_read"]["samples"] == 4
     assert rows[(40001, 9000)]["latency"]["arrival_to_read"] == {
         "samples": 0, "lost": 1, "mean_us": None, "p50_us": None, "p90_us": None, "p99_us": None}
+    assert set(rows[(40000, 5201)]["latency"]) == {"arrival_to_read", "arrival_to_queue",
+                                                   "queue_to_read"}
     assert all("latency" in f for f in rows.values())   # the ACKs too: not in the kernel's map
     assert next(f for f in snap.flows if f.flow not in d).delays is NO_DELAYS
     text = delays_table(d, 10)
