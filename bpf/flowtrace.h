@@ -261,7 +261,8 @@ struct ft_lat_sock {
 	struct ft_lat_slot slot[FT_LAT_SLOTS];
 	struct ft_flow_key flow[FT_LAT_SLOTS];
 	__u32 head;
-	__u32 pad;
+	__u32 reader;		/* the thread that read it last (TCP and UDP): its wake-ups are the
+				 * flow's */
 };
 
 struct ft_lat_flow {
@@ -276,9 +277,13 @@ struct ft_lat_flow {
 	__u32 head;		/* the next slot to fill, modulo FT_LAT_SLOTS */
 	__u32 calm;		/* samples read since the last one lost */
 	struct ft_lat_slot slot[FT_LAT_SLOTS];
+	__u64 wakes;		/* its reader's wake-ups by its data, in hist_wake */
+	__u64 cross_wakes;	/* of those, from another CPU than the one the reader then ran on */
+	__u64 wake_sum_ns;
 	__u32 hist[FT_LAT_BUCKETS];		/* arrival to read */
 	__u32 hist_stack[FT_LAT_BUCKETS];	/* arrival to the socket's receive queue */
 	__u32 hist_queue[FT_LAT_BUCKETS];	/* the receive queue to the read */
+	__u32 hist_wake[FT_LAT_BUCKETS];	/* the reader's wake-up to its running */
 };
 
 #endif /* __FLOWTRACE_H */

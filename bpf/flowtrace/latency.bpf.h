@@ -29,11 +29,13 @@ struct {
 	__type(value, struct ft_lat_flow);
 } lat_zero SEC(".maps");
 
-/* a UDP sample between its arrival and its enqueue, on the CPU that runs its stack */
+/* a UDP sample between its arrival and its enqueue, on the CPU that runs its stack; and the
+ * flow of the last UDP skb there, sampled or not, which the wake-up its enqueue makes is of */
 struct lat_arriving {
 	__u64 skb;
 	__u64 arrival_ns;
 	struct ft_flow_key flow;
+	struct ft_flow_key last_flow;
 };
 
 struct {
@@ -49,6 +51,50 @@ struct {
 	__type(key, int);
 	__type(value, struct ft_lat_sock);
 } lat_socks SEC(".maps");
+
+/* A reader's wake-up by its flow's data: sock_def_readable wakes the socket's waiters right after
+ * sock:sk_data_ready, on the same CPU, which notes the flow and the socket's last reader here
+ * for the sched_waking of that reader that follows (within LAT_WAKE_WINDOW_NS: else it was not
+ * waiting; other tasks' wake-ups in between, an interrupt's, do not take it); the woken reader
+ * carries it to its next switch in. */
+#define LAT_WAKE_WINDOW_NS	20000
+
+struct lat_waking {
+	struct ft_flow_key flow;
+	__u64 ns;
+	__u32 reader;		/* the socket's last reader: the one wake-up of it that counts */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lat_waking);
+} lat_waking SEC(".maps");
+
+struct lat_woken {
+	struct ft_flow_key flow;
+	__u64 ns;		/* woken at (0: not since its last switch in) */
+	__u32 cpu;		/* by this CPU */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct lat_woken);
+} lat_woken SEC(".maps");
+
+/* the socket's reader: the thread in this read */
+static __always_inline void note_reader(struct sock *sk)
+{
+	struct ft_lat_sock *q = bpf_sk_storage_get(&lat_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (q)
+		q->reader = (__u32)bpf_get_current_pid_tgid();
+}
 
 /* 0-7 ns one bucket each; then 8 per power of two: [2^p + j 2^(p-3), 2^p + (j+1) 2^(p-3)) is
  * bucket 8 (p - 2) + j, so a bucket's midpoint is within 1/17 of any value in it */
@@ -113,6 +159,12 @@ int BPF_PROG(ft_lat_arrival, struct sk_buff *skb)
 
 	if (skb_flow_seq(skb, &k, &payload, &seq) || !payload)
 		return 0;
+	a = 0;
+	if (k.proto != IPPROTO_TCP) {
+		a = bpf_map_lookup_elem(&lat_arriving, &z);
+		if (a)
+			a->last_flow = k;
+	}
 	f = lat_flow(&k, 1);
 	if (!f)
 		return 0;
@@ -123,7 +175,6 @@ int BPF_PROG(ft_lat_arrival, struct sk_buff *skb)
 		f->gate_ns = FT_LAT_GATE_NS;
 	f->next_ns = now + f->gate_ns;
 	if (k.proto != IPPROTO_TCP) {
-		a = bpf_map_lookup_elem(&lat_arriving, &z);
 		if (a) {	/* one that never reached a socket (dropped) is replaced */
 			a->skb = (__u64)skb;
 			a->arrival_ns = now;
@@ -192,6 +243,7 @@ int BPF_PROG(ft_lat_read, const struct sk_buff *skb, int len)
 	f = lat_flow(&k, 0);
 	if (!f)
 		return 0;
+	note_reader((struct sock *)skb->sk);
 	now = bpf_ktime_get_ns();
 	for (i = 0; i < FT_LAT_SLOTS; i++) {
 		struct ft_lat_slot *slot = &f->slot[i];
@@ -232,6 +284,26 @@ static __always_inline void tcp_queued(struct sock *sk)
 	}
 }
 
+static __always_inline void note_waking(struct sock *sk, struct ft_flow_key *flow)
+{
+	struct ft_lat_sock *q;
+	struct lat_waking *w;
+	__u32 z = 0;
+
+	q = bpf_sk_storage_get(&lat_socks, sk, 0, 0);
+	w = bpf_map_lookup_elem(&lat_waking, &z);
+	if (!w || !q || !q->reader)
+		return;		/* no read of it seen yet: no reader to count a wake-up of */
+	w->reader = q->reader;
+	if (flow)
+		w->flow = *flow;
+	else if (sock_flow(sk, &w->flow))
+		return;
+	if (!lat_flow(&w->flow, 0))
+		return;		/* a flow --latency does not follow */
+	w->ns = bpf_ktime_get_ns();
+}
+
 /* At an enqueue: TCP's samples by sequence number (above); UDP's, this CPU's sampled datagram
  * into the socket's slots, once it is on its queue (linked: a read unlinks it) */
 SEC("tp_btf/sk_data_ready")
@@ -246,10 +318,15 @@ int BPF_PROG(ft_lat_queued, struct sock *sk)
 
 	if (sk->sk_protocol == IPPROTO_TCP) {
 		tcp_queued(sk);
+		note_waking(sk, 0);
 		return 0;
 	}
+	if (sk->sk_protocol != IPPROTO_UDP)
+		return 0;
 	a = bpf_map_lookup_elem(&lat_arriving, &z);
-	if (!a || !a->skb || sk->sk_protocol != IPPROTO_UDP)
+	/* the flow of the datagram this CPU took in last (a socket may serve many peers) */
+	note_waking(sk, a ? &a->last_flow : 0);
+	if (!a || !a->skb)
 		return 0;
 	skb = (struct sk_buff *)a->skb;
 	if (!BPF_CORE_READ(skb, prev))
@@ -284,6 +361,7 @@ int BPF_PROG(ft_lat_udp_read, struct sock *sk, int ret, int flags)
 	q = bpf_sk_storage_get(&lat_socks, sk, 0, 0);
 	if (!q)
 		return 0;
+	q->reader = (__u32)bpf_get_current_pid_tgid();
 	now = bpf_ktime_get_ns();
 	for (i = 0; i < FT_LAT_SLOTS; i++) {
 		struct ft_lat_slot *slot = &q->slot[i];
@@ -296,6 +374,59 @@ int BPF_PROG(ft_lat_udp_read, struct sock *sk, int ret, int flags)
 			record_delay(f, slot, now);
 		slot->id = 0;
 	}
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(ft_lat_waking, struct task_struct *p)
+{
+	struct lat_waking *w;
+	struct lat_woken *t;
+	__u64 now;
+	__u32 z = 0;
+
+	w = bpf_map_lookup_elem(&lat_waking, &z);
+	if (!w || !w->ns)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (now - w->ns > LAT_WAKE_WINDOW_NS) {
+		w->ns = 0;
+		return 0;
+	}
+	if (p->pid != w->reader)
+		return 0;
+	w->ns = 0;
+	t = bpf_task_storage_get(&lat_woken, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	t->flow = w->flow;
+	t->ns = now;
+	t->cpu = bpf_get_smp_processor_id();
+	return 0;
+}
+
+/* the woken reader running at last: its wake-up delay, and whether another CPU woke it */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(ft_lat_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct lat_woken *t;
+	struct ft_lat_flow *f;
+	__u64 now, d;
+
+	t = bpf_task_storage_get(&lat_woken, next, 0, 0);
+	if (!t || !t->ns)
+		return 0;
+	now = bpf_ktime_get_ns();
+	d = now > t->ns ? now - t->ns : 0;
+	t->ns = 0;
+	f = lat_flow(&t->flow, 0);
+	if (!f)
+		return 0;
+	__sync_fetch_and_add(&f->hist_wake[lat_bucket(d) & (FT_LAT_BUCKETS - 1)], 1);
+	__sync_fetch_and_add(&f->wakes, 1);
+	__sync_fetch_and_add(&f->wake_sum_ns, d);
+	if (t->cpu != bpf_get_smp_processor_id())
+		__sync_fetch_and_add(&f->cross_wakes, 1);
 	return 0;
 }
 

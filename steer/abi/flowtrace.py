@@ -107,8 +107,10 @@ class LatSlot(ctypes.Structure):
 class LatFlow(ctypes.Structure):
     _fields_ = [("next_ns", u64), ("gate_ns", u64), ("samples", u64), ("lost", u64),
                 ("sum_ns", u64), ("staged", u64), ("head", u32), ("calm", u32),
-                ("slot", LatSlot * FT_LAT_SLOTS), ("hist", u32 * FT_LAT_BUCKETS),
-                ("hist_stack", u32 * FT_LAT_BUCKETS), ("hist_queue", u32 * FT_LAT_BUCKETS)]
+                ("slot", LatSlot * FT_LAT_SLOTS), ("wakes", u64), ("cross_wakes", u64),
+                ("wake_sum_ns", u64), ("hist", u32 * FT_LAT_BUCKETS),
+                ("hist_stack", u32 * FT_LAT_BUCKETS), ("hist_queue", u32 * FT_LAT_BUCKETS),
+                ("hist_wake", u32 * FT_LAT_BUCKETS)]
 
 
 # C struct name -> mirror, for the BTF check

@@ -239,10 +239,11 @@ def latency_option(p) -> None:
                         "socket's queue, at sock:sock_recv_length), from an skb per flow every "
                         "100 us at most: `steer flows` its median, p90 and p99, `steer top` p50 "
                         "and p99 as a column, `steer export` a histogram by class "
-                        "(steer_class_receive_wait_seconds). Four programs more: one per skb, one "
-                        "per copy of TCP data to a reader, one per enqueue on a socket and one per "
-                        "read of a socket; not in the default mode's cost budget, so asked for "
-                        "(docs/how-it-measures.md)")
+                        "(steer_class_receive_wait_seconds); in JSON also the wait's two stages "
+                        "(to the socket's queue, in it) and the reader's wake-ups by the data. Six "
+                        "programs more: per skb, per copy of TCP data to a reader, per enqueue on "
+                        "and read of a socket, per task wake-up and context switch; not in the "
+                        "default mode's cost budget, so asked for (docs/how-it-measures.md)")
 
 
 def check_tracer_options(args) -> None:

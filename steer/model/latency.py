@@ -43,6 +43,10 @@ class Totals(NamedTuple):
     staged: int = 0
     hist_stack: list[int] | None = None
     hist_queue: list[int] | None = None
+    wakes: int = 0                     # the reader's wake-ups by the flow's data
+    cross_wakes: int = 0               # of those, from another CPU than it then ran on
+    wake_sum_ns: int = 0
+    hist_wake: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,10 @@ class Delays:
     staged: int = 0                    # samples whose enqueue was seen: the stages rest on them
     stack_ns: dict[float, float] = field(default_factory=dict)   # arrival to the receive queue
     queue_ns: dict[float, float] = field(default_factory=dict)   # the receive queue to the read
+    wakes: int = 0                     # the reader's wake-ups by the flow's data (every one)
+    cross_wakes: int = 0               # of those, by another CPU than the reader then ran on
+    wake_mean_ns: float | None = None
+    wake_ns: dict[float, float] = field(default_factory=dict)    # wake-up to running
 
     def as_json(self) -> dict:
         """"arrival_to_read", "arrival_to_queue" and "queue_to_read", each with its samples
@@ -62,7 +70,9 @@ class Delays:
         return {"arrival_to_read": {"samples": self.samples, "lost": self.lost,
                                     "mean_us": _us(self.mean_ns), **_quantiles(self.quantiles_ns)},
                 "arrival_to_queue": {"samples": self.staged, **_quantiles(self.stack_ns)},
-                "queue_to_read": {"samples": self.staged, **_quantiles(self.queue_ns)}}
+                "queue_to_read": {"samples": self.staged, **_quantiles(self.queue_ns)},
+                "reader_wakeup": {"wakeups": self.wakes, "cross_core": self.cross_wakes,
+                                  "mean_us": _us(self.wake_mean_ns), **_quantiles(self.wake_ns)}}
 
 
 def _us(ns: float | None) -> float | None:
@@ -93,15 +103,19 @@ def quantile(hist: list[int], q: float) -> float | None:
 
 
 def delays(t: Totals | tuple) -> Delays:
-    """What the kernel's histograms say, or an empty Delays where nothing was read."""
+    """What the kernel's histograms say; nothing where nothing was read (or woken)."""
     t = Totals(*t)
+    wakes = t.wakes if t.hist_wake is not None else 0
+    woken = dict(wakes=wakes, cross_wakes=t.cross_wakes if wakes else 0,
+                 wake_mean_ns=t.wake_sum_ns / wakes if wakes else None,
+                 wake_ns={q: quantile(t.hist_wake, q) for q in QUANTILES} if wakes else {})
     if not t.samples:
-        return Delays(0, t.lost, None, {})
+        return Delays(0, t.lost, None, {}, **woken)
     staged = t.staged if t.hist_stack is not None and t.hist_queue is not None else 0
     return Delays(t.samples, t.lost, t.sum_ns / t.samples,
                   {q: quantile(t.hist, q) for q in QUANTILES}, staged,
                   {q: quantile(t.hist_stack, q) for q in QUANTILES} if staged else {},
-                  {q: quantile(t.hist_queue, q) for q in QUANTILES} if staged else {})
+                  {q: quantile(t.hist_queue, q) for q in QUANTILES} if staged else {}, **woken)
 
 
 def since(now: Totals | tuple, before: Totals | tuple | None) -> Totals:
@@ -111,14 +125,17 @@ def since(now: Totals | tuple, before: Totals | tuple | None) -> Totals:
     if before is None:
         return now
     before = Totals(*before)
-    if now.samples < before.samples or now.lost < before.lost or now.staged < before.staged:
+    if now.samples < before.samples or now.lost < before.lost or now.staged < before.staged \
+            or now.wakes < before.wakes:
         return now
 
     def minus(a, b):
         return None if a is None or b is None else [x - y for x, y in zip(a, b)]
     return Totals(minus(now.hist, before.hist), now.samples - before.samples,
                   now.lost - before.lost, now.sum_ns - before.sum_ns, now.staged - before.staged,
-                  minus(now.hist_stack, before.hist_stack), minus(now.hist_queue, before.hist_queue))
+                  minus(now.hist_stack, before.hist_stack), minus(now.hist_queue, before.hist_queue),
+                  now.wakes - before.wakes, now.cross_wakes - before.cross_wakes,
+                  now.wake_sum_ns - before.wake_sum_ns, minus(now.hist_wake, before.hist_wake))
 
 
 def interval_delays(before: dict, after: dict) -> dict:

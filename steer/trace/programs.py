@@ -66,6 +66,8 @@ SECTIONS = {
     "ft_lat_read": "tp_btf/skb_copy_datagram_iovec",
     "ft_lat_queued": "tp_btf/sk_data_ready",
     "ft_lat_udp_read": "tp_btf/sock_recv_length",
+    "ft_lat_waking": "tp_btf/sched_waking",
+    "ft_lat_switch": "tp_btf/sched_switch",
 }
 ALL_PROGRAMS = tuple(SECTIONS)
 # its maps (tests/unit/test_programs.py checks them against the source): a map type the kernel lacks
@@ -73,7 +75,7 @@ ALL_PROGRAMS = tuple(SECTIONS)
 MAPS = ("flows", "cpu_totals", "windows", "udp_seen", "udp_ring", "llc_counters", "ref_counters",
         "instruction_counters", "cycle_counters", "cpu_states", "readers", "napi_polls", "socks",
         "recv_calls", "sampled_runtime", "stack_scratch", "profile_text", "profile", "lat_flows",
-        "lat_zero", "lat_arriving", "lat_socks")
+        "lat_zero", "lat_arriving", "lat_socks", "lat_waking", "lat_woken")
 OPTIONAL = tuple(p for p in ALL_PROGRAMS if not any(p in core for core in CORE.values()))
 
 # the per-CPU and per-device figures, in every mode
@@ -88,9 +90,10 @@ TCP_ITERATOR = "ft_tcp_sockets"
 SYSCALL_PROGRAMS = ("ft_sys_enter", "ft_sys_exit")
 EXACT_PROGRAMS = ("ft_xdp_redirect", "ft_xdp_cpumap_kthread", "ft_sched_switch", *SYSCALL_PROGRAMS)
 # --latency, in any mode: an skb's arrival; a TCP read's copy of its data; a UDP datagram's
-# enqueue on its socket and the read that takes it off
-LATENCY_PROGRAMS = ("ft_lat_arrival", "ft_lat_read", "ft_lat_queued", "ft_lat_udp_read")
+# enqueue on its socket and the read that takes it off; the reader's wake-up by them
 LATENCY_UDP = ("ft_lat_queued", "ft_lat_udp_read")
+LATENCY_WAKES = ("ft_lat_waking", "ft_lat_switch")
+LATENCY_PROGRAMS = ("ft_lat_arrival", "ft_lat_read", *LATENCY_UDP, *LATENCY_WAKES)
 
 # How the application side learns which socket a read was from and how many bytes it got:
 # - counters (sampled timing): no program per TCP read. A TCP reader's bytes are the socket's own
@@ -351,20 +354,26 @@ def _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why: str
 
 
 def _latency(programs, refused) -> Figure:
-    """--latency's figure: the arrival's program, with each transport's read programs."""
+    """--latency's figure: the arrival's program, with each transport's read programs and the
+    reader's wake-ups."""
     lost = lambda *names: _Lost(refusals(names, refused))   # noqa: E731
     if "ft_lat_arrival" not in programs:
         return lost("ft_lat_arrival").figure(MISSING, "not measured")
     how = ("an skb per flow every 100 us at most (fewer where its data waits long), from its "
            "arrival (net:netif_receive_skb) to the read that takes it")
     tcp, udp = "ft_lat_read" in programs, all(p in programs for p in LATENCY_UDP)
-    if tcp and udp:
-        return Figure(WORKS, how + " (TCP: skb:skb_copy_datagram_iovec; UDP: sock:sk_data_ready "
-                      "and sock:sock_recv_length)")
-    if tcp or udp:
-        return lost(*(LATENCY_UDP if tcp else ("ft_lat_read",))).figure(
-            DEGRADED, how + (": TCP reads only" if tcp else ": UDP reads only"))
-    return lost("ft_lat_read", *LATENCY_UDP).figure(MISSING, "not measured")
+    wakes = all(p in programs for p in LATENCY_WAKES) and "ft_lat_queued" in programs
+    if not tcp and not udp:
+        return lost("ft_lat_read", *LATENCY_UDP).figure(MISSING, "not measured")
+    short = [p for p in ("ft_lat_read", *LATENCY_UDP, *LATENCY_WAKES) if p not in programs]
+    if short:
+        gaps = [g for g, ok in (("UDP reads", udp), ("TCP reads", tcp),
+                                ("the wait's two stages", "ft_lat_queued" in programs),
+                                ("the reader's wake-ups", wakes)) if not ok]
+        return lost(*short).figure(DEGRADED, how + ": not " + ", ".join(gaps))
+    return Figure(WORKS, how + " (TCP: skb:skb_copy_datagram_iovec; UDP: sock:sk_data_ready "
+                  "and sock:sock_recv_length), and the reader's wake-up by it (sched_waking to "
+                  "sched_switch)")
 
 
 def _flushed_by(tcp_walk: bool) -> str:

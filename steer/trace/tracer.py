@@ -124,7 +124,7 @@ _COUNTERS = len(_STATS_FIELDS)   # the value's leading u64 counters, in FlowCpuS
 # its time in 4 runs of 28 at 4,999 Hz (2026-11-27). Rates a few percent apart drift through
 # every phase many times a second.
 SAMPLE_SPREAD = 0.02
-LATENCY_MAX_FLOWS = 4096   # --latency's flows at most (lat_flows: ~3.5 KB each, preallocated)
+LATENCY_MAX_FLOWS = 4096   # --latency's flows at most (lat_flows: ~4.5 KB each, preallocated)
 
 
 def sample_period(hz: int, cpu: int) -> int:
@@ -415,7 +415,7 @@ class Tracer:
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi
         sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE"),
-                 # ~3.5 KB an entry, preallocated: as few as the kernel takes where not asked for
+                 # ~4.5 KB an entry, preallocated: as few as the kernel takes where not asked for
                  "lat_flows": min(self.max_flows, LATENCY_MAX_FLOWS) if self.latency
                  else possible_cpus()}
         if ranges and sampled:
@@ -743,7 +743,8 @@ class Tracer:
                     v = abi.LatFlow.from_buffer_copy(vraw)
                     key = bytes(kraw) if raw else _flow_id_of(_FLOW_KEY.unpack(kraw))
                     out[key] = Totals(list(v.hist), v.samples, v.lost, v.sum_ns, v.staged,
-                                      list(v.hist_stack), list(v.hist_queue))
+                                      list(v.hist_stack), list(v.hist_queue), v.wakes,
+                                      v.cross_wakes, v.wake_sum_ns, list(v.hist_wake))
                 return out
             return {}
 

@@ -6,6 +6,7 @@ delays of the same window are a subsample of the same messages, each shorter tha
 by the sender's own path to the stack (the send, the stack up to netif_receive_skb) and, for
 TCP, by the rest of its read after the copy: so a quantile of steer's lies between the truth's
 quantiles around it (the subsample's chance) and less that path below."""
+import contextlib
 import json
 import subprocess
 import sys
@@ -43,6 +44,74 @@ def _histogram(values) -> list[int]:
     return h
 
 
+MODES = ("sampled", "exact")
+
+
+def _reader_counts(pid: int) -> tuple[int, int]:
+    """(run_delay ns, voluntary switches) of a task: the scheduler's own account of its waits
+    on a run queue (schedstat's second field) and of the times it slept"""
+    with open(f"/proc/{pid}/schedstat") as f:
+        run_delay = int(f.read().split()[1])
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+    return run_delay, int(status["voluntary_ctxt_switches"])
+
+
+def _run(tmp_path, pattern: str, window: float, modes=MODES):
+    """The four pairs in one lab, a tracer of each of MODES with --latency on it: (pairs,
+    {mode: latency totals} before and after the window, the window's (t0, t1) in
+    CLOCK_MONOTONIC ns, {port: the reader's (run_delay, voluntary switches) over it}); each
+    reader's messages in tmp_path/PORT.json."""
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs: the apart placement")
+    pairs = _pairs(cpus[0], cpus[1])
+    seconds = SETTLE + window + 2
+    procs, readers = [], {}
+    tracers = {}
+    with contextlib.ExitStack() as stack:
+        for mode in modes:
+            tracers[mode] = stack.enter_context(Tracer(timing=mode, latency=True))
+        lab = stack.enter_context(Lab([], seconds=seconds))
+        # a message an skb: TCP would otherwise cork a small write behind one not yet gone
+        subprocess.run(["ip", "netns", "exec", lab.tx, "sysctl", "-qw",
+                        "net.ipv4.tcp_autocorking=0"], check=True)
+        try:
+            for proto, port, _, reader in pairs:
+                # ip netns exec and taskset exec what they run: the pid is the reader's
+                p = subprocess.Popen(["ip", "netns", "exec", lab.rx, "taskset", "-c", str(reader),
+                                      sys.executable, STAMPED, "read", proto, RECEIVER_ADDR,
+                                      str(port), str(seconds), pattern,
+                                      str(tmp_path / f"{port}.json")],
+                                     stdout=subprocess.PIPE, text=True)
+                procs.append(p)
+                readers[port] = p.pid
+                assert p.stdout.readline().strip() == "listening"
+            for proto, port, sender, _ in pairs:
+                procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", lab.tx, "taskset", "-c", str(sender), sys.executable,
+                     STAMPED, "send", proto, RECEIVER_ADDR, str(port), str(seconds + 1),
+                     str(SEND_EVERY_US)]))
+            time.sleep(SETTLE)
+            t0 = time.monotonic_ns()
+            counts0 = {port: _reader_counts(pid) for port, pid in readers.items()}
+            before = {m: t.latency_totals() for m, t in tracers.items()}
+            time.sleep(window)
+            after = {m: t.latency_totals() for m, t in tracers.items()}
+            counts1 = {port: _reader_counts(pid) for port, pid in readers.items()}
+            t1 = time.monotonic_ns()
+            for p in procs:
+                p.wait(timeout=seconds + 30)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
+    counts = {port: tuple(b - a for a, b in zip(counts0[port], counts1[port])) for port in readers}
+    return pairs, before, after, (t0, t1), counts
+
+
 def test_arrival_to_read_delays_against_the_readers_own_clock(tmp_path, held):
     """Each pair's p50 and p90 of steer's arrival-to-read delays against the reader's send-to-read
     delays of the messages it read inside the tracer's window, both put through the same
@@ -61,46 +130,8 @@ def test_arrival_to_read_delays_against_the_readers_own_clock(tmp_path, held):
     +-20% (too few samples) fail the test rather than pass a gross error. The two stages, arrival
     to the queue and the queue to the read, are held to the total and the path (below): their
     split has no truth of its own here (the stack's part is 1-2 us at p50, 5-8 us at p99)."""
-    cpus = usable_cpus()
-    if len(cpus) < 2:
-        pytest.skip("needs two CPUs: the apart placement")
-    pairs = _pairs(cpus[0], cpus[1])
-    seconds = SETTLE + WINDOW + 2
-    procs = []
-    modes = ("sampled", "exact")
-    with Tracer(latency=True) as sampled, Tracer(timing="exact", latency=True) as exact, \
-            Lab([], seconds=seconds) as lab:
-        tracers = dict(zip(modes, (sampled, exact)))
-        # a message an skb: TCP would otherwise cork a small write behind one not yet gone
-        subprocess.run(["ip", "netns", "exec", lab.tx, "sysctl", "-qw",
-                        "net.ipv4.tcp_autocorking=0"], check=True)
-        try:
-            for proto, port, _, reader in pairs:
-                p = subprocess.Popen(["ip", "netns", "exec", lab.rx, "taskset", "-c", str(reader),
-                                      sys.executable, STAMPED, "read", proto, RECEIVER_ADDR,
-                                      str(port), str(seconds), PATTERN, str(tmp_path / f"{port}.json")],
-                                     stdout=subprocess.PIPE, text=True)
-                procs.append(p)
-                assert p.stdout.readline().strip() == "listening"
-            for proto, port, sender, _ in pairs:
-                procs.append(subprocess.Popen(
-                    ["ip", "netns", "exec", lab.tx, "taskset", "-c", str(sender), sys.executable,
-                     STAMPED, "send", proto, RECEIVER_ADDR, str(port), str(seconds + 1),
-                     str(SEND_EVERY_US)]))
-            time.sleep(SETTLE)
-            t0 = time.monotonic_ns()
-            before = {m: t.latency_totals() for m, t in tracers.items()}
-            time.sleep(WINDOW)
-            after = {m: t.latency_totals() for m, t in tracers.items()}
-            t1 = time.monotonic_ns()
-            for p in procs:
-                p.wait(timeout=seconds + 30)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-    assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
+    pairs, before, after, (t0, t1), _ = _run(tmp_path, PATTERN, WINDOW)
+    modes = tuple(before)
     z = z_for(len(modes) * len(pairs) * len(QUANTILES))
     for proto, port, sender, reader in pairs:
         place = "same core" if sender == reader else "apart"
@@ -135,3 +166,49 @@ def test_arrival_to_read_delays_against_the_readers_own_clock(tmp_path, held):
             assert stack[0.99] < path, (stack, path)
             assert total[0.5] - stack[0.99] - total[0.5] / 8 <= queue[0.5] <= total[0.5] * 9 / 8, \
                 (queue, total, stack)
+
+
+def test_the_readers_wakeups_by_its_data_against_the_schedulers_account(tmp_path, held):
+    """Readers that block in each read (pattern 0): every read that finds no message sleeps and
+    is woken by the next one's arrival. The scheduler counts each sleep (voluntary switches in
+    /proc/PID/status) and each wait on a run queue (schedstat's run_delay). steer counts the
+    wake-ups of a socket's last reader that a flow's data made (sock:sk_data_ready, then
+    sched_waking of that reader on that CPU) and times each from sched_waking to the reader's
+    switch in. One tracer, the default mode's (the wake-up programs are the same in every mode):
+
+    - the count, per pair, is at most the reader's voluntary switches (the reader sleeps
+      nowhere else while it reads; its end, the JSON written after the window, is outside), to
+      the switch or two that straddle the window's reads (+5), and at least 95% of them: 0.02%
+      to 0.2% fewer in some runs, 1.3% to 1.8% fewer in others (bpftrace saw the reader woken
+      through sock_def_readable with no sk_data_ready on that CPU left to match; the cause is
+      not found yet, so the figure is "at least");
+    - cross-core: the reader on its sender's CPU is woken there (none counted cross-core),
+      apart it is woken from the sender's (all of them, but 1%);
+    - the time, where the reader shares the sender's CPU: the scheduler's run_delay is the same
+      waits from the enqueue, which follows sched_waking by the wake-up's own path (the
+      programs on sched_waking among it: ~1.6 us a wake-up here), plus the waits after
+      preemptions, which steer does not count: measured -2.6%..+5.6% against it, held to
+      -10%..+5% plus 3 us a wake-up. Apart, steer's wait also holds the wake-up's trip to the
+      other CPU (an IPI, a vCPU out of its halt: +25 us a wake-up here), which run_delay does
+      not: held above 0.9x it.
+    Exact: no chance term (counts, and sums of the same intervals)."""
+    pairs, before, after, _, counts = _run(tmp_path, "0", 3.0, modes=("sampled",))
+    for proto, port, sender, reader in pairs:
+        place = "same core" if sender == reader else "apart"
+        run_delay, slept = counts[port]
+        for mode in before:
+            (fid,) = [f for f in after[mode] if f.proto == proto and f.dport == port]
+            d = delays(since(after[mode][fid], before[mode].get(fid)))
+            wake_sum = (d.wake_mean_ns or 0) * d.wakes
+            print(f"{mode} {proto} {place}: {d.wakes} wake-ups ({d.cross_wakes} cross-core), "
+                  f"{wake_sum / 1e6:.1f} ms; the scheduler: {slept} sleeps, run_delay "
+                  f"{run_delay / 1e6:.1f} ms")
+            assert slept > 1000, slept
+            assert 0.95 * slept <= d.wakes <= slept + 5, (d.wakes, slept)
+            cross = d.cross_wakes / d.wakes
+            assert (cross <= 0.01) if sender == reader else (cross >= 0.99), d
+            if sender == reader:
+                held(f"{mode} {proto} same core wake-up time vs run_delay",
+                     wake_sum / run_delay - 1, -0.10, 0.05 + 3e3 * d.wakes / run_delay)
+            else:
+                assert wake_sum > 0.9 * run_delay, (wake_sum, run_delay)

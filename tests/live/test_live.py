@@ -408,8 +408,8 @@ def test_flows_json_shape(timing):
     if "--latency" not in timing:
         assert all("latency" not in g for g in j["flows"])
         return
-    assert all(set(g["latency"]) == {"arrival_to_read", "arrival_to_queue", "queue_to_read"}
-               for g in j["flows"])
+    assert all(set(g["latency"]) == {"arrival_to_read", "arrival_to_queue", "queue_to_read",
+                                     "reader_wakeup"} for g in j["flows"])
     d = f["latency"]["arrival_to_read"]
     # iperf3's reader waits in its read: its data is read within milliseconds, not seconds
     assert d["samples"] > 100 and 0 < d["p50_us"] <= d["p90_us"] <= d["p99_us"] < 1e6, d

@@ -75,6 +75,13 @@ def test_delays_in_json_with_the_stages_where_the_enqueue_was_seen():
                                         "p90_us": None, "p99_us": None}
     assert empty["queue_to_read"] == {"samples": 0, "p50_us": None, "p90_us": None,
                                       "p99_us": None}
+    assert empty["reader_wakeup"] == {"wakeups": 0, "cross_core": 0, "mean_us": None,
+                                      "p50_us": None, "p90_us": None, "p99_us": None}
+    wake = [0] * BUCKETS
+    wake[bucket_of(30_000)] = 6
+    w = delays(Totals([0] * BUCKETS, 0, 0, 0, 0, None, None, 6, 2, 180_000, wake)).as_json()
+    assert w["reader_wakeup"]["wakeups"] == 6 and w["reader_wakeup"]["cross_core"] == 2
+    assert w["reader_wakeup"]["mean_us"] == 30.0 and 28 <= w["reader_wakeup"]["p50_us"] <= 32
     assert Delays(0, 0, None, {}).as_json()["arrival_to_read"]["p50_us"] is None
 
 
@@ -90,9 +97,11 @@ def test_latency_adds_its_programs_and_its_figure_only_when_asked_for():
 
 @pytest.mark.parametrize("refused,state,says", [
     ({"ft_lat_queued": "this kernel has no sock:sk_data_ready (Linux 6.5+)"}, "degraded",
-     "TCP reads only"),
+     "not UDP reads, the wait's two stages, the reader's wake-ups"),
     ({"ft_lat_read": "the kernel refused x (EPERM: Operation not permitted)"}, "degraded",
-     "UDP reads only"),
+     "not TCP reads"),
+    ({"ft_lat_switch": "the kernel refused x (EPERM: Operation not permitted)"}, "degraded",
+     "not the reader's wake-ups"),
     ({"ft_lat_arrival": "the kernel refused x (EPERM: Operation not permitted)"}, "missing",
      "not measured"),
 ])
@@ -105,7 +114,7 @@ def test_a_refused_latency_program_says_what_the_figure_lost(refused, state, say
 def test_each_latency_program_has_its_hook():
     assert {SECTIONS[p] for p in LATENCY_PROGRAMS} == {
         "tp_btf/netif_receive_skb", "tp_btf/skb_copy_datagram_iovec", "tp_btf/sk_data_ready",
-        "tp_btf/sock_recv_length"}
+        "tp_btf/sock_recv_length", "tp_btf/sched_waking", "tp_btf/sched_switch"}
 
 
 def test_each_flow_gets_its_delays_in_json_the_table_and_the_live_views_column():
@@ -128,7 +137,7 @@ def test_each_flow_gets_its_delays_in_json_the_table_and_the_live_views_column()
     assert rows[(40001, 9000)]["latency"]["arrival_to_read"] == {
         "samples": 0, "lost": 1, "mean_us": None, "p50_us": None, "p90_us": None, "p99_us": None}
     assert set(rows[(40000, 5201)]["latency"]) == {"arrival_to_read", "arrival_to_queue",
-                                                   "queue_to_read"}
+                                                   "queue_to_read", "reader_wakeup"}
     assert all("latency" in f for f in rows.values())   # the ACKs too: not in the kernel's map
     assert next(f for f in snap.flows if f.flow not in d).delays is NO_DELAYS
     text = delays_table(d, 10)
