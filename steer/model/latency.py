@@ -133,9 +133,10 @@ def since(now: Totals | tuple, before: Totals | tuple | None) -> Totals:
         return None if a is None or b is None else [x - y for x, y in zip(a, b)]
     return Totals(minus(now.hist, before.hist), now.samples - before.samples,
                   now.lost - before.lost, now.sum_ns - before.sum_ns, now.staged - before.staged,
-                  minus(now.hist_stack, before.hist_stack), minus(now.hist_queue, before.hist_queue),
-                  now.wakes - before.wakes, now.cross_wakes - before.cross_wakes,
-                  now.wake_sum_ns - before.wake_sum_ns, minus(now.hist_wake, before.hist_wake))
+                  minus(now.hist_stack, before.hist_stack),
+                  minus(now.hist_queue, before.hist_queue), now.wakes - before.wakes,
+                  now.cross_wakes - before.cross_wakes, now.wake_sum_ns - before.wake_sum_ns,
+                  minus(now.hist_wake, before.hist_wake))
 
 
 def interval_delays(before: dict, after: dict) -> dict:

@@ -94,6 +94,8 @@ EXACT_PROGRAMS = ("ft_xdp_redirect", "ft_xdp_cpumap_kthread", "ft_sched_switch",
 LATENCY_UDP = ("ft_lat_queued", "ft_lat_udp_read")
 LATENCY_WAKES = ("ft_lat_waking", "ft_lat_switch")
 LATENCY_PROGRAMS = ("ft_lat_arrival", "ft_lat_read", *LATENCY_UDP, *LATENCY_WAKES)
+# and their maps: not made where --latency was not asked for
+LATENCY_MAPS = ("lat_flows", "lat_zero", "lat_arriving", "lat_socks", "lat_waking", "lat_woken")
 
 # How the application side learns which socket a read was from and how many bytes it got:
 # - counters (sampled timing): no program per TCP read. A TCP reader's bytes are the socket's own

@@ -26,8 +26,9 @@ from steer.kernel.objects import BpfObject, bpf_dir
 from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, PerfCounter,
                                kernel_text_ranges)
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED,
-                                  HOOKS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR, TIMING_CHOICES,
-                                  UDP_READS_FALLBACK, Plan, PlanError, forced_refusals, plan)
+                                  HOOKS, LATENCY_MAPS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR,
+                                  TIMING_CHOICES, UDP_READS_FALLBACK, Plan, PlanError,
+                                  forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_SAMPLE_HZ)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
@@ -415,7 +416,7 @@ class Tracer:
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi
         sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE"),
-                 # ~4.5 KB an entry, preallocated: as few as the kernel takes where not asked for
+                 # ~4.5 KB an entry, preallocated (not made at all where not asked for)
                  "lat_flows": min(self.max_flows, LATENCY_MAX_FLOWS) if self.latency
                  else possible_cpus()}
         if ranges and sampled:
@@ -425,7 +426,8 @@ class Tracer:
         self._clocks = self._open_clocks(p) if sampled else []
         self._obj = BpfObject(str(obj_path), rodata=bytes(cfg), max_entries=sizes,
                               only=set(p.programs), btf=self.btf,
-                              no_maps=set(self.refused_maps))
+                              no_maps=set(self.refused_maps) | (
+                                  set() if self.latency else set(LATENCY_MAPS)))
         for event, per_cpu in counters.counters.items():
             if event == "llc_misses" or sampled:   # exact timing reads misses alone
                 m = self._obj.map(EVENTS[event][1])
@@ -736,7 +738,7 @@ class Tracer:
         with self._lock:
             if not self._obj:
                 raise TracerError("tracer is not running")
-            if "lat_flows" not in self.refused_maps and "ft_lat_read" in self._obj.attached:
+            if "lat_flows" not in self.refused_maps and "ft_lat_arrival" in self._obj.attached:
                 m = self._obj.map("lat_flows")
                 out = {}
                 for kraw, vraw in m.items():
