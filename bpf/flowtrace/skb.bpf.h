@@ -197,19 +197,18 @@ static __always_inline int headers_flow(unsigned char *data, __u32 len, __u32 he
 	return 0;
 }
 
-/* an skb the program was handed (typed: its fields are read directly) */
-static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload)
-{
-	return headers_flow(skb->data, skb->len, skb->len - skb->data_len, bpf_ntohs(skb->protocol),
-			    k, payload, 0);
-}
-
-/* and a TCP segment's sequence number */
+/* an skb the program was handed (typed: its fields are read directly), and where TCP_SEQ is
+ * given a TCP segment's sequence number */
 static __always_inline int skb_flow_seq(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload,
 					__u32 *tcp_seq)
 {
 	return headers_flow(skb->data, skb->len, skb->len - skb->data_len, bpf_ntohs(skb->protocol),
 			    k, payload, tcp_seq);
+}
+
+static __always_inline int skb_flow(struct sk_buff *skb, struct ft_flow_key *k, __u64 *payload)
+{
+	return skb_flow_seq(skb, k, payload, 0);
 }
 
 /* an skb past the layer that set its network header, wherever that layer left its data (a queued

@@ -65,8 +65,8 @@ class Delays:
     wake_ns: dict[float, float] = field(default_factory=dict)    # wake-up to running
 
     def as_json(self) -> dict:
-        """"arrival_to_read", "arrival_to_queue" and "queue_to_read", each with its samples
-        and quantiles in us (null where there is none)."""
+        """"arrival_to_read", "arrival_to_queue", "queue_to_read" (each with its samples) and
+        "reader_wakeup" (its wake-ups), with their quantiles in us (null where there is none)."""
         return {"arrival_to_read": {"samples": self.samples, "lost": self.lost,
                                     "mean_us": _us(self.mean_ns), **_quantiles(self.quantiles_ns)},
                 "arrival_to_queue": {"samples": self.staged, **_quantiles(self.stack_ns)},
@@ -102,20 +102,24 @@ def quantile(hist: list[int], q: float) -> float | None:
     return float(lo)
 
 
+def _at_quantiles(hist: list[int] | None, n: int) -> dict[float, float]:
+    """HIST's QUANTILES, where it holds N > 0 counts (else none)."""
+    return {q: quantile(hist, q) for q in QUANTILES} if n else {}
+
+
 def delays(t: Totals | tuple) -> Delays:
     """What the kernel's histograms say; nothing where nothing was read (or woken)."""
     t = Totals(*t)
     wakes = t.wakes if t.hist_wake is not None else 0
     woken = dict(wakes=wakes, cross_wakes=t.cross_wakes if wakes else 0,
                  wake_mean_ns=t.wake_sum_ns / wakes if wakes else None,
-                 wake_ns={q: quantile(t.hist_wake, q) for q in QUANTILES} if wakes else {})
+                 wake_ns=_at_quantiles(t.hist_wake, wakes))
     if not t.samples:
         return Delays(0, t.lost, None, {}, **woken)
     staged = t.staged if t.hist_stack is not None and t.hist_queue is not None else 0
-    return Delays(t.samples, t.lost, t.sum_ns / t.samples,
-                  {q: quantile(t.hist, q) for q in QUANTILES}, staged,
-                  {q: quantile(t.hist_stack, q) for q in QUANTILES} if staged else {},
-                  {q: quantile(t.hist_queue, q) for q in QUANTILES} if staged else {}, **woken)
+    return Delays(t.samples, t.lost, t.sum_ns / t.samples, _at_quantiles(t.hist, t.samples),
+                  staged, _at_quantiles(t.hist_stack, staged), _at_quantiles(t.hist_queue, staged),
+                  **woken)
 
 
 def since(now: Totals | tuple, before: Totals | tuple | None) -> Totals:
@@ -160,13 +164,12 @@ class ClassWaits:
     the flow's previous read) goes to the class the flow had in that interval."""
 
     def __init__(self, classes):
-        self.classes = list(classes)
-        self.hist = np.zeros((len(self.classes), BUCKETS), np.uint64)
-        self.sum_ns = [0] * len(self.classes)
+        self.hist = np.zeros((len(classes), BUCKETS), np.uint64)
+        self.sum_ns = [0] * len(classes)
         self._last: dict = {}
 
     def fold(self, totals: dict, class_of) -> None:
-        """TOTALS: flow -> the kernel's running (hist, samples, lost, sum_ns); CLASS_OF(flows) ->
+        """TOTALS: flow -> the kernel's running Totals; CLASS_OF(flows) ->
         each flow's class index in this interval, or -1 (no traffic seen: its delays wait for a
         read where it has one)."""
         keys = list(totals)

@@ -170,20 +170,23 @@ class SteerCollector(Collector):
             sums = np.bincount(fold.cls, weights=values, minlength=len(CLASSES))
             for i, cls in enumerate(CLASSES):
                 self._class_totals[cls][key] += float(sums[i])
+        # the interval's flows with traffic, by their hashes (sorted), and the class of each
+        active, first = np.unique(flow_hashes(fold.flows[fold.active]), return_index=True)
+        active_cls = fold.cls[first]
         if self._waits is not None:
             self._waits.fold(self.tracer.latency_totals(raw=True), lambda keys: _classes_of(
-                keys, fold))
+                keys, active, active_cls))
         t = now.monotonic_ns / 1e9
-        self._remember_active(fold, int(t * 1000))
+        self._remember_active(active, active_cls, int(t * 1000))
         return now, fold, self._series(fold, t)
 
-    def _remember_active(self, fold: Fold, ms: int) -> None:
+    def _remember_active(self, flows: np.ndarray, cls: np.ndarray, ms: int) -> None:
         """steer_class_flows' window: each flow with traffic in the last ACTIVE_WINDOW seconds,
-        when it last had it and its class then; at most MAX_ACTIVE of them, the latest."""
-        flows, order_of = np.unique(flow_hashes(fold.flows[fold.active]), return_index=True)
+        when it last had it and its class then; at most MAX_ACTIVE of them, the latest. FLOWS:
+        the hashes of this interval's (sorted, once each), CLS their classes."""
         _, again = find(flows, self._active_flows)
         stamps = np.concatenate([self._active_ms[~again], np.full(len(flows), ms, np.int64)])
-        classes = np.concatenate([self._active_cls[~again], fold.cls[order_of]])
+        classes = np.concatenate([self._active_cls[~again], cls])
         flows = np.concatenate([self._active_flows[~again], flows])
         fresh = ms - stamps <= int(ACTIVE_WINDOW * 1000)
         flows, stamps, classes = flows[fresh], stamps[fresh], classes[fresh]
@@ -576,19 +579,12 @@ _EVENT_DOCS = {"llc_references": "LLC references", "instructions": "Instructions
                "cycles": "Core cycles"}
 
 
-def _classes_of(keys: list[bytes], fold: Fold) -> np.ndarray:
-    """The class (an index into CLASSES) each flow of KEYS (packed ft_flow_key) had in FOLD's
-    interval, -1 where it had no traffic there."""
-    out = np.full(len(keys), -1, np.int64)
-    active = flow_hashes(fold.flows[fold.active])
-    if not len(active):
-        return out
-    order = np.argsort(active)
-    want = flow_hashes(np.frombuffer(b"".join(keys), FLOW))
-    at = np.minimum(np.searchsorted(active[order], want), len(active) - 1)
-    hit = active[order][at] == want
-    out[hit] = fold.cls[order][at][hit]
-    return out
+def _classes_of(keys: list[bytes], active: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """The class (an index into CLASSES) each flow of KEYS (packed ft_flow_key) had in the
+    interval whose flows with traffic are ACTIVE (their sorted hashes) of classes CLS; -1 where
+    it had none there."""
+    at, hit = find(active, flow_hashes(np.frombuffer(b"".join(keys), FLOW)))
+    return np.where(hit, cls[at] if len(cls) else -1, -1)
 
 
 def _cpu_order(item) -> tuple:

@@ -179,16 +179,12 @@ def test_class_waits_only_go_up_and_fold_each_interval_into_its_flows_class():
 
 
 def test_the_exporter_finds_each_flows_class_by_its_key():
-    from steer.model.flowarrays import FLOW
+    from steer.model.flowarrays import FLOW, flow_hashes
     from steer.model.numeric import np
     from steer.present.exporter import _classes_of
     keys = [bytes([i]) * 40 for i in range(1, 5)]
-    flows = np.frombuffer(b"".join(sorted(keys[:3])), FLOW)
-
-    class Fold:
-        pass
-    fold = Fold()
-    fold.flows, fold.active, fold.cls = flows, np.array([0, 2]), np.array([1, 2])
-    assert list(_classes_of(keys, fold)) == [1, -1, 2, -1]
-    fold.active, fold.cls = np.array([], int), np.array([], int)
-    assert list(_classes_of(keys, fold)) == [-1] * 4
+    hashes = flow_hashes(np.frombuffer(b"".join(keys), FLOW))
+    active = np.array(sorted([hashes[0], hashes[2]]), np.uint64)
+    cls = np.array([1 if h == hashes[0] else 2 for h in active])
+    assert list(_classes_of(keys, active, cls)) == [1, -1, 2, -1]
+    assert list(_classes_of(keys, np.empty(0, np.uint64), np.empty(0, int))) == [-1] * 4
