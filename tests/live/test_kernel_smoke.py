@@ -12,10 +12,10 @@ import time
 import pytest
 
 from helpers import (CPU_A, CPU_B, COOKIE, ROOT, STEER, bpftool_objects, live, steer, tcp_rx_bound,
-                     two_cpus)
+                     two_cpus, untimed)
 from steer.experiment.lab import Lab, LabFlow
 
-pytestmark = [live, two_cpus]
+pytestmark = [live, untimed, two_cpus]
 
 
 

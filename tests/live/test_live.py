@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool
+from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool, steal_seconds
 from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live,
                      save_screenshot, screen_until, steer, tmux)
 from steer.model.classify import classify
@@ -51,6 +51,7 @@ class Run:
     peer_net_rx_ns: float | None   # a second
     peer_window: float
     mid_net_rx_ns: int
+    peer_steal: float   # CPU-seconds the host took over the peer's run
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def run():
             t0 = time.monotonic()
             lab.start_clients()
             time.sleep(MID_WINDOW[0])
-            peer = None
+            peer, stolen = None, steal_seconds()
             if shutil.which("softirqs"):
                 # the peer measures its own window; ours brackets it after its programs load
                 peer = softirqs_tool(2)
@@ -81,6 +82,7 @@ def run():
                     peer_ns = softirqs_net_rx(out, 2) or 0
                 except PeerStartError as e:
                     peer_ns = e   # the tool's reading, not the host's
+            stolen = steal_seconds() - stolen
             results = lab.wait(timeout=TRAFFIC_SECONDS + 20)
             time.sleep(0.2)   # let the last softirqs finish before the final read
             raw1 = tracer.sample()
@@ -93,7 +95,8 @@ def run():
                raw_after=raw1, mid=mid,
                softirqs_before=sirq0, softirqs_after=sirq1, peer_net_rx_ns=peer_ns,
                peer_window=(mid_b.monotonic_ns - mid_a.monotonic_ns) / 1e9,
-               mid_net_rx_ns=sum(b.net_rx_ns - a.net_rx_ns for a, b in zip(mid_a.cpus, mid_b.cpus)))
+               mid_net_rx_ns=sum(b.net_rx_ns - a.net_rx_ns for a, b in zip(mid_a.cpus, mid_b.cpus)),
+               peer_steal=stolen)
 
 
 def traced(snap, result):
@@ -166,17 +169,24 @@ def test_net_rx_events_match_proc_softirqs(run):
         assert abs(c.net_rx_events - proc) <= max(2, 0.01 * proc)
 
 
-def test_net_rx_time_agrees_with_the_softirqs_peer(run):
+def test_net_rx_time_agrees_with_the_softirqs_peer(run, held):
     """libbpf-tools `softirqs` measures NET_RX time its own way, over its own window: compare
-    rates (ns per second of wall time); the windows are not aligned, hence the wide margin."""
+    rates (ns per second of wall time); the windows are not aligned, hence the wide margin. Its
+    clock counts what the host took from a CPU inside a softirq, steer's run clock leaves it
+    out: the low bound is widened by the CPU-seconds stolen over the peer's run against its
+    NET_RX seconds, as bench.accuracy widens the peer's row (once 0.64 here, in a live run that
+    lost 95 CPU-s to the host)."""
     if run.peer_net_rx_ns is None:
         pytest.skip("libbpf-tools softirqs not installed")
     if isinstance(run.peer_net_rx_ns, PeerStartError):
         pytest.skip(f"no truth this run: {run.peer_net_rx_ns}")
     ours = run.mid_net_rx_ns / run.peer_window
     peer = run.peer_net_rx_ns
-    print(f"NET_RX ns/s: steer {ours:.0f}, softirqs {peer:.0f}")
-    assert 0.75 < ours / peer < 1.33
+    assert peer, "softirqs read no NET_RX time while the lab's flows ran"
+    extra_low = min(1.0, run.peer_steal / (peer * 2 / 1e9))
+    print(f"NET_RX ns/s: steer {ours:.0f}, softirqs {peer:.0f}; the host took "
+          f"{run.peer_steal:.2f} CPU-s over the peer's run")
+    held("NET_RX rate vs the softirqs peer", ours / peer - 1, -0.25 - extra_low, 0.33)
 
 
 def _one_flow_traced(tracer, seconds):

@@ -13,6 +13,9 @@ kept across runs, so that a failure can be set beside the earlier runs of the sa
   figure does run after run. `python tests/support/record.py` reads them back: per figure, its
   spread over the runs and the chance that spread gives of crossing its bound (`odds_of`),
   against the odds the bound was made for;
+- the host's idle time while each test ran (setup to teardown, summed over CPUs): a test that
+  leaves the CPUs idle waits on a clock (a sleep, a fixed duration, a timeout), which is where
+  the suite's wall time is cheapest to win back;
 - the steal: how long the hypervisor ran something else in this VM's CPUs' place over the run
   and during each test that saw some, summed over CPUs, beside a failure too: times held to the
   scheduler's account are the ones it upsets.
@@ -146,6 +149,13 @@ def odds_report(runs: list[dict], match: str = "") -> list[str]:
     return lines
 
 
+def idle_seconds() -> float:
+    """/proc/stat's idle and iowait of all CPUs, in seconds since boot."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
+
 def steal_seconds() -> float:
     """The time the hypervisor ran something else on this machine's CPUs, summed over them
     (bench.peer's reading of /proc/stat): a test of times taken while the host took a CPU away
@@ -164,6 +174,14 @@ class Recorder:
         self.steal: dict[str, float] = {}   # the steal while a test's call ran, where there was
         self._steal_at = 0.0
         self._steal_start = steal_seconds()
+        self.idle: dict[str, float] = {}   # CPU-seconds idle from a test's setup to its teardown
+        self._idle_at = 0.0
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self._idle_at = idle_seconds()
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.idle[nodeid] = round(idle_seconds() - self._idle_at, 2)
 
     def pytest_runtest_logreport(self, report):
         self.seconds[report.nodeid] += report.duration
@@ -218,7 +236,7 @@ class Recorder:
                "tiers": {t: round(s, 1) for t, s in self.by_tier().items()},
                "tests": {n: [self.outcome.get(n, "error"), round(s, 2)]
                          for n, s in sorted(self.seconds.items())},
-               "figures": dict(self.figures), "failures": self.why,
+               "figures": dict(self.figures), "failures": self.why, "idle": self.idle,
                "steal": {"run": round(steal_seconds() - self._steal_start, 2), **self.steal}}
         os.makedirs(os.path.dirname(RUN_FILE), exist_ok=True)
         with open(RUN_FILE, "w") as f:
