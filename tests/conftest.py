@@ -11,14 +11,10 @@ import sys
 import pytest
 
 TIERS = ("unit", "artifacts", "live", "guest")
-# the order the tiers run in. The guests boot with the session (guests_from_the_start) and run
-# beside what comes before their tier: artifacts and unit, which time nothing, then the live
-# tests marked untimed, which hold no time, rate or cost figure (faults, refusals, names,
-# packages) and wait on clocks much of their time (a kill at a random moment, a scrape every
-# few seconds). The rest of the live tier, whose bounds time real traffic, has the host to
-# itself after both guests ended. A live test is timed unless marked: a new test that times
-# something cannot land beside the guests by mistake.
-LANES = ("artifacts", "unit", "untimed", "guest", "live")
+# the order the tiers run in: the guests boot with the session and run beside the first two
+# (guests_from_the_start); the live tier, which times real traffic, has the host to itself
+TIER_ORDER = ("artifacts", "unit", "guest", "live")
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))   # helpers, sysfs
 # a test module may use another's helpers (the dashboards' expressions, a free port, a fixture
 # flow), in whichever tier it is
@@ -77,12 +73,8 @@ def pytest_collection_modifyitems(config, items):
         if rel[0] not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")
     # stable: each module's tests stay together and in their order
-    items.sort(key=lambda item: LANES.index(lane_of(item, here)))
-
-
-def lane_of(item, here: str) -> str:
-    tier = os.path.relpath(str(item.path), here).split(os.sep)[0]
-    return "untimed" if tier == "live" and item.get_closest_marker("untimed") else tier
+    items.sort(key=lambda item: TIER_ORDER.index(
+        os.path.relpath(str(item.path), here).split(os.sep)[0]))
 
 
 @pytest.fixture
@@ -128,9 +120,10 @@ def debian_package(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def guests_from_the_start(request, tmp_path_factory):
     """The guest tier's qemu guests boot with the session, when it holds their tests, and run
-    beside the lanes ordered before theirs (LANES): artifacts, unit and the untimed live tests,
-    which time nothing, while each guest's TCG thread takes what is left. The rest of the live
-    tier, whose bounds time real traffic, starts after both guests ended."""
+    beside the tiers ordered before theirs (TIER_ORDER): artifacts and unit, which keep one of
+    this host's two CPUs busy at most and time nothing, while each guest's TCG thread takes
+    what is left. The live tier, whose bounds time real traffic, starts after both guests
+    ended."""
     names = {item.originalname for item in request.session.items
              if item.path.parent.name == "guest"}
     if not names:

@@ -16,16 +16,15 @@ import urllib.request
 import pytest
 
 from helpers import (CPU_A, ROOT, STEER, assert_one_line_error, bpftool_objects, live, settled,
-                     steer, tracer_programs, untimed)
+                     steer, tracer_programs)
 from steer.present.exporter import SteerCollector
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import RECEIVER_ADDR, Lab, LabFlow, lab_namespaces
-from vm.run import NIC_NETNS   # tests/guest/vm/run.py, by the guest tier's folder
 from steer.steering.xdp import pin_root, pinned_state
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
 
-pytestmark = [live, untimed]
+pytestmark = live
 # Kill moments are stratified, not drawn at random: the time a command is given before its
 # SIGKILL is split into KILLS equal slices and each slice gets one moment at random within it,
 # so every window of 2/KILLS of that time holds a kill in every run (and one of 1/KILLS does at
@@ -68,24 +67,11 @@ def _leftover_pins() -> list[str]:
 
 
 def _iperf3_pids() -> list[int]:
-    """Live iperf3 processes (a zombie waiting for init to reap it is dead already), but the
-    feeders of the test guests' NICs, which run in namespaces of their own while this module
-    runs beside the guests (tests/guest/vm/run.py NIC_NETNS)."""
+    """Live iperf3 processes (a zombie waiting for init to reap it is dead already)."""
     out = subprocess.run(["pgrep", "-x", "iperf3"], capture_output=True, text=True).stdout
-    feeders = set()
-    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else ():
-        if name.startswith(NIC_NETNS):
-            try:
-                st = os.stat(f"/run/netns/{name}")
-                feeders.add((st.st_dev, st.st_ino))
-            except OSError:
-                pass
     alive = []
     for pid in map(int, out.split()):
         try:
-            ns = os.stat(f"/proc/{pid}/ns/net")
-            if (ns.st_dev, ns.st_ino) in feeders:
-                continue
             with open(f"/proc/{pid}/stat") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] != "Z":
                     alive.append(pid)

@@ -14,11 +14,11 @@ import time
 import pytest
 import yaml
 
-from helpers import CPU_A, CPU_B, ROOT, assert_unprivileged, live, untimed
+from helpers import CPU_A, CPU_B, ROOT, assert_unprivileged, live
 from web import metric_sum
 from steer.experiment.lab import Lab, LabFlow
 
-pytestmark = [live, untimed, pytest.mark.skipif(
+pytestmark = [live, pytest.mark.skipif(
     not (shutil.which("podman") and shutil.which("runc") and shutil.which("mmdebstrap")),
     reason="podman, runc and mmdebstrap not installed (scripts/setup.sh installs them)")]
 DAEMONSET = os.path.join(ROOT, "dashboards", "fleet", "daemonset.yaml")

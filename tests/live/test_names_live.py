@@ -13,11 +13,11 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import CPU_A, CPU_B, ROOT, STEER, live, untimed, screen_until, steer, tmux
+from helpers import CPU_A, CPU_B, ROOT, STEER, live, screen_until, steer, tmux
 from steer.experiment.lab import RECEIVER_ADDR, Lab
 from web import free_port, http_get, wait_http
 
-pytestmark = [live, untimed]
+pytestmark = live
 
 # port -> the name its reader gives itself (a comm holds 15 bytes)
 HOSTILE = {5301: "[/x]", 5302: "\x1b[2J\x1b]0;pwn\x07"}

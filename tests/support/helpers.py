@@ -148,9 +148,6 @@ def live_skip_reason():
 # the live tier: `pytest -m "not live"` leaves it out; conftest skips it, saying why, where it
 # cannot run (live_skip_reason)
 live = pytest.mark.live
-# a live test that holds no time, rate or cost figure (bytes, names, placement, what is left
-# attached): it runs beside the guests, whose TCG threads take the CPUs (tests/conftest.py)
-untimed = pytest.mark.untimed
 
 
 SCREENSHOTS = os.path.join(ROOT, "build", "screenshots")

@@ -107,24 +107,3 @@ def test_the_idle_cpu_time_from_a_tests_setup_to_its_teardown_is_recorded(monkey
         fields = f.readline().split()
     ticks = int(fields[4]) + int(fields[5])
     assert abs(record.idle_seconds() - ticks / os.sysconf("SC_CLK_TCK")) < 2.0 * os.cpu_count()
-
-
-def test_the_untimed_live_tests_run_beside_the_guests_and_the_timed_ones_after():
-    """The suite's order (tests/conftest.py LANES): artifacts, unit, the live tests marked
-    untimed, the guest tier, then every other live test; each lane in its collected order."""
-    import sys
-    from pathlib import Path
-    from types import SimpleNamespace
-    conftest = sys.modules["conftest"]   # the suite's own, which pytest has loaded
-    tests = Path(conftest.__file__).parent
-
-    def item(path, untimed=False):
-        return SimpleNamespace(path=tests / path, nodeid=path,
-                               get_closest_marker=lambda name: untimed if name == "untimed" else None)
-    items = [item("live/test_a.py"), item("guest/test_g.py"), item("live/test_b.py", True),
-             item("unit/test_u.py"), item("live/test_c.py", True), item("artifacts/test_x.py"),
-             item("live/test_d.py")]
-    conftest.pytest_collection_modifyitems(None, items)
-    assert [i.nodeid for i in items] == [
-        "artifacts/test_x.py", "unit/test_u.py", "live/test_b.py", "live/test_c.py",
-        "guest/test_g.py", "live/test_a.py", "live/test_d.py"]
