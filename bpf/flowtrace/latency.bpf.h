@@ -286,6 +286,10 @@ static __always_inline void tcp_queued(struct sock *sk)
 
 static __always_inline void note_waking(struct sock *sk, struct ft_flow_key *flow)
 {
+	/* a key of its own, zeroed: sock_flow() writes an IPv4 flow's 4 bytes of each address
+	 * only, and this CPU's slot held the last flow noted here, an IPv6 one's 16 (the IPv4 TCP
+	 * readers' wake-ups went uncounted on a CPU that had noted an IPv6 flow) */
+	struct ft_flow_key k = {};
 	struct ft_lat_sock *q;
 	struct lat_waking *w;
 	__u32 z = 0;
@@ -294,13 +298,14 @@ static __always_inline void note_waking(struct sock *sk, struct ft_flow_key *flo
 	w = bpf_map_lookup_elem(&lat_waking, &z);
 	if (!w || !q || !q->reader)
 		return;		/* no read of it seen yet: no reader to count a wake-up of */
-	w->reader = q->reader;
 	if (flow)
-		w->flow = *flow;
-	else if (sock_flow(sk, &w->flow))
+		k = *flow;
+	else if (sock_flow(sk, &k))
 		return;
-	if (!lat_flow(&w->flow, 0))
+	if (!lat_flow(&k, 0))
 		return;		/* a flow --latency does not follow */
+	w->reader = q->reader;
+	w->flow = k;
 	w->ns = bpf_ktime_get_ns();
 }
 

@@ -6,6 +6,7 @@ bpf_ktime_get_ns(), on one host. No steer import: it runs inside the lab's names
     stamped.py send tcp|udp ADDR PORT SECONDS INTERVAL_US
     stamped.py read tcp|udp ADDR PORT SECONDS PATTERN_MS OUT.json
 
+ADDR is IPv4 or IPv6 (a colon in it).
 The reader writes [[read time ns, delay ns], ...] for every message, in the order read. Between
 its bursts of reads it sleeps PATTERN_MS's sleeps in turn ("0.5,1,2,4"; a 0 blocks in the read
 instead, so the delay is the path alone: the send, the stack, the wake-up and the copy)."""
@@ -20,6 +21,10 @@ READ = 4096           # a TCP read: 64 messages, so that a read's copies end clo
 STAMP = struct.Struct("@Q")
 
 
+def _family(addr: str) -> int:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
 def send(proto: str, addr: str, port: int, seconds: float, interval_us: float) -> None:
     pad = b"\0" * (MESSAGE - STAMP.size)
     if proto == "tcp":
@@ -27,7 +32,7 @@ def send(proto: str, addr: str, port: int, seconds: float, interval_us: float) -
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # a message a segment, now
         out = s.sendall
     else:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s = socket.socket(_family(addr), socket.SOCK_DGRAM)
         s.connect((addr, port))
         out = s.send
     # sends at least INTERVAL_US apart, never in a burst to catch up after a preemption: the
@@ -50,14 +55,14 @@ def send(proto: str, addr: str, port: int, seconds: float, interval_us: float) -
 def read(proto: str, addr: str, port: int, seconds: float, pattern: list[float], out: str) -> None:
     got: list[tuple[int, int]] = []
     if proto == "tcp":
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls = socket.socket(_family(addr), socket.SOCK_STREAM)
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         ls.bind((addr, port))
         ls.listen(1)
         print("listening", flush=True)
         s, _ = ls.accept()
     else:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s = socket.socket(_family(addr), socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         s.bind((addr, port))
         print("listening", flush=True)
