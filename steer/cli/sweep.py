@@ -109,6 +109,15 @@ def _method_options(sw) -> None:
                          "profile.app shares and the report a table. Profiling costs "
                          "throughput (about 8%% of a bulk flow here), so compare profiled "
                          "sweeps with each other")
+    sw.add_argument("--latency", action="store_true",
+                    help="also how long each cell's data waits from the stack to its reader\n\n"
+                         "also how long each cell's received data waits in the host, from its "
+                         "skb reaching the stack to the read that takes it (the tracer's "
+                         "--latency, as `steer flows --latency`), and the reader's wake-ups by "
+                         "the data (how long, how many from another core): cells carry "
+                         "wait_p50_us ... wakeup_p99_us, the report a table by class and the "
+                         "figures a chart. Six programs more per skb, read and wake-up cost "
+                         "throughput, so compare such sweeps with each other")
     sw.add_argument("--no-figures", action="store_true",
                     help="write results.json, results.csv and report.md but no PNG or SVG (no"
                          " matplotlib needed)\n\n"
@@ -185,7 +194,7 @@ def _sweep_config(args):
                       mode="host" if args.dev else "lab", dev=args.dev, netns=args.netns,
                       server_cmd=args.server_cmd, port=args.port, flows=args.flows,
                       profile=args.profile, paper=args.paper, sender_cpu=sender,
-                      pause=args.pause, offloads=args.offloads)
+                      pause=args.pause, offloads=args.offloads, latency=args.latency)
     return cfg, topo, why
 
 

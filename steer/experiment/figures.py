@@ -97,6 +97,30 @@ def by_class_chart(cells: list[dict], path: str) -> list[str]:
     return _save(fig, path)
 
 
+def waits_chart(cells: list[dict], path: str) -> list[str]:
+    """Each cell's wait from the stack to the read, p50 and p99, by class (--latency): does a
+    placement that costs throughput cost latency too?"""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    groups = [k for k in CLASSES if any(c["class"] == k and c.get("wait_p50_us") is not None
+                                        for c in cells)]
+    for i, k in enumerate(groups):
+        for key, marker, dx in (("wait_p50_us", "o", -0.12), ("wait_p99_us", "^", 0.12)):
+            vals = [c[key] for c in cells if c["class"] == k and c.get(key) is not None]
+            ax.scatter([i + dx] * len(vals), vals, color=CLASS_COLOURS[k], marker=marker,
+                       alpha=0.8, zorder=3, gid=f"waits-{k}-{key}")
+            if vals:
+                ax.hlines(statistics.median(vals), i + dx - 0.1, i + dx + 0.1, color="black",
+                          zorder=4)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_yscale("log")
+    ax.set_ylabel("stack to read (us, log)")
+    ax.legend(handles=[plt.Line2D([], [], marker=m, linestyle="", color="gray", label=l)
+                       for m, l in (("o", "p50"), ("^", "p99"))], fontsize=7)
+    ax.set_title("Receive wait by class (bar: median of the cells)", fontsize=10)
+    ax.grid(True, axis="y", linestyle=":", linewidth=0.5)
+    return _save(fig, path)
+
+
 def flows_chart(by_flows: dict[int, dict[str, dict]], path: str) -> list[str]:
     """Throughput per core and LLC misses per GB against flows per core, one line per class
     (Cai et al., Fig. 6); the misses panel only where a PMU counted them."""
@@ -206,6 +230,8 @@ def write_figures(results: dict, out_dir: str, topo: Topology | None = None) -> 
                                    os.path.join(out_dir, name), **where)
     files += by_class_chart(cells, os.path.join(out_dir, "throughput_by_class"))
     files += histograms(cells, os.path.join(out_dir, "histograms"))
+    if any(c.get("wait_p50_us") is not None for c in cells):
+        files += waits_chart(cells, os.path.join(out_dir, "waits_by_class"))
     if len(results["config"].get("flows") or [1]) > 1:
         files += flows_chart(flows_per_core(first_setting_cells(results)),
                              os.path.join(out_dir, "flows_per_core"))

@@ -14,6 +14,7 @@ from steer.experiment.hostconfig import PAPERS_PRECONDITIONS
 from steer.model.topology import Topology, format_cpulist
 from steer.model.capabilities import MISSING, Capabilities, Figure
 from steer.model.samples import FlowId
+from steer.model.latency import WAIT_KEYS
 from steer.model.units import figure
 
 # Two measurements of one 40 GbE TCP flow into a dual-socket 6-core Intel Sandy Bridge receiver, by
@@ -44,7 +45,10 @@ CSV_FIELDS = ["kernel_cpu", "app_cpu", "flows", "setting", "class", "shared_llc"
               "kernel_seconds_per_gb", "app_seconds_per_gb", "llc_misses_kernel_per_gb",
               "llc_misses_app_per_gb", "packets_per_skb", "unattributed_seconds_per_gb",
               "measured_kernel_cpu", "measured_stack_cpu",
-              "measured_app_cpu", "measured_irq_cpu", "measured_poll_cpu", *COUNTER_KEYS, "runs"]
+              "measured_app_cpu", "measured_irq_cpu", "measured_poll_cpu", *COUNTER_KEYS,
+              # --latency: how long the data waited from the stack to its read, the reader's
+              # wake-ups by it (medians of the runs' quantiles), and the samples they rest on
+              *WAIT_KEYS, "wait_samples", "wakeups", "runs"]
 
 
 def counters_md(cells: list[dict], caps: dict) -> list[str]:
@@ -125,7 +129,9 @@ def by_class(cells: list[dict]) -> dict[str, dict]:
                     "max_bps": max(t), "kernel_seconds_per_gb": med("kernel_seconds_per_gb"),
                     "app_seconds_per_gb": med("app_seconds_per_gb"),
                     "unattributed_seconds_per_gb": med("unattributed_seconds_per_gb"),
-                    "packets_per_skb": med("packets_per_skb")}
+                    "packets_per_skb": med("packets_per_skb"),
+                    **{k: med(k) for k in WAIT_KEYS},
+                    "wait_samples": sum(c.get("wait_samples") or 0 for c in cs)}
     return out
 
 
@@ -314,7 +320,7 @@ def report_md(results: dict, topo: Topology) -> str:
     swept = bool(cfg.get("pause") or cfg.get("offloads"))
     lines = _setup_md(results, topo, cells)
     lines += arrival_md(cells, cfg["method"])
-    lines += _by_class_md(cells) + _all_cells_md(cells)
+    lines += _by_class_md(cells) + _waits_md(cells) + _all_cells_md(cells)
     lines += counters_md(cells, results.get("capabilities") or {})
     if cells:
         lines += _placement_md(cells, topo)
@@ -363,6 +369,39 @@ def _by_class_md(cells: list[dict]) -> list[str]:
                      f"{figure(s['app_seconds_per_gb'])} |")
     lines.append("")
     return lines
+
+
+def _us(v) -> str:
+    return figure(v, "{:,.1f}")
+
+
+def _waits_md(cells: list[dict]) -> list[str]:
+    """Latency by class (a sweep with --latency): how long each class's data waited from the
+    stack to its read, and how its reader was woken; then per cell. None without the figures."""
+    if not any(c.get("wait_samples") for c in cells):
+        return []
+    lines = ["## Receive wait by class", "",
+             "How long the flow's data waited from its skb reaching the stack to the read that "
+             "took it (sampled skbs; medians of each cell's p50 and p99, then of the cells), "
+             "and the reader's wake-ups by the data: wake-up to running, and the share woken "
+             "from another core than the one it ran on (`--latency`).", "",
+             "| class | cells | samples | wait p50 us | wait p90 us | wait p99 us | "
+             "wake-up p50 us | wake-up p99 us | cross-core wake-ups |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for cls, s in by_class(cells).items():
+        lines.append(f"| {cls} | {s['cells']} | {s['wait_samples']:,} | {_us(s['wait_p50_us'])} | "
+                     f"{_us(s['wait_p90_us'])} | {_us(s['wait_p99_us'])} | "
+                     f"{_us(s['wakeup_p50_us'])} | {_us(s['wakeup_p99_us'])} | "
+                     f"{figure(s['cross_core_wakeup_share'], '{:.0%}')} |")
+    lines += ["", "| kernel CPU | app CPU | class | samples | wait p50 us | wait p99 us | "
+                  "wake-ups | wake-up p50 us | cross-core |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in sorted(cells, key=lambda c: (c["kernel_cpu"], c["app_cpu"])):
+        lines.append(f"| {c['kernel_cpu']} | {c['app_cpu']} | {c['class']} | "
+                     f"{c.get('wait_samples') or 0:,} | {_us(c.get('wait_p50_us'))} | "
+                     f"{_us(c.get('wait_p99_us'))} | {c.get('wakeups') or 0:,} | "
+                     f"{_us(c.get('wakeup_p50_us'))} | "
+                     f"{figure(c.get('cross_core_wakeup_share'), '{:.0%}')} |")
+    return lines + [""]
 
 
 def _all_cells_md(cells: list[dict]) -> list[str]:

@@ -42,6 +42,7 @@ from steer.model.topology import Topology, format_cpulist, nic_local, nic_socket
 from steer.trace.tracer import Tracer
 from steer.experiment.hostconfig import counter_delta, irq_method_problems, receiver_tcp
 from steer.model.irqs import busiest_cpu, interrupt_counts, queue_irq
+from steer.model.latency import WAIT_KEYS, since, summed, wait_figures
 from steer.experiment.report import COUNTER_KEYS, PAPER_PRESET, paper_text
 from steer.model.units import hit_ratio, per_gb
 from steer.kernel.files import write_atomically, write_json
@@ -84,6 +85,7 @@ class SweepConfig:
     # offload settings [{'gro': 'on'}, {'gro': 'off'}]; None: left as found
     pause: list[str] | None = None
     offloads: list[dict] | None = None
+    latency: bool = False   # each run's arrival-to-read delays too (the tracer's --latency)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -210,6 +212,7 @@ def load_results(path: str, cfg: SweepConfig) -> dict:
     old_cfg.setdefault("sender_cpu", None)
     old_cfg.setdefault("pause", None)      # and before --pause and --offloads
     old_cfg.setdefault("offloads", None)
+    old_cfg.setdefault("latency", False)   # and before --latency
     if old.get("version") != RESULTS_VERSION or old_cfg != cfg.as_dict():
         raise SweepError(f"--resume: {path} was made with other settings "
                          f"({old.get('config')}); use another --out or the same options")
@@ -249,11 +252,27 @@ def summarize(kernel_cpu: int, app_cpu: int, runs: list[dict], topo: Topology,
     profiled = [r["profile"] for r in runs if r.get("profile")]
     if profiled:
         cell["profile"] = combine_profiles(profiled)
+    if any("wait_samples" in r for r in runs):
+        cell.update(cell_waits(runs))
     for key in ("measured_kernel_cpu", "measured_stack_cpu", "measured_app_cpu",
                 "measured_irq_cpu", "measured_poll_cpu"):
         seen = [r.get(key) for r in runs if r.get(key) is not None]
         cell[key] = max(set(seen), key=seen.count) if seen else None
     return cell
+
+
+def cell_waits(runs: list[dict]) -> dict:
+    """A cell's latency figures from its runs': the medians of each run's quantiles, the samples
+    they rest on, and the share of the reader's wake-ups by the data that came from another
+    core, over all runs."""
+    wakes = sum(r.get("wakeups") or 0 for r in runs)
+    out = {k: _median(r.get(k) for r in runs) for k in WAIT_KEYS
+           if k != "cross_core_wakeup_share"}
+    out["wait_samples"] = sum(r.get("wait_samples") or 0 for r in runs)
+    out["wakeups"] = wakes
+    out["cross_core_wakeup_share"] = \
+        sum(r.get("cross_core_wakeups") or 0 for r in runs) / wakes if wakes else None
+    return out
 
 
 def run_profile_of(prof, match) -> dict:
@@ -329,14 +348,22 @@ def counter_figures(flows, before, after, topo: Topology, app_cpu: int | None,
     return out
 
 
-def measure_flow(tracer: Tracer, before, after, topo, match, app_cpu: int | None = None) -> dict:
+def measure_flow(tracer: Tracer, before, after, topo, match, app_cpu: int | None = None,
+                 waits: tuple[dict, dict] | None = None) -> dict:
     """The figures of the flows MATCH selects between two tracer samples, added up (bytes, CPU
     time, misses; the costs per GB are of the sum); each side's CPU is the one that most of the
-    bytes had. APP_CPU: the reader's CPU, whose whole core's PMU counts the run gets."""
+    bytes had. APP_CPU: the reader's CPU, whose whole core's PMU counts the run gets. WAITS: the
+    tracer's latency totals at BEFORE and AFTER (--latency), whose delays of the same flows
+    become one distribution (wait_figures)."""
     snap = build_snapshot(before, after, topo, tracer.capabilities)
     flows = [f for f in snap.flows if match(f)]
     if not flows:
         return {}
+    latency = {}
+    if waits is not None:
+        lat0, lat1 = waits
+        latency = wait_figures(summed([since(lat1[f.flow], lat0.get(f.flow))
+                                       for f in flows if f.flow in lat1]))
     rx, app = sum(f.rx_bytes for f in flows), sum(f.app_bytes for f in flows)
     nbytes = rx or app
     packets, skbs = sum(f.rx_packets for f in flows), sum(f.rx_skbs for f in flows)
@@ -353,7 +380,7 @@ def measure_flow(tracer: Tracer, before, after, topo, match, app_cpu: int | None
            # arrival CPU and RPS sends the skbs up the stack elsewhere, their time is here
            "unattributed_seconds_per_gb": per_gb(sum(c.net_rx_unattributed_seconds
                                                      for c in snap.cpus), nbytes),
-           **counter_figures(flows, before, after, topo, app_cpu, nbytes)}
+           **counter_figures(flows, before, after, topo, app_cpu, nbytes), **latency}
     for side in ("kernel", "stack", "app"):
         out[f"measured_{side}_cpu"], out[f"measured_{side}_share"] = _dominant_of(
             flows, f"{side}_cpu", f"{side}_cpu_share")
@@ -456,14 +483,14 @@ class LabRunner:
                         # iperf3 leaves its first OMIT seconds out of its count: so does the tracer
                         lab.start_clients()
                         _sleep(omit, self.should_stop)
-                        window["before"] = self.tracer.sample()
+                        window["before"] = self._sample()
                     else:
-                        window["before"] = self.tracer.sample()
+                        window["before"] = self._sample()
                         lab.start_clients()
                     while lab.running():
                         _sleep(0.1, self.should_stop)
                     window["results"] = lab.wait(timeout=30)
-                    window["after"] = self.tracer.sample()
+                    window["after"] = self._sample()
                 prof = _profiled(self.profiler, traffic)
                 before, after, results = window["before"], window["after"], window["results"]
                 tcp1 = receiver_tcp(lab.rx_netns)   # while the lab's namespace is still there
@@ -475,8 +502,9 @@ class LabRunner:
             raise SweepError(f"iperf3 failed in cell {kernel_cpu}:{app_cpu}"
                              f"{f' ({flows} flows)' if flows > 1 else ''}: {failed[0].error}")
         mine = {(r.sender_port, r.flow.port) for r in results}
-        run = measure_flow(self.tracer, before, after, self.topo,
-                           lambda f: (f.flow.sport, f.flow.dport) in mine, app_cpu)
+        run = measure_flow(self.tracer, before[0], after[0], self.topo,
+                           lambda f: (f.flow.sport, f.flow.dport) in mine, app_cpu,
+                           waits_of(before, after))
         if prof:
             run["profile"] = run_profile_of(prof, lambda f: (f.flow.sport, f.flow.dport) in mine)
         ends = [r.raw["end"] for r in results]
@@ -489,6 +517,9 @@ class LabRunner:
         if state:
             run["device_state"] = state
         return run
+
+    def _sample(self):
+        return sample_with_waits(self.tracer, self.cfg)
 
     def close(self):
         pass
@@ -605,16 +636,17 @@ class HostRunner:
 
         def traffic():
             window["irqs_before"] = interrupt_counts()
-            window["before"] = self.tracer.sample()
+            window["before"] = sample_with_waits(self.tracer, self.cfg)
             _sleep(self.cfg.seconds, self.should_stop)
-            window["after"] = self.tracer.sample()
+            window["after"] = sample_with_waits(self.tracer, self.cfg)
             window["irqs_after"] = interrupt_counts()
         tcp0 = receiver_tcp(self.cfg.netns)
         prof = _profiled(self.profiler, traffic)
         tcp1 = receiver_tcp(self.cfg.netns)
-        run = measure_flow(self.tracer, window["before"], window["after"], self.topo,
+        w0, w1 = window["before"], window["after"]
+        run = measure_flow(self.tracer, w0[0], w1[0], self.topo,
                            lambda f: f.flow.dport == self.cfg.port and f.app_pid == self.server.pid,
-                           app_cpu)
+                           app_cpu, waits_of(w0, w1))
         if prof and run:
             # the profile has no reader pid: the port alone picks the flow
             run["profile"] = run_profile_of(prof, lambda f: f.flow.dport == self.cfg.port)
@@ -674,6 +706,17 @@ def established_ports(pid: int) -> set[int]:
         except OSError:
             pass
     return ports
+
+
+def sample_with_waits(tracer: Tracer, cfg: SweepConfig) -> tuple:
+    """(the tracer's sample, its latency totals with cfg.latency, else None), read one after
+    the other at a window's edge."""
+    return tracer.sample(), tracer.latency_totals() if cfg.latency else None
+
+
+def waits_of(before: tuple, after: tuple) -> tuple[dict, dict] | None:
+    """measure_flow's WAITS from two sample_with_waits() reads (None: --latency off)."""
+    return None if before[1] is None else (before[1], after[1])
 
 
 def _profiled(profiler: Tracer | None, traffic):
@@ -751,5 +794,6 @@ def describe(cfg: SweepConfig) -> str:
             f"kernel side by {cfg.method}, traffic from {'the lab' if cfg.mode == 'lab' else cfg.dev}"
             + (f"; device settings: {' / '.join(map(setting_label, cfg.settings()))}"
                if cfg.pause or cfg.offloads else "")
-            + (f"; {paper_text(cfg.as_dict())}" if cfg.paper else ""))
+            + (f"; {paper_text(cfg.as_dict())}" if cfg.paper else "")
+            + ("; with how long the data waits (--latency)" if cfg.latency else ""))
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from steer.abi import flowtrace as abi
 from steer.model.numeric import np
 
 SUB = 8          # FT_LAT_SUB: buckets per power of two
 BUCKETS = 256    # FT_LAT_BUCKETS
 QUANTILES = (0.5, 0.9, 0.99)
+LAT_FLOW = np.dtype(abi.LatFlow)   # struct ft_lat_flow, as the kernel's map holds it
 
 
 def bucket_of(ns: int) -> int:
@@ -86,20 +88,19 @@ def _quantiles(by_q: dict[float, float]) -> dict:
 NO_DELAYS = Delays(0, 0, None, {})   # a flow none of whose sampled skbs was read
 
 
-def quantile(hist: list[int], q: float) -> float | None:
-    """The Q quantile (0..1) of the delays counted in HIST (one count per bucket)."""
-    total = sum(hist)
-    if not total:
+def quantile(hist, q: float) -> float | None:
+    """The Q quantile (0..1) of the delays counted in HIST (one count per bucket): in the first
+    bucket with counts whose running total reaches Q of them, placed by linear interpolation."""
+    h = np.asarray(hist, np.float64)
+    cum = np.cumsum(h)
+    if not len(h) or not cum[-1]:
         return None
-    rank = q * total
-    seen = 0
-    for b, n in enumerate(hist):
-        if n and seen + n >= rank:
-            lo, hi = bucket_bounds(b)
-            return lo + (hi - lo) * max(rank - seen, 0) / n
-        seen += n
-    lo, hi = bucket_bounds(len(hist) - 1)
-    return float(lo)
+    rank = q * cum[-1]
+    b = int(np.searchsorted(cum, rank)) if rank > 0 else int(np.flatnonzero(h)[0])
+    if b >= len(h):
+        return float(bucket_bounds(len(h) - 1)[0])
+    lo, hi = bucket_bounds(b)
+    return lo + (hi - lo) * max(rank - (cum[b] - h[b]), 0) / h[b]
 
 
 def _at_quantiles(hist: list[int] | None, n: int) -> dict[float, float]:
@@ -134,13 +135,47 @@ def since(now: Totals | tuple, before: Totals | tuple | None) -> Totals:
         return now
 
     def minus(a, b):
-        return None if a is None or b is None else [x - y for x, y in zip(a, b)]
+        return None if a is None or b is None else \
+            np.asarray(a, np.int64) - np.asarray(b, np.int64)
     return Totals(minus(now.hist, before.hist), now.samples - before.samples,
                   now.lost - before.lost, now.sum_ns - before.sum_ns, now.staged - before.staged,
                   minus(now.hist_stack, before.hist_stack),
                   minus(now.hist_queue, before.hist_queue), now.wakes - before.wakes,
                   now.cross_wakes - before.cross_wakes, now.wake_sum_ns - before.wake_sum_ns,
                   minus(now.hist_wake, before.hist_wake))
+
+
+def summed(parts: list) -> Totals | None:
+    """The counts of several flows' intervals (Totals) as one: a sweep cell's flows, whose
+    delays are one distribution. None where there are no parts."""
+    parts = [Totals(*t) for t in parts]
+    if not parts:
+        return None
+
+    def add(hists):
+        return None if any(h is None for h in hists) else \
+            np.sum([np.asarray(h, np.int64) for h in hists], axis=0)
+    return Totals(add([t.hist for t in parts]), *(sum(getattr(t, k) for t in parts) for k in
+                                                   ("samples", "lost", "sum_ns", "staged")),
+                  add([t.hist_stack for t in parts]), add([t.hist_queue for t in parts]),
+                  *(sum(getattr(t, k) for t in parts) for k in
+                    ("wakes", "cross_wakes", "wake_sum_ns")),
+                  add([t.hist_wake for t in parts]))
+
+
+def wait_figures(t: Totals | None) -> dict:
+    """A sweep run's latency figures from its flows' summed counts T (None: none of them had
+    latency counts): the arrival-to-read samples and quantiles in microseconds, and the
+    reader's wake-ups by the data, those from another core and their quantiles."""
+    d = delays(t) if t is not None else NO_DELAYS
+    return {"wait_samples": d.samples, "wait_lost": d.lost,
+            **{f"wait_p{round(q * 100)}_us": _us(d.quantiles_ns.get(q)) for q in QUANTILES},
+            "wakeups": d.wakes, "cross_core_wakeups": d.cross_wakes,
+            **{f"wakeup_p{round(q * 100)}_us": _us(d.wake_ns.get(q)) for q in QUANTILES}}
+
+
+WAIT_KEYS = ("wait_p50_us", "wait_p90_us", "wait_p99_us", "wakeup_p50_us", "wakeup_p99_us",
+             "cross_core_wakeup_share")
 
 
 def interval_delays(before: dict, after: dict) -> dict:
@@ -189,8 +224,53 @@ class ClassWaits:
 
     def buckets(self, i: int) -> tuple[list[tuple[str, float]], float]:
         """Class I's cumulative (le, count) pairs, +Inf last, and its sum in seconds."""
-        per_le = np.bincount(_LE_OF, weights=self.hist[i].astype(float),
-                             minlength=len(EXPORT_BOUNDS) + 1)
-        cum = np.cumsum(per_le)
-        return ([(f"{le:g}", float(c)) for le, c in zip(EXPORT_BOUNDS, cum)]
-                + [("+Inf", float(cum[-1]))], self.sum_ns[i] / 1e9)
+        return export_buckets(self.hist[i], self.sum_ns[i])
+
+
+def export_buckets(hist, sum_ns: int) -> tuple[list[tuple[str, float]], float]:
+    """A kernel histogram HIST (BUCKETS counts) as a Prometheus histogram's cumulative (le,
+    count) pairs on EXPORT_BOUNDS, +Inf last, and SUM_NS in seconds."""
+    per_le = np.bincount(_LE_OF, weights=np.asarray(hist, float), minlength=len(EXPORT_BOUNDS) + 1)
+    cum = np.cumsum(per_le)
+    return ([(f"{le:g}", float(c)) for le, c in zip(EXPORT_BOUNDS, cum)]
+            + [("+Inf", float(cum[-1]))], sum_ns / 1e9)
+
+
+class LabelWaits:
+    """As ClassWaits, by a label each flow has for good from the first read that knows it (a
+    workload: WorkloadTotals.key), for as long as the label is kept (keep()): a flow with no
+    label yet waits, its delays counted under its label once it has one."""
+
+    def __init__(self):
+        self.hist: dict = {}
+        self.sum_ns: dict = {}
+        self._last: dict = {}
+
+    def fold(self, totals: dict, label_of) -> None:
+        """TOTALS: flow -> the kernel's running Totals; LABEL_OF(flow) -> its label or None."""
+        last = {}
+        for key, now in totals.items():
+            label = label_of(key)
+            if label is None:
+                if key in self._last:
+                    last[key] = self._last[key]
+                continue
+            t = since(now, self._last.get(key))
+            last[key] = now
+            if t.samples:
+                if label not in self.hist:
+                    self.hist[label] = np.zeros(BUCKETS, np.uint64)
+                    self.sum_ns[label] = 0
+                self.hist[label] += np.asarray(t.hist, np.uint64)
+                self.sum_ns[label] += t.sum_ns
+        self._last = last
+
+    def keep(self, labels) -> None:
+        """Forget every label not in LABELS (a workload forgotten: its series ends)."""
+        for label in set(self.hist) - set(labels):
+            del self.hist[label], self.sum_ns[label]
+
+    def buckets(self, label) -> tuple[list[tuple[str, float]], float] | None:
+        """LABEL's histogram as export_buckets() gives it; None where none of its flows' data
+        has been sampled yet."""
+        return export_buckets(self.hist[label], self.sum_ns[label]) if label in self.hist else None

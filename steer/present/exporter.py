@@ -28,7 +28,7 @@ from steer.defaults import (CPU_LABELS, DEFAULT_CPU_LABELS, DEFAULT_FLOW_LABELS,
 from steer.model.capabilities import MECHANISMS
 from steer.model.classify import CLASSES
 from steer.model.flowarrays import FLOW, FlowArrays, flow_fields, flow_hashes, flow_id
-from steer.model.latency import ClassWaits
+from steer.model.latency import ClassWaits, LabelWaits
 from steer.model.reports import SIDE_EVENTS, SIDES, by_side, side_events
 from steer.model.totals import EPHEMERAL, FlowTotal, ServiceTotals, WorkloadTotals, workload_key
 from steer.model.ledger import AT, TOTALS, Fold, FlowLedger, find
@@ -138,6 +138,9 @@ class SteerCollector(Collector):
         self._workload_totals = WorkloadTotals()
         # --latency: each class's delays from the stack to the reader
         self._waits = ClassWaits(CLASSES) if getattr(tracer, "latency", False) else None
+        # and by workload, for the top-K series (--flow-labels workload)
+        self._workload_waits = LabelWaits() \
+            if self._waits is not None and flow_labels == "workload" else None
         # steer_class_flows' window, sorted by flow (its hash: 1 in 2^64 two count as one, as
         # Python's hash of a FlowId did): each flow, when it last had traffic (ms) and its class
         self._active_flows = np.empty(0, np.uint64)   # their hashes (flowarrays.flow_hashes)
@@ -173,12 +176,17 @@ class SteerCollector(Collector):
         # the interval's flows with traffic, by their hashes (sorted), and the class of each
         active, first = np.unique(flow_hashes(fold.flows[fold.active]), return_index=True)
         active_cls = fold.cls[first]
-        if self._waits is not None:
-            self._waits.fold(self.tracer.latency_totals(raw=True), lambda keys: _classes_of(
-                keys, active, active_cls))
+        waits = self.tracer.latency_totals(raw=True) if self._waits is not None else None
+        if waits is not None:
+            self._waits.fold(waits, lambda keys: _classes_of(keys, active, active_cls))
         t = now.monotonic_ns / 1e9
         self._remember_active(active, active_cls, int(t * 1000))
-        return now, fold, self._series(fold, t)
+        series = self._series(fold, t)
+        if self._workload_waits is not None:
+            # after _series, which learns the workloads of this read's flows
+            self._workload_waits.fold(waits, self._workload_totals.key)
+            self._workload_waits.keep(series.key(i) for i in range(len(series.totals)))
+        return now, fold, series
 
     def _remember_active(self, flows: np.ndarray, cls: np.ndarray, ms: int) -> None:
         """steer_class_flows' window: each flow with traffic in the last ACTIVE_WINDOW seconds,
@@ -447,7 +455,13 @@ class SteerCollector(Collector):
                                       "Samples the kernel and app seconds of a top-K flow (or "
                                       "service) rest on (sampled timing).", labels=labels + ["side"])
         sampled = self.tracer.capabilities.mode == "sampled"
+        waits = HistogramMetricFamily(
+            "steer_workload_receive_wait_seconds", "How long received data waits from the stack "
+            "to the read that takes it, of a top-K workload (--latency --flow-labels workload: "
+            "sampled skbs).", labels=labels) if self._workload_waits is not None else None
         for i, k in keys.items():
+            if waits is not None and (hist := self._workload_waits.buckets(k)) is not None:
+                waits.add_metric([str(v) for v in k], *hist)
             t, values = totals[k], [str(v) for v in k]
             rx.add_metric(values, t.rx_bytes)
             kernel.add_metric(values, t.kernel_ns / 1e9)
@@ -475,6 +489,8 @@ class SteerCollector(Collector):
         for values, n in placed.items():
             info.add_metric(list(values), n)
         yield from (rx, kernel, app, drops, samples, info)
+        if waits is not None:
+            yield waits
 
     def _health_metrics(self, s: TraceSample, caps):
         g = GaugeMetricFamily("steer_tracer_flow_entries", "Live (flow, CPU) entries in the flow map.")

@@ -734,20 +734,26 @@ class Tracer:
     def latency_totals(self, raw: bool = False) -> dict:
         """With latency=True: per flow (a FlowId; RAW: its packed ft_flow_key), the kernel's
         running counts of its delays (steer.model.latency.Totals)."""
-        from steer.model.latency import Totals
+        from steer.model.latency import LAT_FLOW, Totals
+        from steer.model.numeric import np
         with self._lock:
             if not self._obj:
                 raise TracerError("tracer is not running")
             if "lat_flows" not in self.refused_maps and "ft_lat_arrival" in self._obj.attached:
                 m = self._obj.map("lat_flows")
-                out = {}
+                keys, values = [], []
                 for kraw, vraw in m.items():
-                    v = abi.LatFlow.from_buffer_copy(vraw)
-                    key = bytes(kraw) if raw else _flow_id_of(_FLOW_KEY.unpack(kraw))
-                    out[key] = Totals(list(v.hist), v.samples, v.lost, v.sum_ns, v.staged,
-                                      list(v.hist_stack), list(v.hist_queue), v.wakes,
-                                      v.cross_wakes, v.wake_sum_ns, list(v.hist_wake))
-                return out
+                    keys.append(bytes(kraw) if raw else _flow_id_of(_FLOW_KEY.unpack(kraw)))
+                    values.append(vraw)
+                # one array of every entry: the histograms are views into it, not 1,024 Python
+                # ints a flow at every read
+                v = np.frombuffer(b"".join(values), LAT_FLOW)
+                return {key: Totals(v["hist"][i], int(v["samples"][i]), int(v["lost"][i]),
+                                    int(v["sum_ns"][i]), int(v["staged"][i]), v["hist_stack"][i],
+                                    v["hist_queue"][i], int(v["wakes"][i]),
+                                    int(v["cross_wakes"][i]), int(v["wake_sum_ns"][i]),
+                                    v["hist_wake"][i])
+                        for i, key in enumerate(keys)}
             return {}
 
     def sample(self) -> TraceSample:

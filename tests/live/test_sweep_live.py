@@ -77,13 +77,18 @@ def _check_outputs(out, stand_ins=False):
 
 
 def test_two_by_two_sweep(tmp_path):
-    """A 2x2 sweep with software counters and --profile (one sweep for both: each took 10 s of
-    the suite): every file, the stand-ins' figures, and every cell saying where its CPU went,
-    each side's shares of its categories adding up to 1, the kernel side of a veth flow copying
-    nothing, and the report's table."""
+    """A 2x2 sweep with software counters, --profile and --latency (one sweep for all: each took
+    10 s of the suite): every file, the stand-ins' figures, and every cell saying where its CPU
+    went, each side's shares of its categories adding up to 1, the kernel side of a veth flow
+    copying nothing, and the report's table; and how long its data waited, with the reader's
+    wake-ups by it from another core where the cell put the stack on another CPU than the reader
+    (RPS; the cell's measured CPUs say it did), all but 1%, and none where it put both on one
+    (test_latency_live's bounds): the wake-up's CPU against the reader's, which the tracer reads
+    at different events (sock:sk_data_ready's CPU, then sched_switch's). How long the waits are is held to the reader's own clock in
+    test_latency_live."""
     out = str(tmp_path / "sweep")
     r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", PAIR, "--seconds", "2",
-                        "--counters", "software", "--profile"],
+                        "--counters", "software", "--profile", "--latency"],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT),
                        cwd=ROOT, timeout=240)
     assert r.returncode == 0, r.stderr
@@ -102,6 +107,19 @@ def test_two_by_two_sweep(tmp_path):
         assert p["kernel"]["data_copy"] < 0.05, p
     assert "## Where the CPU went (steer profile)" in md
     assert md.count("| kernel |") >= 4 and md.count("| app |") >= 4
+    assert results["config"]["latency"] is True
+    for c in results["cells"]:
+        print(f"cell {c['kernel_cpu']}:{c['app_cpu']}: wait p50 {c['wait_p50_us']} us p99 "
+              f"{c['wait_p99_us']} us ({c['wait_samples']} samples), {c['wakeups']} wake-ups, "
+              f"{c['cross_core_wakeup_share']} from another core")
+        assert c["wait_samples"] > 100 and 0 < c["wait_p50_us"] <= c["wait_p99_us"], c
+        assert c["wakeups"] > 0, c
+        apart = c["kernel_cpu"] != c["app_cpu"]
+        share = c["cross_core_wakeup_share"]
+        assert (share >= 0.99) if apart else (share <= 0.01), c
+    assert "## Receive wait by class" in md
+    w, h = png_size(f"{out}/waits_by_class.png")
+    assert w > 100 and h > 100
 
 
 def test_interrupt_keeps_cells_and_resume_finishes(tmp_path):

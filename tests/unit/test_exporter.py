@@ -3,6 +3,7 @@ what Prometheus would scrape, without root or BPF, in the text format a real scr
 import os
 import platform
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -464,6 +465,74 @@ def test_workload_labels_sum_a_pods_flows_and_keep_them_under_it():
     assert _get(second, "steer_flow_info", **pod_labels, kernel_cpu=1, stack_cpu=1, app_cpu=1,
                 shared_llc="true", smt_sibling="false", app_comm="nginx",
                 **{"class": "same-core"}) == 2
+
+
+def test_with_latency_each_workload_has_its_wait_histogram():
+    """--latency --flow-labels workload: each top-K workload's histogram holds its flows'
+    sampled delays, a flow's from the read in which its reader's cgroup is known (as its bytes),
+    and only goes up; the class histogram beside it holds the same delays by class."""
+    from steer.model.flowarrays import FLOW_SIZE, pack_key
+    from steer.model.latency import BUCKETS, Totals, bucket_of
+    from steer.model.workloads import Workload
+
+    class LatencyTracer(fakes.FakeTracer):
+        latency = True
+
+        def __init__(self, samples, waits):
+            super().__init__(samples, CAPS)
+            self._waits = iter(waits)
+
+        def latency_totals(self, raw=False):
+            return next(self._waits)
+
+    def waits(**delays):   # flow name -> [(delay ns, count)]
+        out = {}
+        for name, pairs in delays.items():
+            hist = [0] * BUCKETS
+            for ns, n in pairs:
+                hist[bucket_of(ns)] += n
+            n = sum(c for _, c in pairs)
+            out[pack_key(flows[name], 0)[:FLOW_SIZE]] = Totals(hist, n, 0, sum(ns * c for ns, c in pairs))
+        return out
+    topo = read_topology(VM)
+    flows = {"a": FlowId("tcp", "198.18.0.1", 40000, "198.18.0.2", 8080),
+             "b": FlowId("tcp", "198.18.0.9", 50000, "198.18.0.2", 8080),
+             "unit": FlowId("tcp", "198.18.0.1", 40002, "198.18.0.2", 22)}
+    names = {11: ("/kubepods/podx/c", Workload(unit="nginx.service")),
+             12: ("/system.slice/sshd.service", Workload(unit="sshd.service"))}
+    reader = dict(app_pid=7, app_comm="nginx", app_cgroup=11, app_calls=1, app_ns=1000)
+    a, b, unit = flows["a"], flows["b"], flows["unit"]
+    reads = [_sample(0, []),
+             _sample(1, [FlowCpuSample(a, 1, rx_bytes=100, kernel_ns=10, app_bytes=100, **reader),
+                         FlowCpuSample(b, 1, rx_bytes=30, kernel_ns=3),   # reader not seen yet
+                         FlowCpuSample(unit, 1, rx_bytes=5, app_bytes=5, app_pid=9,
+                                       app_comm="sshd", app_cgroup=12)]),
+             _sample(2, [FlowCpuSample(a, 1, rx_bytes=150, kernel_ns=15, app_bytes=150, **reader),
+                         FlowCpuSample(b, 1, rx_bytes=40, kernel_ns=4, app_bytes=40, **reader)])]
+    us40, ms2 = 40_000, 2_000_000
+    lat = [{}, waits(a=[(us40, 3)], b=[(us40, 1)], unit=[(ms2, 1)]),
+           waits(a=[(us40, 3), (ms2, 2)], b=[(us40, 4)])]
+    c = SteerCollector(LatencyTracer(reads, lat), topo, flow_labels="workload",
+                       workloads=lambda i: names.get(i, (None, None)))
+    list(c.collect())
+    first, second = _scrape(c), _scrape(c)
+    pod = dict(workload="nginx.service", namespace="", pod="", container="")
+    sshd = dict(workload="sshd.service", namespace="", pod="", container="")
+    name = "steer_workload_receive_wait_seconds"
+    assert _get(first, f"{name}_count", **pod) == 3                        # b not yet
+    assert _get(first, f"{name}_bucket", le="5e-05", **pod) == 3
+    assert _get(first, f"{name}_count", **sshd) == 1
+    assert _get(first, f"{name}_sum", **sshd) == pytest.approx(2e-3)
+    assert _get(second, f"{name}_count", **pod) == 9                       # a's 5, b's 4 whole
+    assert _get(second, f"{name}_bucket", le="0.0025", **pod) == 9
+    assert _get(second, f"{name}_bucket", le="5e-05", **pod) == 7
+    assert _get(second, f"{name}_count", **sshd) == 1                      # nothing taken back
+    by_class = sum(v for (n, labels), v in second.items()
+                   if n == "steer_class_receive_wait_seconds_count")
+    assert by_class == 5 + 4 + 1
+    plain = SteerCollector(LatencyTracer(reads, lat), topo, flow_labels="service")
+    list(plain.collect())
+    assert not [k for k in _scrape(plain) if k[0].startswith(name)]
 
 
 def test_importing_the_exporter_starts_no_thread():

@@ -45,13 +45,32 @@ def test_quantiles_of_a_histogram_are_within_a_bucket_of_the_values():
     assert quantile([0] * BUCKETS, 0.5) is None
 
 
+def test_quantile_is_the_first_bucket_whose_running_count_reaches_it():
+    """The array form against the plain reading of the rule, on sparse histograms and at the
+    ends (q = 0: the first bucket with counts; q = 1: the last)."""
+    def reference(hist, q):
+        rank, seen = q * sum(hist), 0
+        for b, n in enumerate(hist):
+            if n and seen + n >= rank:
+                lo, hi = bucket_bounds(b)
+                return lo + (hi - lo) * max(rank - seen, 0) / n
+            seen += n
+    rng = random.Random(7)
+    for _ in range(200):
+        hist = [0] * BUCKETS
+        for _ in range(rng.randint(1, 6)):
+            hist[rng.randrange(BUCKETS)] += rng.randint(1, 50)
+        for q in (0.0, 0.01, 0.5, 0.9, 0.99, 1.0, rng.random()):
+            assert quantile(hist, q) == pytest.approx(reference(hist, q)), (hist, q)
+
+
 def test_an_interval_of_the_kernels_totals():
     before = Totals([1] * BUCKETS, BUCKETS, 2, 10_000, 3, [1] * BUCKETS, [2] * BUCKETS)
     now = Totals([3] * BUCKETS, 3 * BUCKETS, 5, 40_000, 7, [2] * BUCKETS, [5] * BUCKETS)
     t = since(now, before)
-    assert t.hist == [2] * BUCKETS and t.samples == 2 * BUCKETS and t.lost == 3
+    assert list(t.hist) == [2] * BUCKETS and t.samples == 2 * BUCKETS and t.lost == 3
     assert t.sum_ns == 30_000 and t.staged == 4
-    assert t.hist_stack == [1] * BUCKETS and t.hist_queue == [3] * BUCKETS
+    assert list(t.hist_stack) == [1] * BUCKETS and list(t.hist_queue) == [3] * BUCKETS
     assert since(now, None) == now
     # the flow forgotten by the kernel (LRU) and met again: its counts start over
     assert since(before, now) == before
@@ -188,3 +207,31 @@ def test_the_exporter_finds_each_flows_class_by_its_key():
     cls = np.array([1 if h == hashes[0] else 2 for h in active])
     assert list(_classes_of(keys, active, cls)) == [1, -1, 2, -1]
     assert list(_classes_of(keys, np.empty(0, np.uint64), np.empty(0, int))) == [-1] * 4
+
+
+def test_a_cells_flows_sum_to_one_distribution_and_its_figures():
+    """summed() adds flows' interval counts bucket by bucket (a stage's histogram missing in one
+    leaves it missing in the sum); wait_figures() reads the sum as a sweep run keeps it, and a
+    run with no counts as no samples."""
+    from steer.model.latency import summed, wait_figures
+    def flow(delay_ns, n, wakes, cross):
+        hist = [0] * BUCKETS
+        hist[bucket_of(delay_ns)] = n
+        wake = [0] * BUCKETS
+        wake[bucket_of(4_000)] = wakes
+        return Totals(hist, n, 1, delay_ns * n, n, list(hist), list(hist), wakes, cross,
+                      4_000 * wakes, wake)
+    t = summed([flow(10_000, 30, 5, 1), flow(100_000, 70, 15, 15)])
+    assert t.samples == 100 and t.lost == 2 and t.wakes == 20 and t.cross_wakes == 16
+    assert sum(t.hist) == 100 and t.hist[bucket_of(100_000)] == 70
+    f = wait_figures(t)
+    lo, hi = bucket_bounds(bucket_of(100_000))
+    assert lo / 1e3 <= f["wait_p50_us"] <= hi / 1e3 and f["wait_p99_us"] <= hi / 1e3
+    assert f["wait_samples"] == 100 and f["wakeups"] == 20 and f["cross_core_wakeups"] == 16
+    assert summed([]) is None
+    assert wait_figures(None) == {"wait_samples": 0, "wait_lost": 0, "wait_p50_us": None,
+                                  "wait_p90_us": None, "wait_p99_us": None, "wakeups": 0,
+                                  "cross_core_wakeups": 0, "wakeup_p50_us": None,
+                                  "wakeup_p90_us": None, "wakeup_p99_us": None}
+    staged_once = summed([flow(10_000, 3, 0, 0), flow(10_000, 3, 0, 0)._replace(hist_stack=None)])
+    assert staged_once.hist_stack is None and staged_once.hist_queue is not None

@@ -366,3 +366,41 @@ def test_the_report_says_where_the_flows_napi_polled(xeon):
            "cells (on CPU 12); xdp moves the receive processing, not the arrival." in md
     assert "queue IRQ" not in md
     assert "measured_poll_cpu" in to_csv(r).splitlines()[0]
+
+
+def test_latency_figures_of_runs_make_the_cells_the_class_table_and_the_chart(xeon, tmp_path):
+    """--latency: a cell's wait figures are the medians of its runs' quantiles, its cross-core
+    share of wake-ups that of all its runs; the report has a table by class and per cell, the
+    CSV the columns, the figures a chart; a sweep without them has none of it."""
+    def run(p50, p99, wakes, cross):
+        return {"throughput_bps": GBPS, "wait_samples": 100, "wait_lost": 0,
+                "wait_p50_us": p50, "wait_p90_us": p50 * 2, "wait_p99_us": p99,
+                "wakeups": wakes, "cross_core_wakeups": cross, "wakeup_p50_us": 5.0,
+                "wakeup_p90_us": 8.0, "wakeup_p99_us": 20.0}
+    res = synthetic(xeon)
+    for c in res["cells"]:
+        same = c["kernel_cpu"] == c["app_cpu"]
+        runs = [run(40.0 if same else 20.0, 400.0, 10, 0 if same else 10),
+                run(60.0 if same else 30.0, 600.0, 30, 0 if same else 20)]
+        c.update(summarize(c["kernel_cpu"], c["app_cpu"], runs, xeon))
+    cell = next(c for c in res["cells"] if c["kernel_cpu"] == 0 and c["app_cpu"] == 1)
+    assert cell["wait_p50_us"] == 25.0 and cell["wait_p99_us"] == 500.0
+    assert cell["wait_samples"] == 200 and cell["wakeups"] == 40
+    assert cell["cross_core_wakeup_share"] == pytest.approx(30 / 40)
+    same = next(c for c in res["cells"] if c["kernel_cpu"] == c["app_cpu"] == 0)
+    assert same["cross_core_wakeup_share"] == 0 and same["wait_p50_us"] == 50.0
+    md = report_md(res, xeon)
+    assert "## Receive wait by class" in md
+    assert "| same-core | 3 | 600 | 50.0 | 100.0 | 500.0 | 5.0 | 20.0 | 0% |" in md, md
+    assert "| 0 | 1 | same-socket | 200 | 25.0 | 500.0 | 40 | 5.0 | 75% |" in md, md
+    rows = list(csv.DictReader(io.StringIO(to_csv(res))))
+    assert rows[0]["wait_p50_us"] == "50.0" and rows[0]["cross_core_wakeup_share"] == "0.0"
+    files = write_figures(res, str(tmp_path))
+    assert str(tmp_path / "waits_by_class.svg") in files
+    assert "waits-same-core-wait_p99_us" in open(tmp_path / "waits_by_class.svg").read()
+    plain = synthetic(xeon)
+    assert "Receive wait" not in report_md(plain, xeon)
+    (tmp_path / "plain").mkdir()
+    assert not any(f.endswith("waits_by_class.svg")
+                   for f in write_figures(plain, str(tmp_path / "plain")))
+    assert list(csv.DictReader(io.StringIO(to_csv(plain))))[0]["wait_p50_us"] == ""
