@@ -292,8 +292,14 @@ static __always_inline void note_waking(struct sock *sk, struct ft_flow_key *flo
 	struct ft_flow_key k = {};
 	struct ft_lat_sock *q;
 	struct lat_waking *w;
+	struct socket_wq *wq;
 	__u32 z = 0;
 
+	/* sock_def_readable wakes only where someone waits on the socket (skwq_has_sleeper): a
+	 * reader busy reading has no wake-up to note, and needs no lookups */
+	wq = BPF_CORE_READ(sk, sk_wq);
+	if (!wq || BPF_CORE_READ(wq, wait.head.next) == &wq->wait.head)
+		return;
 	q = bpf_sk_storage_get(&lat_socks, sk, 0, 0);
 	w = bpf_map_lookup_elem(&lat_waking, &z);
 	if (!w || !q || !q->reader)
