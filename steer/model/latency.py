@@ -169,9 +169,9 @@ def wait_figures(t: Totals | None) -> dict:
     reader's wake-ups by the data, those from another core and their quantiles."""
     d = delays(t) if t is not None else NO_DELAYS
     return {"wait_samples": d.samples, "wait_lost": d.lost,
-            **{f"wait_p{round(q * 100)}_us": _us(d.quantiles_ns.get(q)) for q in QUANTILES},
+            **{f"wait_{k}": v for k, v in _quantiles(d.quantiles_ns).items()},
             "wakeups": d.wakes, "cross_core_wakeups": d.cross_wakes,
-            **{f"wakeup_p{round(q * 100)}_us": _us(d.wake_ns.get(q)) for q in QUANTILES}}
+            **{f"wakeup_{k}": v for k, v in _quantiles(d.wake_ns).items()}}
 
 
 WAIT_KEYS = ("wait_p50_us", "wait_p90_us", "wait_p99_us", "wakeup_p50_us", "wakeup_p99_us",
@@ -193,40 +193,6 @@ _MIDPOINTS = np.array([sum(bucket_bounds(b)) / 2e9 for b in range(BUCKETS)])
 _LE_OF = np.searchsorted(np.array(EXPORT_BOUNDS), _MIDPOINTS)   # len(EXPORT_BOUNDS): +Inf
 
 
-class ClassWaits:
-    """Per placement class, the running histogram of its flows' arrival-to-read delays, for a
-    Prometheus histogram that only goes up: each read's interval of each flow (since(), against
-    the flow's previous read) goes to the class the flow had in that interval."""
-
-    def __init__(self, classes):
-        self.hist = np.zeros((len(classes), BUCKETS), np.uint64)
-        self.sum_ns = [0] * len(classes)
-        self._last: dict = {}
-
-    def fold(self, totals: dict, class_of) -> None:
-        """TOTALS: flow -> the kernel's running Totals; CLASS_OF(flows) ->
-        each flow's class index in this interval, or -1 (no traffic seen: its delays wait for a
-        read where it has one)."""
-        keys = list(totals)
-        cls = class_of(keys) if keys else []
-        last = {}
-        for key, c in zip(keys, cls):
-            if c < 0:
-                if key in self._last:
-                    last[key] = self._last[key]
-                continue
-            t = since(totals[key], self._last.get(key))
-            last[key] = totals[key]
-            if t.samples:
-                self.hist[c] += np.asarray(t.hist, np.uint64)
-                self.sum_ns[c] += t.sum_ns
-        self._last = last
-
-    def buckets(self, i: int) -> tuple[list[tuple[str, float]], float]:
-        """Class I's cumulative (le, count) pairs, +Inf last, and its sum in seconds."""
-        return export_buckets(self.hist[i], self.sum_ns[i])
-
-
 def export_buckets(hist, sum_ns: int) -> tuple[list[tuple[str, float]], float]:
     """A kernel histogram HIST (BUCKETS counts) as a Prometheus histogram's cumulative (le,
     count) pairs on EXPORT_BOUNDS, +Inf last, and SUM_NS in seconds."""
@@ -237,20 +203,22 @@ def export_buckets(hist, sum_ns: int) -> tuple[list[tuple[str, float]], float]:
 
 
 class LabelWaits:
-    """As ClassWaits, by a label each flow has for good from the first read that knows it (a
-    workload: WorkloadTotals.key), for as long as the label is kept (keep()): a flow with no
-    label yet waits, its delays counted under its label once it has one."""
+    """Per label, the running histogram of its flows' arrival-to-read delays, for a Prometheus
+    histogram that only goes up: each read's interval of each flow (since(), against the flow's
+    previous read) goes to the label the flow has in that interval (a workload:
+    WorkloadTotals.key; a class: ClassWaits); a flow with none yet waits, its delays counted
+    under the label it has at its next read. keep() forgets labels no longer shown."""
 
     def __init__(self):
         self.hist: dict = {}
         self.sum_ns: dict = {}
         self._last: dict = {}
 
-    def fold(self, totals: dict, label_of) -> None:
-        """TOTALS: flow -> the kernel's running Totals; LABEL_OF(flow) -> its label or None."""
+    def fold(self, totals: dict, labels: list) -> None:
+        """TOTALS: flow -> the kernel's running Totals; LABELS: each flow's label in this
+        interval, in TOTALS' order, or None."""
         last = {}
-        for key, now in totals.items():
-            label = label_of(key)
+        for (key, now), label in zip(totals.items(), labels):
             if label is None:
                 if key in self._last:
                     last[key] = self._last[key]
@@ -274,3 +242,20 @@ class LabelWaits:
         """LABEL's histogram as export_buckets() gives it; None where none of its flows' data
         has been sampled yet."""
         return export_buckets(self.hist[label], self.sum_ns[label]) if label in self.hist else None
+
+
+class ClassWaits(LabelWaits):
+    """LabelWaits by placement class (an index into CLASSES), each class's series there from
+    the start."""
+
+    def fold(self, totals: dict, class_of) -> None:
+        """CLASS_OF(flows) -> each flow's class index in this interval, or -1 (no traffic seen:
+        its delays wait for a read where it has one)."""
+        keys = list(totals)
+        super().fold(totals, [None if c < 0 else int(c) for c in (class_of(keys) if keys else [])])
+
+    def buckets(self, i: int) -> tuple[list[tuple[str, float]], float]:
+        """Class I's cumulative (le, count) pairs, +Inf last, and its sum in seconds."""
+        return super().buckets(i) or export_buckets(np.zeros(BUCKETS, np.uint64), 0)
+
+

@@ -137,7 +137,7 @@ class SteerCollector(Collector):
             self._workloads.prime()
         self._workload_totals = WorkloadTotals()
         # --latency: each class's delays from the stack to the reader
-        self._waits = ClassWaits(CLASSES) if getattr(tracer, "latency", False) else None
+        self._waits = ClassWaits() if getattr(tracer, "latency", False) else None
         # and by workload, for the top-K series (--flow-labels workload)
         self._workload_waits = LabelWaits() \
             if self._waits is not None and flow_labels == "workload" else None
@@ -184,7 +184,7 @@ class SteerCollector(Collector):
         series = self._series(fold, t)
         if self._workload_waits is not None:
             # after _series, which learns the workloads of this read's flows
-            self._workload_waits.fold(waits, self._workload_totals.key)
+            self._workload_waits.fold(waits, [self._workload_totals.key(k) for k in waits])
             self._workload_waits.keep(series.key(i) for i in range(len(series.totals)))
         return now, fold, series
 

@@ -174,7 +174,7 @@ def test_each_flow_gets_its_delays_in_json_the_table_and_the_live_views_column()
 
 def test_class_waits_only_go_up_and_fold_each_interval_into_its_flows_class():
     from steer.model.latency import EXPORT_BOUNDS, ClassWaits
-    w = ClassWaits(["same-core", "same-socket", "cross-socket"])
+    w = ClassWaits()
     h1 = [0] * BUCKETS
     h1[bucket_of(40_000)] = 3          # 40 us: le 5e-05
     h2 = list(h1)
