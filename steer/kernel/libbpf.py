@@ -17,6 +17,7 @@ _lib_lock = threading.Lock()
 
 # int (*)(enum libbpf_print_level, const char *fmt, va_list ap); va_list is passed as a pointer
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+LIBBPF_DEBUG = 2   # enum libbpf_print_level: LIBBPF_WARN, LIBBPF_INFO, LIBBPF_DEBUG
 RING_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
 
@@ -32,16 +33,19 @@ class _BtfType(ctypes.Structure):
 @called_from_c
 def _libbpf_print(level, fmt, args):
     try:
+        debug = os.environ.get("STEER_LIBBPF_DEBUG")
+        if level >= LIBBPF_DEBUG and not debug:
+            return 0   # ~4,800 lines a load, none that an error quotes: a tenth of each start
         # a verifier log comes whole in one line, and says why at its end: its tail is kept
-        whole = os.environ.get("STEER_LIBBPF_DEBUG") or b"LOAD LOG" in fmt
+        whole = debug or b"LOAD LOG" in fmt
         buf = ctypes.create_string_buffer(1 << 20 if whole else 1024)
         libc.vsnprintf(buf, len(buf), fmt, args)
         line = buf.value.decode(errors="replace").rstrip()
-        if len(line) > 4096 and not os.environ.get("STEER_LIBBPF_DEBUG"):
+        if len(line) > 4096 and not debug:
             line = line[:200] + " ... " + line[-3000:]
         if line:
             libbpf_log.append(line)
-        if os.environ.get("STEER_LIBBPF_DEBUG"):
+        if debug:
             os.write(2, (line + "\n").encode())
     except BaseException as e:   # ctypes would print and drop it (steer.kernel.signals)
         hold(e)
@@ -130,7 +134,8 @@ def libbpf():
             ("bpf_link_create", i, [i, i, ctypes.c_int, vp]),
             ("bpf_prog_test_run_opts", i, [i, vp]),
             ("ring_buffer__new", vp, [i, RING_FN, vp, vp]),
-            ("ring_buffer__poll", i, [vp, i]),
+            ("ring_buffer__consume", i, [vp]),
+            ("ring_buffer__epoll_fd", i, [vp]),
             ("ring_buffer__free", None, [vp]),
         ]:
             f = getattr(lib, fn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import select
 
 from steer.kernel.errors import KernelError, fail
 from steer.kernel.libbpf import RING_FN, libbpf
@@ -40,7 +41,9 @@ class _ObjGetOpts(ctypes.Structure):
 
 class BpfRing:
     """A BPF ring buffer read for its wake-ups alone: poll() sleeps (without the GIL) until the
-    programs put records in it, or TIMEOUT_MS pass, and says how many it took."""
+    programs put records in it, TIMEOUT_MS pass, or another thread calls wake(), and says how
+    many records it took. The sleep is a poll(2) of libbpf's epoll descriptor beside an eventfd of
+    our own, so a stop does not wait out the timeout."""
 
     def __init__(self, bpf_map: "BpfMap"):
         lib = libbpf()
@@ -49,17 +52,36 @@ class BpfRing:
         self._rb = lib.ring_buffer__new(bpf_map.fd, self._count, None, None)
         if not self._rb:
             raise fail(f"cannot read the ring buffer {self.name}", ctypes.get_errno())
+        self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._poll = select.poll()
+        self._poll.register(lib.ring_buffer__epoll_fd(self._rb), select.POLLIN)
+        self._poll.register(self._wake, select.POLLIN)
 
     def poll(self, timeout_ms: int) -> int:
-        n = libbpf().ring_buffer__poll(self._rb, timeout_ms)
+        """Records taken: 0 after the timeout or a wake()."""
+        try:
+            ready = self._poll.poll(timeout_ms)
+        except InterruptedError:
+            return 0
+        if any(fd == self._wake for fd, _ in ready):
+            try:
+                os.eventfd_read(self._wake)
+            except BlockingIOError:
+                pass
+        n = libbpf().ring_buffer__consume(self._rb)
         if n < 0 and n != -errno.EINTR:
             raise fail(f"cannot read the ring buffer {self.name}", n)
         return max(n, 0)
+
+    def wake(self) -> None:
+        """The thread in poll() returns now."""
+        os.eventfd_write(self._wake, 1)
 
     def close(self) -> None:
         if self._rb:
             libbpf().ring_buffer__free(self._rb)
             self._rb = None
+            os.close(self._wake)
 
 
 class BpfMap:

@@ -264,6 +264,8 @@ class Tracer:
         """Stop the thread, if it runs; whether it did."""
         thread, self._udp_watch = self._udp_watch, None
         self._udp_watch_stop.set()
+        if thread and self._udp_ring:
+            self._udp_ring.wake()   # out of its poll now, not at the poll's timeout
         if thread and thread is not threading.current_thread():
             thread.join()
         return thread is not None

@@ -7,6 +7,7 @@ against iperf3's byte counts and the CPUs the test pinned; what does is null, wi
 import json
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, assert_one_line_error, ass
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import BASE_PORT, Lab, LabFlow
+from steer.kernel.maps import BpfRing
 from steer.trace.programs import CORE, HOOKS, OPTIONAL, forced_refusals, plan
 from steer.model.topology import read_topology
 from witness import ReceivedTcpBytes
@@ -346,5 +348,15 @@ def test_udp_reads_where_fexit_is_refused_come_on_with_datagrams_and_go_off_afte
         while UDP_READS_FALLBACK in tracer.attached_programs and time.monotonic() < deadline:
             time.sleep(0.1)
         assert UDP_READS_FALLBACK not in tracer.attached_programs, "still on after the datagrams"
+        # the watch's poll is cut short by a wake-up (its stop), not waited out: a poll of 10 s
+        # that a wake() ends in 5 s or less cannot be the timeout's
+        ring = BpfRing(tracer._obj.map("udp_ring"))
+        waiter = threading.Thread(target=ring.poll, args=(10_000,))
+        waiter.start()
+        time.sleep(0.1)
+        ring.wake()
+        waiter.join(5)
+        assert not waiter.is_alive(), "a ring's poll() ran on after wake()"
+        ring.close()
     finally:
         tracer.stop()

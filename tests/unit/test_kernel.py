@@ -1,5 +1,6 @@
 """The kernel package's own behaviour where it needs no privileges: a stop request that arrives
-while libbpf is calling back into Python is not lost (steer.kernel.signals)."""
+while libbpf is calling back into Python is not lost (steer.kernel.signals); the kernel text
+that sampled timing tells receive contexts apart by, read from a kallsyms file (steer.kernel.perf)."""
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 from helpers import ROOT
 from steer.kernel import signals as interrupts
 from steer.kernel import errors, libbpf
+from steer.kernel.perf import kernel_text_ranges
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
@@ -179,3 +181,44 @@ def test_dropping_privileges_checks_the_ids_the_process_ends_with():
     r = _python(code)
     assert r.stdout.startswith("refused: switching to uid 65534, gid 65534: the process has uids "
                                "(0, 0, 0)"), (r.stdout, r.stderr)
+
+
+KALLSYMS = """\
+ffffffff81000000 T _stext
+ffffffff81000100 d net_rx_action_data
+ffffffff81000200 t net_rx_action
+ffffffff81000200 t __pfx_x
+ffffffff81000300 r some_rodata
+ffffffff81000400 T __net_rx_action
+ffffffff81000500 W handle_softirqs
+ffffffff81000500 T handle_softirqs_alias
+ffffffff81000580 T next_after_alias
+ffffffff81000600 T napi_threaded_poll
+ffffffffc0001000 t veth_poll\t[veth]
+ffffffffc0001080 t veth_xdp_rcv\t[veth]
+ffffffffc0002000 t last_one\t[x]
+"""
+
+
+def test_kernel_text_ranges_end_at_the_next_text_symbol_above(tmp_path):
+    """A name matches whole (not a prefix, a suffix or a data symbol's); its end is the next text
+    symbol at a higher address (the same address and non-text lines are skipped); the first of a
+    group that is there; (0, 0) for a group with none, or whose symbol is last and has no end."""
+    p = tmp_path / "kallsyms"
+    p.write_text(KALLSYMS)
+    got = kernel_text_ranges([["net_rx_action"], ["napi_threaded_poll_loop", "napi_threaded_poll"],
+                              ["handle_softirqs", "__do_softirq"], ["veth_poll"], ["last_one"],
+                              ["missing", "net_rx"]], str(p))
+    assert got == [(0xffffffff81000200, 0xffffffff81000400),
+                   (0xffffffff81000600, 0xffffffffc0001000),
+                   (0xffffffff81000500, 0xffffffff81000580),
+                   (0xffffffffc0001000, 0xffffffffc0001080),
+                   (0, 0), (0, 0)]
+
+
+def test_kernel_text_ranges_without_addresses_is_one_clear_error(tmp_path):
+    p = tmp_path / "kallsyms"
+    p.write_text("0000000000000000 T _stext\n0000000000000000 t net_rx_action\n"
+                 "0000000000000000 T tcp_v4_rcv\n")
+    with pytest.raises(errors.KernelError, match="CAP_SYSLOG"):
+        kernel_text_ranges([["net_rx_action"]], str(p))
