@@ -62,13 +62,21 @@ def stack(tmp_path_factory):
         lab.start_servers()
         for flow in lab.flows:
             move(cgroup, lab.receiver_pid(flow.port))
-        r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "veth-rx", "--netns", lab.rx)
-        assert r.returncode == 0, r.stderr
-        # and one on this namespace's loopback: the exporter, as the steer user, tells whether a
-        # device is still attached only for its own namespace's (the recording rule's data)
-        r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "lo")
-        assert r.returncode == 0, r.stderr
         try:
+            # Prometheus first: it scrapes a target ~5 s after it starts (its discovery's updates
+            # come every 5 s), which here runs while the pins and the two steer processes load
+            url = f"http://127.0.0.1:{p_prom}"
+            prom = prometheus(tmp, [f"127.0.0.1:{p_export}", f"127.0.0.1:{p_auto}"], p_prom,
+                              f'rule_files: ["{DASH}/rules/steer.rules.yml"]\n')
+            procs.append(prom)
+            r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "veth-rx",
+                      "--netns", lab.rx)
+            assert r.returncode == 0, r.stderr
+            # and one on this namespace's loopback: the exporter, as the steer user, tells
+            # whether a device is still attached only for its own namespace's (the recording
+            # rule's data)
+            r = steer("pin", "proto=udp,dport=9999", "--cpu", "0", "--dev", "lo")
+            assert r.returncode == 0, r.stderr
             # software stand-ins: the PMU panels and series get data on this VM too; and
             # --latency, for the panel of the wait by class
             exporter = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{p_export}",
@@ -85,13 +93,14 @@ def stack(tmp_path_factory):
             procs.append(auto)
             wait_http(f"http://127.0.0.1:{p_export}/metrics", exporter)
             wait_http(f"http://127.0.0.1:{p_auto}/metrics", auto)
-            prom = prometheus(tmp, [f"127.0.0.1:{p_export}", f"127.0.0.1:{p_auto}"], p_prom,
-                              f'rule_files: ["{DASH}/rules/steer.rules.yml"]\n')
-            procs.append(prom)
-            url = f"http://127.0.0.1:{p_prom}"
             wait_http(f"{url}/-/ready", prom)
+            # ready is not yet scraping (its first scrapes came ~5 s into the traffic once): a
+            # rate over the flows' window needs every series there from the window's start
+            _wait_scraped(url, [f"127.0.0.1:{p_export}", f"127.0.0.1:{p_auto}"], prom)
             lab.start_clients()
-            time.sleep(12)   # rates need a few scrapes; recording rules a few evaluations
+            # the flows' window opens ~3 s into the traffic; by its end (~13 s) rates have had a
+            # dozen scrapes and the recording rules as many evaluations (every 1 s)
+            time.sleep(2)
             flows = steer("flows", "--duration", "10", "--json", "--sample-hz", str(STACK_HZ),
                           timeout=60,
                           env={"STEER_KUBELET_LOGS": str(tmp / "logs")})
@@ -105,6 +114,18 @@ def stack(tmp_path_factory):
             stop_all(procs)
             steer("reset")
             lab.stop_traffic()
+
+
+def _wait_scraped(prom: str, instances: list[str], proc, scrapes: int = 2) -> None:
+    """Until Prometheus at PROM has scraped each of INSTANCES SCRAPES times, and found it up."""
+    deadline = time.monotonic() + 60
+    while True:
+        got = {r["metric"]["instance"]: float(r["value"][1])
+               for r in query(prom, "sum_over_time(up[30s])")}
+        if all(got.get(i, 0) >= scrapes for i in instances):
+            return
+        assert proc.poll() is None and time.monotonic() < deadline, f"scrapes so far: {got}"
+        time.sleep(0.2)
 
 
 def test_exposition_passes_promtool(stack):
