@@ -35,9 +35,12 @@ def _check_outputs(out, stand_ins=False):
         run = c["runs"][0]
         # iperf3's receiver count and the tracer's bytes read agree
         assert abs(run["app_bytes"] - run["iperf3_received_bytes"]) < 0.005 * run["iperf3_received_bytes"]
-        # the receiving namespace's TCP counters moved by this run only (a veth loses nothing:
-        # no segment out of order, none duplicated)
-        assert run["receiver_tcp"]["out_of_order"] == 0 and run["receiver_tcp"]["duplicates"] == 0, run
+        # the receiving namespace's TCP counters moved by this run only. A veth loses nothing:
+        # no segment out of order. A duplicate is a segment the sender sent again though it had
+        # arrived: a tail loss probe or a timeout while the host stalled the receiver (two
+        # clean clones under heavy steal read 1), so at most what iperf3's sender retransmitted
+        tcp = run["receiver_tcp"]
+        assert tcp["out_of_order"] == 0 and tcp["duplicates"] <= run["retransmits"], run
     # the receiving veth's configuration, read in its namespace before the sweep touched it
     dev = r["host"]["config"]["device"]
     assert dev["name"] == RECEIVER_DEV and dev["netns"] and "error" not in dev, dev
