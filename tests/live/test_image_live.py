@@ -31,19 +31,12 @@ def _podman(*args, **kw):
 
 
 @pytest.fixture(scope="module")
-def image(debian_package, tmp_path_factory):
-    """`make image` from the suite's package, under a tag of the test's own (removed after)."""
-    tag = f"localhost/steer-test-{os.getpid()}:latest"
-    build = tmp_path_factory.mktemp("image")
-    t = time.monotonic()
-    r = subprocess.run(["make", "--no-print-directory", "-C", ROOT, "image", f"BUILD={build}",
-                        f"DEB={debian_package}", f"IMAGE={tag}"],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    size = json.loads(_podman("image", "inspect", tag).stdout)[0]["Size"]
-    print(f"make image: {time.monotonic() - t:.0f} s, {size / 2**20:.0f} MiB")
-    yield tag
-    _podman("rmi", "-f", tag)
+def image(daemonset_image):
+    """`make image` from the suite's package (tests/conftest.py builds it in the background from
+    the artifacts tier on), under a tag of the suite's own."""
+    size = json.loads(_podman("image", "inspect", daemonset_image).stdout)[0]["Size"]
+    print(f"image {daemonset_image}: {size / 2**20:.0f} MiB")
+    return daemonset_image
 
 
 def _run_options(pod: dict, logs) -> tuple[list[str], list[str]]:
