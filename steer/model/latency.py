@@ -5,15 +5,22 @@ so it is within a bucket's width (an eighth of its power of two) of the kernel's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from typing import NamedTuple
 
 from steer.abi import flowtrace as abi
-from steer.model.numeric import np
 
 SUB = 8          # FT_LAT_SUB: buckets per power of two
 BUCKETS = 256    # FT_LAT_BUCKETS
 QUANTILES = (0.5, 0.9, 0.99)
-LAT_FLOW = np.dtype(abi.LatFlow)   # struct ft_lat_flow, as the kernel's map holds it
+
+
+@cache
+def lat_flow_dtype():
+    """struct ft_lat_flow, as the kernel's map holds it (numpy is imported where delays are
+    read, not by every command that imports this module)."""
+    from steer.model.numeric import np
+    return np.dtype(abi.LatFlow)
 
 
 def bucket_of(ns: int) -> int:
@@ -91,6 +98,7 @@ NO_DELAYS = Delays(0, 0, None, {})   # a flow none of whose sampled skbs was rea
 def quantile(hist, q: float) -> float | None:
     """The Q quantile (0..1) of the delays counted in HIST (one count per bucket): in the first
     bucket with counts whose running total reaches Q of them, placed by linear interpolation."""
+    from steer.model.numeric import np
     h = np.asarray(hist, np.float64)
     cum = np.cumsum(h)
     if not len(h) or not cum[-1]:
@@ -134,6 +142,8 @@ def since(now: Totals | tuple, before: Totals | tuple | None) -> Totals:
             or now.wakes < before.wakes:
         return now
 
+    from steer.model.numeric import np
+
     def minus(a, b):
         return None if a is None or b is None else \
             np.asarray(a, np.int64) - np.asarray(b, np.int64)
@@ -151,6 +161,8 @@ def summed(parts: list) -> Totals | None:
     parts = [Totals(*t) for t in parts]
     if not parts:
         return None
+
+    from steer.model.numeric import np
 
     def add(hists):
         return None if any(h is None for h in hists) else \
@@ -187,16 +199,24 @@ def interval_delays(before: dict, after: dict) -> dict:
 # the exporter's histogram buckets (le, seconds): Prometheus' classic ones from 10 us to 2.5 s
 EXPORT_BOUNDS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
                  0.1, 0.25, 0.5, 1.0, 2.5)
-# each kernel bucket's midpoint in seconds: a bucket goes to the first le at or above it, so a
-# cumulative count is off by at most the share of one kernel bucket (1/8 of its power of two)
-_MIDPOINTS = np.array([sum(bucket_bounds(b)) / 2e9 for b in range(BUCKETS)])
-_LE_OF = np.searchsorted(np.array(EXPORT_BOUNDS), _MIDPOINTS)   # len(EXPORT_BOUNDS): +Inf
+
+
+@cache
+def _le_of():
+    """Each kernel bucket's index into EXPORT_BOUNDS (len(EXPORT_BOUNDS): +Inf), by its
+    midpoint in seconds: a bucket goes to the first le at or above it, so a cumulative count is
+    off by at most the share of one kernel bucket (1/8 of its power of two)."""
+    from steer.model.numeric import np
+    midpoints = np.array([sum(bucket_bounds(b)) / 2e9 for b in range(BUCKETS)])
+    return np.searchsorted(np.array(EXPORT_BOUNDS), midpoints)
 
 
 def export_buckets(hist, sum_ns: int) -> tuple[list[tuple[str, float]], float]:
     """A kernel histogram HIST (BUCKETS counts) as a Prometheus histogram's cumulative (le,
     count) pairs on EXPORT_BOUNDS, +Inf last, and SUM_NS in seconds."""
-    per_le = np.bincount(_LE_OF, weights=np.asarray(hist, float), minlength=len(EXPORT_BOUNDS) + 1)
+    from steer.model.numeric import np
+    per_le = np.bincount(_le_of(), weights=np.asarray(hist, float),
+                         minlength=len(EXPORT_BOUNDS) + 1)
     cum = np.cumsum(per_le)
     return ([(f"{le:g}", float(c)) for le, c in zip(EXPORT_BOUNDS, cum)]
             + [("+Inf", float(cum[-1]))], sum_ns / 1e9)
@@ -217,6 +237,7 @@ class LabelWaits:
     def fold(self, totals: dict, labels: list) -> None:
         """TOTALS: flow -> the kernel's running Totals; LABELS: each flow's label in this
         interval, in TOTALS' order, or None."""
+        from steer.model.numeric import np
         last = {}
         for (key, now), label in zip(totals.items(), labels):
             if label is None:
@@ -256,6 +277,6 @@ class ClassWaits(LabelWaits):
 
     def buckets(self, i: int) -> tuple[list[tuple[str, float]], float]:
         """Class I's cumulative (le, count) pairs, +Inf last, and its sum in seconds."""
-        return super().buckets(i) or export_buckets(np.zeros(BUCKETS, np.uint64), 0)
+        return super().buckets(i) or export_buckets([0] * BUCKETS, 0)
 
 

@@ -736,7 +736,7 @@ class Tracer:
     def latency_totals(self, raw: bool = False) -> dict:
         """With latency=True: per flow (a FlowId; RAW: its packed ft_flow_key), the kernel's
         running counts of its delays (steer.model.latency.Totals)."""
-        from steer.model.latency import LAT_FLOW, Totals
+        from steer.model.latency import Totals, lat_flow_dtype
         from steer.model.numeric import np
         with self._lock:
             if not self._obj:
@@ -749,7 +749,7 @@ class Tracer:
                     values.append(vraw)
                 # one array of every entry: the histograms are views into it, not 1,024 Python
                 # ints a flow at every read
-                v = np.frombuffer(b"".join(values), LAT_FLOW)
+                v = np.frombuffer(b"".join(values), lat_flow_dtype())
                 return {key: Totals(v["hist"][i], int(v["samples"][i]), int(v["lost"][i]),
                                     int(v["sum_ns"][i]), int(v["staged"][i]), v["hist_stack"][i],
                                     v["hist_queue"][i], int(v["wakes"][i]),
