@@ -505,7 +505,7 @@ def reader_scenario(mode: str, seconds: float, a: int, b: int, hz: int) -> list[
                                       stdout=subprocess.PIPE, text=True)
             if reader.stdout.readline().strip() != "listening":
                 raise SystemExit("recv_only did not start")
-            w0 = tracer.sample()
+            stolen0, w0 = steal_seconds((b,)), tracer.sample()
             code = (f"import socket,time\ns=socket.create_connection(('{RECEIVER_ADDR}',{READER_PORT}))\n"
                     f"b=bytes(1<<20)\nend=time.monotonic()+{seconds}\n"
                     "while time.monotonic()<end: s.sendall(b)\n"
@@ -516,12 +516,14 @@ def reader_scenario(mode: str, seconds: float, a: int, b: int, hz: int) -> list[
             sender.wait(timeout=30)
             time.sleep(0.1)
             w1 = tracer.sample()
+            stolen = steal_seconds((b,)) - stolen0
     finally:
         tracer.stop()
     truth = {k: int(v) for k, v in (kv.split("=") for kv in out.split())}
     snap = build_snapshot(w0, w1, read_topology(), tracer.capabilities)
     f = next(f for f in snap.flows if f.flow.dport == READER_PORT and f.app_comm == "recv_only")
-    kernel_side = (truth["oncpu_ns"] - truth["utime_ticks"] * 1e9 / os.sysconf("SC_CLK_TCK")) / 1e9
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    kernel_side = truth["oncpu_ns"] / 1e9 - truth["utime_ticks"] * tick
     ours = f.app_seconds + f.app_nested_seconds
     name = "a recv()-only reader apart"
     return [{"scenario": name, "mode": mode, "figure": "bytes the reader got",
@@ -530,7 +532,10 @@ def reader_scenario(mode: str, seconds: float, a: int, b: int, hz: int) -> list[
             {"scenario": name, "mode": mode, "figure": "reader's receive seconds",
              "truth": "reader schedstat", "steer": ours, "truth_value": kernel_side,
              "ratio": ours / kernel_side if kernel_side else None,
-             "samples": kernel_side * hz if mode == "sampled" else None}]
+             "samples": kernel_side * hz if mode == "sampled" else None,
+             # the truth's user time is counted in whole ticks (1-6 of them here): one either way
+             "truth_spread": tick / kernel_side if kernel_side else 0.0,
+             "reader_cpu_steal_seconds": round(stolen, 3)}]
 
 
 def _cell(r: dict) -> str:

@@ -32,6 +32,9 @@ BUDGET_INSNS = {"6.18": {"ft_skb_hint": 692, "ft_napi_poll": 171}}
 # and ft_skb_hint 22-35 there (4 runs), and a clock read more in ft_napi_poll's backlog branch
 # read +59-65 (failed).
 BUDGET_NS = {"ft_skb_hint": 60.0, "ft_napi_poll": 35.0}
+# events a window needs: the mean cost of 5,000 events moves by 1.4 ns for a spread of 100 ns
+# an event between them, well inside the budget's 11 ns margin
+MIN_EVENTS = 5_000
 
 
 def _kernel() -> str:
@@ -52,7 +55,9 @@ def test_the_default_modes_per_packet_work_stays_in_its_budget(held):
         print(f"{prog}: {sizes[prog][0]} instructions, {sizes[prog][1]} bytes jited; {runs} runs, "
               f"beyond the floor {', '.join(f'{b[prog]:+.1f}' for b in beyond)} ns "
               f"(budget {budget:g})")
-        assert min(runs) > 10_000, (prog, runs)
+        # a window's mean over thousands of events: the lab ran (a clean clone whose host took
+        # 217 CPU-s over the run had 8,530 polls in a 1 s window, where 10,000-24,000 is usual)
+        assert min(runs) > MIN_EVENTS, (prog, runs)
         held(f"{prog}: ns per event beyond an empty program", min(b[prog] for b in beyond),
              -100.0, budget)
         if insns:
