@@ -76,7 +76,7 @@ def kernel_text_ranges(names: list[list[str]], path: str = "/proc/kallsyms") -> 
     return out
 
 
-_TEXT_KINDS = b"tTwW"
+_TEXT_KINDS = (b"t", b"T", b"w", b"W")   # kallsyms' kinds of text symbol
 
 
 def _text_range(text: bytes, name: str) -> tuple[int, int] | None:
@@ -86,7 +86,7 @@ def _text_range(text: bytes, name: str) -> tuple[int, int] | None:
     i = 0
     while (i := text.find(key, i)) >= 0:
         j = i + len(key)
-        if text[j:j + 1] in (b"\n", b"\t", b"") and i >= 2 and text[i - 1] in _TEXT_KINDS \
+        if text[j:j + 1] in (b"\n", b"\t", b"") and i >= 2 and text[i - 1:i] in _TEXT_KINDS \
                 and text[i - 2] == ord(" "):
             start = int(text[text.rfind(b"\n", 0, i) + 1:i - 2], 16)
             if start == 0:
@@ -96,7 +96,7 @@ def _text_range(text: bytes, name: str) -> tuple[int, int] | None:
             while line > 0:   # the next text symbol at a higher address: its end
                 nxt = text.find(b"\n", line) + 1
                 fields = text[line:nxt or len(text)].split(maxsplit=2)
-                if len(fields) >= 2 and fields[1] in (b"t", b"T", b"w", b"W") \
+                if len(fields) >= 2 and fields[1] in _TEXT_KINDS \
                         and int(fields[0], 16) > start:
                     return start, int(fields[0], 16)
                 line = nxt
