@@ -128,12 +128,10 @@ _image_build: dict = {}
 
 
 def _start_image_build(deb, tmp_path_factory) -> None:
-    import shutil
     import subprocess
     import time
-    from helpers import ROOT, live_skip_reason
-    if not (shutil.which("podman") and shutil.which("runc") and shutil.which("mmdebstrap")) \
-            or live_skip_reason():
+    from helpers import ROOT, image_tools_missing, live_skip_reason
+    if image_tools_missing() or live_skip_reason():
         return   # the image test skips, and says why
     tag = f"localhost/steer-test-{os.getpid()}:latest"
     build = tmp_path_factory.mktemp("image")

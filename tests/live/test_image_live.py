@@ -6,7 +6,6 @@ pod's; scraped from the host while a lab flow runs."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -14,13 +13,12 @@ import time
 import pytest
 import yaml
 
-from helpers import CPU_A, CPU_B, ROOT, assert_unprivileged, live
+from helpers import CPU_A, CPU_B, ROOT, assert_unprivileged, image_tools_missing, live
 from web import metric_sum
 from steer.experiment.lab import Lab, LabFlow
 
-pytestmark = [live, pytest.mark.skipif(
-    not (shutil.which("podman") and shutil.which("runc") and shutil.which("mmdebstrap")),
-    reason="podman, runc and mmdebstrap not installed (scripts/setup.sh installs them)")]
+pytestmark = [live, pytest.mark.skipif(image_tools_missing() is not None,
+                                       reason=str(image_tools_missing()))]
 DAEMONSET = os.path.join(ROOT, "dashboards", "fleet", "daemonset.yaml")
 
 

@@ -131,6 +131,14 @@ def settled(probe, timeout=5.0):
     return left
 
 
+def image_tools_missing() -> str | None:
+    """Why the DaemonSet's image cannot be built and run here (`make image` and podman), or
+    None: the image test skips with it, and the suite starts no build."""
+    if not (shutil.which("podman") and shutil.which("runc") and shutil.which("mmdebstrap")):
+        return "podman, runc and mmdebstrap not installed (scripts/setup.sh installs them)"
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def live_skip_reason():
     if os.geteuid() != 0:
