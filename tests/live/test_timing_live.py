@@ -508,16 +508,19 @@ def _udp_reads_on(tracer, lab) -> None:
     datagrams arrive, and the reads of the first moment, before it is there, are not counted:
     by design (test_refusals_live holds it), and the longer the more loaded the machine (43
     datagrams of a 500 Mbit/s flow in one clean-clone run, 2026-11-27). A datagram first, and
-    the hook on, before the flows start: their reads are then all counted."""
-    if tracer.timing != "sampled" or "ft_udpv6_recvmsg_exit" not in tracer.refused:
+    the hook on, before the flows start: their reads are then all counted. (The plan names the
+    fallback; the refusals name only the first program of a group the kernel refused.)"""
+    from steer.trace.programs import UDP_READS_FALLBACK
+    if UDP_READS_FALLBACK not in tracer.plan.programs:
         return
-    was = tracer.udp_reads_attachments
     subprocess.run(["ip", "netns", "exec", lab.rx, sys.executable, "-c",
                     "import socket; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)"
                     ".sendto(b'x', ('::1', 9))"], check=True)
-    deadline = time.monotonic() + 2   # (if it was on already, it stays on: no new attachment)
-    while tracer.udp_reads_attachments == was and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10
+    while UDP_READS_FALLBACK not in tracer.attached_programs and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert UDP_READS_FALLBACK in tracer.attached_programs, \
+        f"the UDP reads' program not on its hook 10 s after a datagram ({tracer.udp_reads_error})"
 
 
 @own_reader_cpu
@@ -578,8 +581,75 @@ def test_ipv6_flows_in_each_mode(timing):
         else:
             sent = r.raw["end"]["sum_sent"]["bytes"]
             assert got <= j["rx_bytes"] <= sent + udp_connect
-            # where fexit is refused, the connect datagram may come before the tracepoint
-            assert got - 1400 <= j["app_bytes"] <= got + udp_connect
+            # every read, the connect datagram's too (the reads' hook is on before it)
+            assert got <= j["app_bytes"] <= got + udp_connect
         assert j["app_pid"] == r.receiver_pid and j["app_cpu"] == READER_CPU
         assert j["kernel_cpu"] == SENDER_CPU and j["kernel_seconds"] > 0
         assert j["class"] == classify(SENDER_CPU, READER_CPU, topo).cls
+
+
+@own_reader_cpu
+@pytest.mark.parametrize("timing", ["sampled", "exact"])
+def test_udp_streams_that_connect_after_a_first_read_each_get_their_reads(timing):
+    """iperf3 -u -P 2: each stream's server socket reads the client's first datagram unconnected,
+    then connects to it, so two sockets of one port each read one peer. Each stream's reads are
+    its own flow's, to the byte of the server's count of it (its -J output), not the port's
+    unconnected line: the sampled mode, which keeps a socket's flow in its storage, takes it
+    again when connect() names the peer (it kept the first, and read 0 B for both streams)."""
+    from steer.experiment.lab import UDP_DATAGRAM
+    port, streams = PORT + 9, 2
+    tracer = Tracer(timing=timing, sample_hz=SAMPLE_HZ).start()
+    try:
+        with Lab([], seconds=SECONDS) as lab:
+            ns = lambda name: ["nsenter", f"--net={NETNS_DIR}/{name}"]  # noqa: E731
+            server = subprocess.Popen(ns(lab.rx) + ["taskset", "-c", str(READER_CPU), "iperf3",
+                                      "-s", "-1", "-J", "-B", RECEIVER_ADDR, "-p", str(port)],
+                                      stdout=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 10
+            while not _tcp_listening(server.pid, port) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            _udp_reads_on(tracer, lab)
+            before = tracer.sample()
+            client = subprocess.run(ns(lab.tx) + ["taskset", "-c", str(SENDER_CPU), "iperf3",
+                                    "-c", RECEIVER_ADDR, "-p", str(port), "-u", "-b", "300M",
+                                    "-l", str(UDP_DATAGRAM), "-P", str(streams), "-t", "2", "-J"],
+                                    capture_output=True, text=True, timeout=40)
+            received = json.loads(server.communicate(timeout=30)[0])
+            time.sleep(0.2)
+            after = tracer.sample()
+        snap = build_snapshot(before, after, read_topology(), tracer.capabilities)
+    finally:
+        tracer.stop()
+    assert client.returncode == 0, client.stdout[-500:]
+    sent = {s["udp"]["socket"]: s["udp"]["bytes"] for s in json.loads(client.stdout)["end"]["streams"]}
+    sent = {c["local_port"]: sent[c["socket"]]
+            for c in json.loads(client.stdout)["start"]["connected"]}
+    # the server's count of each stream: the datagrams it numbered less those it found missing
+    # (iperf3 3.12 writes 0 for a receiving stream's bytes), all of one size; their sum is its
+    # byte count
+    peer = {c["socket"]: c["remote_port"] for c in received["start"]["connected"]}
+    got = {peer[s["udp"]["socket"]]: (s["udp"]["packets"] - s["udp"]["lost_packets"]) * UDP_DATAGRAM
+           for s in received["end"]["streams"]}
+    assert sum(got.values()) == received["end"]["sum_received"]["bytes"]
+    flows = {f.flow.sport: f.as_json(snap.capabilities) for f in snap.flows
+             if f.flow.proto == "udp" and f.flow.dport == port}
+    print(f"{timing}: iperf3 received {got}, sent {sent}; steer app "
+          f"{ {p: j['app_bytes'] for p, j in flows.items()} }")
+    assert len(got) == streams and set(got) == set(sent)
+    for p, b in got.items():
+        # the server counts what it read while the test ran; a datagram late for its count is
+        # still read (at most what the stream sent); the first datagram went to the port's line
+        assert b > 0 and b <= flows[p]["app_bytes"] <= sent[p], p
+        assert flows[p]["app_pid"] == server.pid and flows[p]["app_cpu"] == READER_CPU
+    wild = [j["app_bytes"] for p, j in flows.items() if p not in got]
+    assert sum(wild) <= 4 * streams, "reads on the port's unconnected line beyond its first datagrams"
+
+
+def _tcp_listening(pid: int, port: int) -> bool:
+    """the process PID listens on PORT (TCP, its namespace's view)"""
+    try:
+        with open(f"/proc/{pid}/net/tcp") as fh:
+            return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
+                       for line in fh.readlines()[1:])
+    except OSError:
+        return False
