@@ -280,6 +280,13 @@ static __always_inline void on_receive_sampled(struct sock *sk, int ret, int fla
 	}
 	cpu = bpf_get_smp_processor_id();
 	pid = bpf_get_current_pid_tgid() >> 32;
+	/* a UDP socket's peer is the one its last connect() named: a server that reads a first
+	 * datagram unconnected and then connects to its sender (iperf3's, one socket a stream)
+	 * gets its key again. (The peer's port tells; a reconnect to the same port of another
+	 * address keeps the old key.) */
+	if (ss->flow_ok == 1 && ss->flow.proto == IPPROTO_UDP &&
+	    ss->flow.sport != bpf_ntohs(sk->__sk_common.skc_dport))
+		ss->flow_ok = 0;
 	if (!ss->flow_ok) {
 		ss->flow_ok = sock_flow(sk, &ss->flow) == 0 ? 1 : 2;
 		tp = ss->flow.proto == IPPROTO_TCP ? bpf_skc_to_tcp_sock(sk) : 0;

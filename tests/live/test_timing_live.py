@@ -9,6 +9,7 @@
   by default (socket counters) no program runs per read either: a TCP reader's bytes must then
   come out exact from the socket's own counts however its connection ends.
 """
+import json
 import os
 import subprocess
 import sys
