@@ -34,7 +34,7 @@ from steer.trace.windows import WindowsError, parse_windows
 
 from .common import RESULTS, build_c, host, parser, require_root, run, write
 from .odds import DISPERSION, ODDS, sampled_spread, z_for
-from .peer import (GatedKthreadTime, NetRxBrackets, PeerStartError, softirqs_net_rx,
+from .peer import (NetRxBrackets, PeerStartError, softirqs_net_rx,
                    softirqs_tool, steal_seconds, udp_datagrams)
 
 SETTLE = 1.0        # seconds of traffic before a window opens
@@ -90,10 +90,7 @@ BOUNDS = {
     # -7%): sampled -2.9% to +0.3%, exact -0.4% to +1.0% (scenarios 3 and 4, 3 runs each), so
     # +-5% beyond the samples' own allowance lies 2 spreads and more from each and fails a figure
     # 0.85x off (a 1.15x one only in longer windows: the allowance is ~9% in 3 s at 9,973 Hz).
-    # In windows the truth is the kthread's scheduler time inside the windows (bench.peer.
-    # GatedKthreadTime): against its time over the whole it read +2% to +50% (9 runs at 997 Hz,
-    # mean +25%: steer's own cost inside the windows, as for NET_RX), which failed the bounds
-    # it had (-25%..+10% beyond an allowance of ~30%) about 1 run in 8
+    # In windows the truth is the same: the sampler runs all the time (sampling.bpf.h)
     ("cpumap kthread", "sampled"): (-0.05, 0.05),
     ("cpumap kthread", "exact"): (-0.10, 0.05),
     ("NAPI kthread", "sampled"): (-0.05, 0.05),
@@ -191,14 +188,6 @@ SCENARIOS = [
 WINDOWS = None   # the sampled mode's (--windows)
 
 
-def _read_with(tracer, gated) -> tuple:
-    """The tracer's figures and, where GATED, its per-CPU times, read in one gap between
-    windows: a window opening between the two reads would be in one and not the other."""
-    if not gated:
-        return tracer.sample(), None
-    return tracer._between_windows(lambda: (tracer._read_maps(), gated.read()))
-
-
 def _runtime(match: Callable[[int, str], bool]) -> int:
     """The summed sum_exec_runtime (ns) of every task whose pid and comm MATCH takes."""
     total = 0
@@ -265,7 +254,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
         if brackets:
             brackets.close()
         raise
-    pinned, gated = False, None
+    pinned = False
     try:
         with Lab(sc.flows(a, b), seconds=SETTLE + seconds + TAIL,
                  threaded_napi=sc.threaded_napi) as lab:
@@ -296,12 +285,8 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
             # count by whole cycles)
             udp_pid = lab.receiver_pid(lab.flows[0].port) \
                 if all(f.udp_rate for f in lab.flows) else None
-            if sc.kernel_truth == "cpumap kthread" and tracer.windows:
-                # in windows, the kthread's scheduler time inside them (which the windows
-                # stand for, steer's own cost there included), read with the tracer's figures
-                gated = GatedKthreadTime(tracer._obj.map("windows").fd)
             u0 = udp_datagrams(udp_pid) if udp_pid else None
-            w0, g0 = _read_with(tracer, gated)
+            w0 = tracer.sample()
             k0, t0 = _runtime(kthread), time.monotonic()
             u0 = (u0, udp_datagrams(udp_pid)) if udp_pid else None
             if brackets:
@@ -313,15 +298,13 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
             if brackets:
                 by_cpu = brackets.measure()
             u1 = udp_datagrams(udp_pid) if udp_pid else None
-            w1, g1 = _read_with(tracer, gated)
+            w1 = tracer.sample()
             k1, t1 = _runtime(kthread), time.monotonic()
             u1 = (u1, udp_datagrams(udp_pid)) if udp_pid else None
             results = lab.wait(timeout=seconds + 60)
             time.sleep(0.2)
             s1 = tracer.sample()
     finally:
-        if gated:
-            gated.close()
         tracer.stop()
         if brackets:
             brackets.close()
@@ -398,10 +381,6 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
         return rows
     truth = (k1 - k0) / 1e9 / span
     cpu = next(c for c in win.cpus if c.cpu == (sc.steer_to(a, b) if sc.steer_to else b))
-    if g0 is not None:
-        # the kthread's time inside the windows, each standing for its cycle, over the same
-        # window as the figure
-        truth = (g1[cpu.cpu][1] - g0[cpu.cpu][1]) * tracer.windows.scale / 1e9 / win.duration
     # the softirqs a kthread runs when it enables bottom halves are its own to the scheduler:
     # NET_RX's are steer's kthread_net_rx_seconds (of net_rx_seconds), the other vectors'
     # (timers) its kthread_softirq_seconds
@@ -657,9 +636,7 @@ def main(argv=None) -> int:
               "time of all CPUs, over a window of its own, the peer's agreement with the exact "
               "mode); /proc/PID/schedstat of the cpumap kthread of the "
               "target CPU, of the threaded-NAPI kthreads, and of the recv()-only reader (on-CPU "
-              "less user time), which also counts its own count of bytes; in windows, the "
-              "cpumap kthread's scheduler time inside the windows (bpf/truth.bpf.c, run by run "
-              "at its switches out), which the windows' figures stand for. Steered scenarios pin "
+              "less user time), which also counts its own count of bytes. Steered scenarios pin "
               "the flow with `steer pin` (generic XDP on the lab's veth); a UDP flow's received "
               "bytes may exceed iperf3's by the datagrams iperf3 counted lost (dropped at a full "
               "socket after steer saw them). A sampled figure's bounds are the systematic ones in "

@@ -98,29 +98,6 @@ class NetRxBrackets:
         self.obj.close()
 
 
-class GatedKthreadTime:
-    """Each CPU's cpumap kthread by the scheduler's clock (bpf/truth.bpf.c's
-    truth_kthread_switch: its sum_exec_runtime run by run, at its switches out), and apart the
-    runs that ended while GATE_FD's scale was set: with steer's window map, its time inside the
-    windows of the sampled timing. One cpumap on the host (a CPU's runs are summed)."""
-
-    def __init__(self, gate_fd: int):
-        self.obj = truth_object({"truth_kthread_switch"}, gate_fd)
-        try:
-            self.obj.attach("truth_kthread_switch")
-            self.cpus = self.obj.map("truth_kthreads")
-        except BaseException:
-            self.obj.close()
-            raise
-
-    def read(self) -> list[tuple[int, int]]:
-        """per CPU: (ns, gated ns) since it was attached"""
-        return [struct.unpack_from("3Q", v)[1:] for v in self.cpus.lookup(struct.pack("I", 0))]
-
-    def close(self) -> None:
-        self.obj.close()
-
-
 def udp_datagrams(pid: int) -> tuple[int, int]:
     """The UDP datagrams of PID's network namespace since it was made, by the kernel's own count
     (/proc/PID/net/snmp): those that reached a socket (InDatagrams, read, and InErrors, dropped

@@ -31,11 +31,4 @@ struct truth_steal {
 	__u64 counted;
 };
 
-/* a CPU's cpumap kthread by the scheduler's clock, at its switches out */
-struct truth_kthread {
-	__u64 last;		/* its sum_exec_runtime at its last switch out */
-	__u64 ns;		/* the runs since */
-	__u64 gated_ns;		/* of them, those that ended with the gate open */
-};
-
 #endif /* __TRUTH_H */

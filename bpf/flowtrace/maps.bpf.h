@@ -121,6 +121,8 @@ struct skb_hint {
 #define HINT_SLOTS	2
 
 /* what the current receive context on this CPU is charging to */
+#define POOL_SLOTS	16	/* a power of two */
+
 struct cpu_state {
 	__u64 softirq_start;	/* start of the running softirq (any vector) */
 	__u64 mark;		/* last boundary of the NET_RX or kthread interval */
@@ -147,12 +149,10 @@ struct cpu_state {
 	__u8 skb_counted;	/* the last event counted an rx_skb for cur on this CPU */
 	__u8 resume_ctx;	/* the receive kthread's context the running softirq interrupted */
 	__u8 pad[4];
-	/* sampled timing in windows: the window (its seq) of this CPU's hints, of its last sample
-	 * and of its running interrupt handler's start; what is from an earlier one is stale */
+	/* sampled timing in windows: the window (its seq) of this CPU's hints and of its running
+	 * interrupt handler's start; what is from an earlier one is stale */
 	__u32 hint_window;
-	__u32 sample_window;
 	__u32 hardirq_window;
-	__u32 window_pad;
 	/* exact timing: the receive kthread switched in last, when, and its scheduler runtime then */
 	__u64 run_start;
 	__u64 run_runtime;
@@ -160,6 +160,14 @@ struct cpu_state {
 	__u8 run_flow_valid;	/* run_flow holds the run's first skb's flow */
 	__u8 run_pad[3];
 	struct ft_flow_key run_flow;
+	/* sampled timing in windows: the flows of the receive samples of this CPU's last window
+	 * with any (a uniform draw of up to POOL_SLOTS of them), which the samples between windows,
+	 * with no hint, are charged to (sampling.bpf.h) */
+	struct ft_flow_key pool[POOL_SLOTS];
+	__u32 pool_n;		/* slots filled */
+	__u32 pool_seen;	/* receive samples charged in the pool's window */
+	__u32 pool_window;	/* that window's seq */
+	__u32 pool_pad;
 };
 
 #define CTX_NONE	0

@@ -41,8 +41,6 @@
  * the scheduler clock and bpf_ktime_get_ns() cancels. */
 struct sampled_runtime {
 	__u64 runtime;		/* the task's runtime at its previous sample */
-	__u32 window;		/* in which window (cfg.windows): from an earlier one, it is stale */
-	__u32 pad;
 };
 
 struct {
@@ -77,8 +75,7 @@ static __always_inline __u64 task_clock_lag(struct task_struct *task)
 #define MAX_SAMPLE_WEIGHT_PERIODS	100
 #define SAMPLE_WEIGHT_CPU_PERIODS	4
 
-static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_elapsed,
-					   __u32 window)
+static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_elapsed)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sampled_runtime *last;
@@ -94,8 +91,8 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_el
 	 * difference of their steal since boot) as run time, which doubled a cpumap kthread's time
 	 * on a VM whose vCPUs the host preempts */
 	runtime = task->se.sum_exec_runtime + now - task->se.exec_start - task_clock_lag(task);
-	if (!last->runtime || last->window != window) {
-		w = period;	/* its first sample (in this window): the time between is not known */
+	if (!last->runtime) {
+		w = period;	/* its first sample: the time between is not known */
 		last->runtime = runtime;
 	} else if ((__s64)(runtime - last->runtime) > 0) {
 		/* signed: the clocks' offset may put the readings near 2^64, where they wrap */
@@ -109,7 +106,6 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_el
 		 * the steal as the task's run time */
 		w = 0;
 	}
-	last->window = window;
 	if (w > SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed)
 		w = SAMPLE_WEIGHT_CPU_PERIODS * cpu_elapsed;
 	return w < period * MAX_SAMPLE_WEIGHT_PERIODS ? w : period * MAX_SAMPLE_WEIGHT_PERIODS;
@@ -331,43 +327,31 @@ static __always_inline int current_recv_flow(struct ft_flow_key *k)
 /* What one sample weighs and carries, worked out once by sample_begin() and handed to the step
  * that charges it. */
 struct ft_sampled {
-	__u64 weight;			/* ns it stands for (sample_weight(), times the window's scale) */
-	__u64 dllc;			/* LLC misses since the previous sample on this CPU, scaled */
-	__u64 dev[FT_EVENTS];		/* the other PMU events since then, scaled */
+	__u64 weight;			/* ns it stands for (sample_weight()) */
+	__u64 dllc;			/* LLC misses since the previous sample on this CPU */
+	__u64 dev[FT_EVENTS];		/* the other PMU events since then */
 	__u32 cpu;
-	__u32 wseq;			/* the window it fell in */
+	__u32 pad;
 };
 
-/* Step 1: this CPU's bookkeeping, whatever the sample landed in: a new window's start, the PMU's
- * deltas since the previous sample (charged with its weight, to the same side), the count of
- * samples, and the weight itself. */
+/* Step 1: this CPU's bookkeeping, whatever the sample landed in: the PMU's deltas since the
+ * previous sample (charged with its weight, to the same side), the count of samples, and the
+ * weight itself. */
 static __always_inline void sample_begin(struct bpf_perf_event_data *ctx, struct cpu_state *s,
-					 struct ft_cpu_stats *tot, __u32 scale, struct ft_sampled *x)
+					 struct ft_cpu_stats *tot, struct ft_sampled *x)
 {
-	struct ft_window *w;
 	__u64 llc, now;
 
-	if (s->sample_window != x->wseq) {
-		/* this CPU's first sample in this window: it stands for the time since the window
-		 * opened, and the PMU's deltas start here */
-		w = this_window();
-		s->sample_window = x->wseq;
-		s->clock_ns = w ? w->open_ns : 0;
-		s->sample_llc = 0;
-		__builtin_memset(s->sample_events, 0, sizeof(s->sample_events));
-	}
 	llc = llc_now();
-	x->dllc = (s->sample_llc ? llc - s->sample_llc : 0) * scale;
+	x->dllc = s->sample_llc ? llc - s->sample_llc : 0;
 	s->sample_llc = llc;
 	events_since_sample(s, x->dev);
-	for (int i = 0; i < FT_EVENTS; i++)
-		x->dev[i] *= scale;
 	tot->samples++;
 	now = bpf_ktime_get_ns();
 	/* the first sample on this CPU: as if the previous one were a period ago */
 	x->weight = sample_weight(ctx->sample_period, now,
 				  s->clock_ns && s->clock_ns < now ? now - s->clock_ns :
-				  ctx->sample_period, x->wseq) * scale;
+				  ctx->sample_period);
 	s->clock_ns = now;
 }
 
@@ -394,18 +378,68 @@ static __always_inline int sample_context(struct bpf_perf_event_data *ctx, int *
 	return where;
 }
 
+/* Sampled timing in windows: the sampler runs all the time at its rate, the per-skb program
+ * (the hints) only inside the windows. A receive sample between windows is charged to a flow
+ * drawn from those the CPU's receive samples were charged to in its last window with any: a
+ * uniform draw from a reservoir of up to POOL_SLOTS of them, so each flow's expected share is its
+ * share of that window's samples. The CPU's total stays what its samples say over the whole
+ * time, as without windows: only the split among flows is the windows' estimate. (A sampler
+ * that ran only inside the windows, at ten times its rate, saw steer's own programs and its
+ * own interrupts there, and read a CPU's NET_RX 26-33% above its time over the whole.) */
+#define POOL_MAX_AGE	4	/* windows: a pool older than this is not the CPU's traffic now */
+
+static __always_inline void pool_add(struct cpu_state *s, const struct ft_flow_key *k,
+				     __u32 window)
+{
+	__u32 i;
+
+	if (s->pool_window != window) {
+		s->pool_window = window;
+		s->pool_n = s->pool_seen = 0;
+	}
+	s->pool_seen++;
+	if (s->pool_n < POOL_SLOTS) {
+		i = s->pool_n++;
+	} else {
+		i = bpf_get_prandom_u32() % s->pool_seen;
+		if (i >= POOL_SLOTS)
+			return;
+	}
+	s->pool[i & (POOL_SLOTS - 1)] = *k;
+}
+
+static __always_inline int pool_draw(struct cpu_state *s, struct ft_flow_key *k, __u32 window)
+{
+	__u32 n = s->pool_n;
+
+	if (!n || window - s->pool_window > POOL_MAX_AGE)
+		return -1;
+	*k = s->pool[(bpf_get_prandom_u32() % n) & (POOL_SLOTS - 1)];
+	return 0;
+}
+
 /* Step 3a: receive processing (NET_RX, or a receive kthread's work), to the flow of the CPU's
- * last skb in this window (its key in *K; 0: one was found) and to the CPU's totals by context */
+ * last skb in this window (its key in *K; 0: one was found), or between windows to one drawn
+ * from the last window's, and to the CPU's totals by context. WINDOW: the window open now, or
+ * the last one; IN_WINDOW: one is open (always, without windows) */
 static __always_inline int charge_receive(struct cpu_state *s, struct ft_cpu_stats *tot,
 					  struct ft_sampled *x, int kthread, int napi_thread,
-					  struct ft_flow_key *k)
+					  struct ft_flow_key *k, __u32 window, int in_window)
 {
-	struct ft_flow_stats *st;
+	struct ft_flow_stats *st = 0;
 	__u64 w = x->weight;
 	char comm[8];
 
-	/* a hint from an earlier window is stale: its skb may be gone */
-	st = s->hint_window == x->wseq && hint_flow(s, k) == 0 ? flow_entry(k, x->cpu, tot) : 0;
+	if (in_window) {
+		/* a hint from an earlier window is stale: its skb may be gone */
+		if (s->hint_window == window && hint_flow(s, k) == 0) {
+			st = flow_entry(k, x->cpu, tot);
+			if (st && cfg.windows)
+				pool_add(s, k, window);
+		}
+	} else if (pool_draw(s, k, window) == 0) {
+		st = flow_entry(k, x->cpu, tot);
+	}
 	if (st) {
 		if (kthread)
 			st->kthread_ns += w;
@@ -490,20 +524,20 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	struct ft_cpu_stats *tot = totals();
 	struct ft_flow_key k = {}, rk = {};
 	struct ft_sampled x = {};
-	__u32 scale = window_scale(&x.wseq);
+	__u32 window, in_window = window_scale(&window) != 0;
 	int where, kthread, napi_thread, side = -1;
 	struct ft_flow_key *flow = 0;
 
-	if (!s || !tot || !scale)
+	if (!s || !tot)
 		return 0;
 	x.cpu = bpf_get_smp_processor_id();
-	sample_begin(ctx, s, tot, scale, &x);
+	sample_begin(ctx, s, tot, &x);
 	if (sampled_user_mode(ctx))
 		return 0;
 	tot->samples_kernel_mode++;
 	where = sample_context(ctx, &kthread, &napi_thread);
 	if (where == WHERE_NET_RX || kthread) {
-		if (charge_receive(s, tot, &x, kthread, napi_thread, &k) == 0)
+		if (charge_receive(s, tot, &x, kthread, napi_thread, &k, window, in_window) == 0)
 			flow = &k;
 		side = kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL;
 	} else if (where == WHERE_SOFTIRQ) {

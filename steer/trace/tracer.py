@@ -4,7 +4,6 @@ steer.steering.xdp loads the XDP side the same way."""
 from __future__ import annotations
 
 import errno
-import fcntl
 import itertools
 import os
 import struct
@@ -63,14 +62,14 @@ UDP_READS_REARM = 1.0    # s between clears of udp_seen: the ring rings at most 
 # before 5.19, (sk, msg, len, flags, addr_len) until 6.17, (sk, msg, len, flags) since
 RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
 # Sampled timing in windows (steer.trace.windows): the programs that run per packet, per read or
-# per interrupt go on their hooks for the windows alone, with the sampler; the per-connection
-# ones, the drops' and the steering's stay on
+# per interrupt go on their hooks for the windows alone; the sampler, the per-connection ones,
+# the drops' and the steering's stay on
 WINDOWED = frozenset({"ft_skb_hint", "ft_napi_poll", "ft_irq_handler_entry", "ft_irq_handler_exit",
                       UDP_READS_FALLBACK, *(p for h in HOOKS.values() for p in h)})
 # the figures those programs count, estimates in windows (TCP bytes where the skbs count them)
+# (the readers' time and who they are come from the samples, which run all the time)
 WINDOWED_FIGURES = ("kernel_time", "kthread_time", "tcp_rx_bytes", "udp_rx_bytes", "udp_app_bytes",
-                    "reader", "app_time", "app_calls", "napi_polls", "hardirqs")
-PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_DISABLE = 0x2400, 0x2401
+                    "app_calls", "napi_polls", "hardirqs")
 
 
 def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
@@ -179,7 +178,6 @@ class Tracer:
         self.udp_reads_attachments = 0  # how often the UDP reads' program went on its hook
         self.udp_reads_error = ""       # why the thread that puts it there stopped, if it did
         self._runner: WindowRunner | None = None   # the windows' thread (sampled, windows)
-        self._clock_fds: list[int] = []     # the cpu-clock events, to turn on and off (windows)
         self._windowed_programs: set[str] = set()   # of the plan's, those the windows put on
         self._window_seq = 0                # the window open last
 
@@ -443,7 +441,6 @@ class Tracer:
         self._attach(self._clocks)
 
     def _unload(self) -> None:
-        self._close_clock_fds()
         if self._obj:
             self._obj.close()
             self._obj = None
@@ -476,9 +473,10 @@ class Tracer:
                 if f and f.state != MISSING and not (name == "tcp_rx_bytes"
                                                      and not p.skb_count & abi.FT_COUNT_TCP):
                     figures[name] = Figure(f.state, f"{f.how}; estimated {every}", f.why, f.kernel)
-            timing = Figure(WORKS, f"sampled {every}: cpu-clock at {self.clock_hz(p)} Hz per CPU "
-                            f"inside them; times, UDP bytes, NAPI polls and IRQ time are estimates,"
-                            f" TCP bytes exact; no syscall hooks", p.timing_why, bool(p.timing_why))
+            timing = Figure(WORKS, f"sampled: cpu-clock at {self.sample_hz} Hz per CPU, all the time;"
+                            f" the per-packet programs {every}: the flows' shares of kernel time, "
+                            f"UDP bytes, NAPI polls and IRQ time are estimates, TCP bytes exact; no "
+                            f"syscall hooks", p.timing_why, bool(p.timing_why))
             kernel = Figure(WORKS, f"cpu-clock samples + net:netif_receive_skb, {every}")
         elif sampled:
             timing = Figure(WORKS, f"sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "
@@ -534,14 +532,11 @@ class Tracer:
         self._udp_cleared = self._udp_last = 0.0
         windowed = self._windowed()
         for c in clocks:
-            if windowed:
-                self._clock_fds.append(os.dup(c.fd))   # the link owns c.fd: ours, to turn it
+            # in windows too: the sampler runs all the time, at its rate (sampling.bpf.h)
             self._obj.attach_perf_event("ft_sample", c.fd)
             c.fd = -1   # libbpf's link owns the event now and closes it with the link
         if windowed:
             # each went on once (a refusal is said now, as for the others): off until a window
-            for fd in self._clock_fds:
-                fcntl.ioctl(fd, PERF_EVENT_IOC_DISABLE, 0)
             for name in WINDOWED & set(self._obj.attached):
                 self._obj.detach(name)
         if FLUSH_ITERATOR in self._obj.attached:
@@ -570,8 +565,6 @@ class Tracer:
             for name in sorted(self._windowed_programs):
                 if name not in self._obj.attached:
                     self._obj.attach(name)
-            for fd in self._clock_fds:
-                fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
             opened = time.monotonic_ns()
             self._obj.map("windows").update(_ZERO_KEY, bytes(abi.Window(opened, seq, scale)))
             self._window_seq = seq
@@ -582,8 +575,6 @@ class Tracer:
             closed = time.monotonic_ns()
             self._obj.map("windows").update(_ZERO_KEY,
                                             bytes(abi.Window(closed, self._window_seq, 0)))
-            for fd in self._clock_fds:
-                fcntl.ioctl(fd, PERF_EVENT_IOC_DISABLE, 0)
             for name in self._windowed_programs & set(self._obj.attached):
                 self._obj.detach(name)
             return closed
@@ -635,13 +626,7 @@ class Tracer:
             self._on_hooks = False
             if self._obj:
                 self._obj.detach_all()
-            self._close_clock_fds()
         self._clocks = []   # their links closed them
-
-    def _close_clock_fds(self) -> None:
-        for fd in self._clock_fds:
-            os.close(fd)
-        self._clock_fds = []
 
     def attach(self) -> None:
         """Put the programs back on their hooks after detach()."""
@@ -656,25 +641,17 @@ class Tracer:
         except KernelError as e:
             self._stop_windows()
             self._obj.detach_all()
-            self._close_clock_fds()
             for c in clocks:
                 c.close()
             raise TracerError(str(e)) from None
         self._clocks = clocks
 
-    def clock_hz(self, p: Plan | None = None) -> int:
-        """The sampler's rate while it runs: sample_hz, or in windows sample_hz times the cycle
-        over the window (as many samples a second as without windows), up to MAX_SAMPLE_HZ."""
-        if not self._windowed(p):
-            return self.sample_hz
-        return min(MAX_SAMPLE_HZ, self.sample_hz * self.windows.scale)
-
     def _open_clocks(self, p: Plan) -> list[PerfCounter]:
-        """One cpu-clock event per online CPU that overflows about every 1/clock_hz seconds (each
+        """One cpu-clock event per online CPU that overflows about every 1/sample_hz seconds (each
         CPU at its own rate: sample_period); a KernelError names ft_sample, whose events they
         are."""
         clocks: list[PerfCounter] = []
-        hz = self.clock_hz(p)
+        hz = self.sample_hz
         try:
             for cpu in _online_cpus():
                 clocks.append(PerfCounter.open(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, cpu,

@@ -1,12 +1,16 @@
-"""Sampled timing in windows: the per-packet, per-read and per-interrupt programs and the sampler
-on their hooks for one window of each cycle (50 ms of every 500 ms by default), what they count
-there standing for the whole cycle.
+"""Sampled timing in windows: the per-packet, per-read and per-interrupt programs on their hooks
+for one window of each cycle (50 ms of every 500 ms by default), what they count there standing
+for the whole cycle. The sampler runs all the time at its rate: the CPUs' times are its samples',
+as without windows, and a receive sample between windows goes to a flow drawn from those of its
+CPU's last window (bpf/flowtrace/sampling.bpf.h), so only the flows' shares are the windows'.
 
 Why: on a tracepoint, a BPF program costs its dispatch on every event even where it returns at
 once; on this kind of VM (retpolines) an empty program on netif_receive_skb and one on napi_poll
 add ~6% to a one-byte TCP round trip (bench/floor.bpf.c's programs attached in turns around
 bench/roundtrip.c; CHANGELOG, 2026-11-29). No per-packet design fits a 1% budget while
-attached; one attached a tenth of the time costs a tenth.
+attached; one attached a tenth of the time costs a tenth. (The sampler, at its rate all the time,
+costs what it costs without windows; run inside the windows alone at ten times its rate, it
+slowed what it measured there and read a CPU's NET_RX a third above its time over the whole.)
 
 How the counts stay whole: the BPF side counts only while `windows[0].scale` is set, and each
 event there for SCALE events (the cycle over the window, an integer). Userspace opens a window
