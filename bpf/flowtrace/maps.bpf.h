@@ -120,9 +120,9 @@ struct skb_hint {
 				 * threaded NAPI, ksoftirqd, busy polling */
 #define HINT_SLOTS	2
 
-/* what the current receive context on this CPU is charging to */
-#define POOL_SLOTS	16	/* a power of two */
+#define POOL_SLOTS	16	/* cpu_state.pool's entries: a power of two */
 
+/* what the current receive context on this CPU is charging to */
 struct cpu_state {
 	__u64 softirq_start;	/* start of the running softirq (any vector) */
 	__u64 mark;		/* last boundary of the NET_RX or kthread interval */

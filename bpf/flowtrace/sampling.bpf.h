@@ -383,9 +383,10 @@ static __always_inline int sample_context(struct bpf_perf_event_data *ctx, int *
  * drawn from those the CPU's receive samples were charged to in its last window with any: a
  * uniform draw from a reservoir of up to POOL_SLOTS of them, so each flow's expected share is its
  * share of that window's samples. The CPU's total stays what its samples say over the whole
- * time, as without windows: only the split among flows is the windows' estimate. (A sampler
- * that ran only inside the windows, at ten times its rate, saw steer's own programs and its
- * own interrupts there, and read a CPU's NET_RX 26-33% above its time over the whole.) */
+ * time, as without windows: only the split among flows is the windows' estimate. A kthread's
+ * samples and NET_RX's share the pool (a CPU does one or the other for a flow, as a rule). (A
+ * sampler that ran only inside the windows, at ten times its rate, saw steer's own programs and
+ * its own interrupts there, and read a CPU's NET_RX 26-33% above its time over the whole.) */
 #define POOL_MAX_AGE	4	/* windows: a pool older than this is not the CPU's traffic now */
 
 static __always_inline void pool_add(struct cpu_state *s, const struct ft_flow_key *k,

@@ -66,8 +66,8 @@ RECVMSG_FLAGS_ARG = {6: 4, 5: 3, 4: 3}
 # the drops' and the steering's stay on
 WINDOWED = frozenset({"ft_skb_hint", "ft_napi_poll", "ft_irq_handler_entry", "ft_irq_handler_exit",
                       UDP_READS_FALLBACK, *(p for h in HOOKS.values() for p in h)})
-# the figures those programs count, estimates in windows (TCP bytes where the skbs count them)
-# (the readers' time and who they are come from the samples, which run all the time)
+# the figures those programs count, estimates in windows (TCP bytes where the skbs count them;
+# not the readers' time or who they are: the samples tell those, and they run all the time)
 WINDOWED_FIGURES = ("kernel_time", "kthread_time", "tcp_rx_bytes", "udp_rx_bytes", "udp_app_bytes",
                     "app_calls", "napi_polls", "hardirqs")
 
@@ -473,10 +473,10 @@ class Tracer:
                 if f and f.state != MISSING and not (name == "tcp_rx_bytes"
                                                      and not p.skb_count & abi.FT_COUNT_TCP):
                     figures[name] = Figure(f.state, f"{f.how}; estimated {every}", f.why, f.kernel)
-            timing = Figure(WORKS, f"sampled: cpu-clock at {self.sample_hz} Hz per CPU, all the time;"
-                            f" the per-packet programs {every}: the flows' shares of kernel time, "
-                            f"UDP bytes, NAPI polls and IRQ time are estimates, TCP bytes exact; no "
-                            f"syscall hooks", p.timing_why, bool(p.timing_why))
+            timing = Figure(WORKS, f"sampled: cpu-clock at {self.sample_hz} Hz per CPU all the "
+                            f"time, the per-packet programs {every}: the flows' shares of kernel "
+                            f"time, UDP bytes, NAPI polls and IRQ time are estimates, TCP bytes "
+                            f"exact; no syscall hooks", p.timing_why, bool(p.timing_why))
             kernel = Figure(WORKS, f"cpu-clock samples + net:netif_receive_skb, {every}")
         elif sampled:
             timing = Figure(WORKS, f"sampled: cpu-clock at {self.sample_hz} Hz per CPU; times are "

@@ -606,25 +606,29 @@ def test_udp_streams_that_connect_after_a_first_read_each_get_their_reads(timing
             server = subprocess.Popen(ns(lab.rx) + ["taskset", "-c", str(READER_CPU), "iperf3",
                                       "-s", "-1", "-J", "-B", RECEIVER_ADDR, "-p", str(port)],
                                       stdout=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + 10
-            while not _tcp_listening(server.pid, port) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            _udp_reads_on(tracer, lab)
-            before = tracer.sample()
-            client = subprocess.run(ns(lab.tx) + ["taskset", "-c", str(SENDER_CPU), "iperf3",
-                                    "-c", RECEIVER_ADDR, "-p", str(port), "-u", "-b", "300M",
-                                    "-l", str(UDP_DATAGRAM), "-P", str(streams), "-t", "2", "-J"],
-                                    capture_output=True, text=True, timeout=40)
-            received = json.loads(server.communicate(timeout=30)[0])
+            try:
+                deadline = time.monotonic() + 10
+                while not _tcp_listening(server.pid, port) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                _udp_reads_on(tracer, lab)
+                before = tracer.sample()
+                client = subprocess.run(ns(lab.tx) + [
+                    "taskset", "-c", str(SENDER_CPU), "iperf3", "-c", RECEIVER_ADDR, "-p",
+                    str(port), "-u", "-b", "300M", "-l", str(UDP_DATAGRAM), "-P", str(streams),
+                    "-t", "2", "-J"], capture_output=True, text=True, timeout=40)
+                received = json.loads(server.communicate(timeout=30)[0])
+            finally:
+                server.kill()
+                server.wait()
             time.sleep(0.2)
             after = tracer.sample()
         snap = build_snapshot(before, after, read_topology(), tracer.capabilities)
     finally:
         tracer.stop()
     assert client.returncode == 0, client.stdout[-500:]
-    sent = {s["udp"]["socket"]: s["udp"]["bytes"] for s in json.loads(client.stdout)["end"]["streams"]}
-    sent = {c["local_port"]: sent[c["socket"]]
-            for c in json.loads(client.stdout)["start"]["connected"]}
+    sending = json.loads(client.stdout)
+    sent = {s["udp"]["socket"]: s["udp"]["bytes"] for s in sending["end"]["streams"]}
+    sent = {c["local_port"]: sent[c["socket"]] for c in sending["start"]["connected"]}
     # the server's count of each stream: the datagrams it numbered less those it found missing
     # (iperf3 3.12 writes 0 for a receiving stream's bytes), all of one size; their sum is its
     # byte count
@@ -643,7 +647,7 @@ def test_udp_streams_that_connect_after_a_first_read_each_get_their_reads(timing
         assert b > 0 and b <= flows[p]["app_bytes"] <= sent[p], p
         assert flows[p]["app_pid"] == server.pid and flows[p]["app_cpu"] == READER_CPU
     wild = [j["app_bytes"] for p, j in flows.items() if p not in got]
-    assert sum(wild) <= 4 * streams, "reads on the port's unconnected line beyond its first datagrams"
+    assert sum(wild) <= 4 * streams, "reads on the port's unconnected line beyond the first datagrams"
 
 
 def _tcp_listening(pid: int, port: int) -> bool:

@@ -70,10 +70,11 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
     - Where the host took CPU A (the senders', the softirqs') away (steal, /proc/stat) for a
       share S of the time, the traffic stops for S inside the windows or outside them, not
       alike: a window stands for its cycle as if it ran at the cycle's pace, off by up to
-      S/(1-S) when all of it fell outside the windows (or inside, the other way). The UDP bound widens by that (the NET_RX
-      figure and its truth are both the windows'): with 8% and 17% of both CPUs taken, UDP
-      bytes read +8% and +18% on a VM kind where they read -0.5% without; the windows' figures
-      are that much less sure on a host that steals. So is the skbs' share in the windows: the
+      S/(1-S) when all of it fell outside the windows (or inside, the other way). The UDP
+      bound widens by that (not the NET_RX one: its samples run all the time): with 8% and 17%
+      of both CPUs taken, UDP bytes read +8% and +18% against the datagrams read (the truth
+      then) on a VM kind where they read -0.5% without; the windows' figures are that much
+      less sure on a host that steals. So is the skbs' share in the windows: the
       softirqs' CPU taken away for a share S of the time, all of it outside the windows, puts
       1/(1-S) times their share of the skbs inside them (2.16 in a clean-clone run where the
       host took 8.5 CPU-s during the test), all of it inside, (1-S) times: the bounds 0.5-1.5
