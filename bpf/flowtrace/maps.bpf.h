@@ -120,7 +120,7 @@ struct skb_hint {
 				 * threaded NAPI, ksoftirqd, busy polling */
 #define HINT_SLOTS	2
 
-#define POOL_SLOTS	16	/* cpu_state.pool's entries: a power of two */
+#define POOL_SLOTS	32	/* cpu_state.pool's entries: a power of two */
 
 /* what the current receive context on this CPU is charging to */
 struct cpu_state {
@@ -160,13 +160,13 @@ struct cpu_state {
 	__u8 run_flow_valid;	/* run_flow holds the run's first skb's flow */
 	__u8 run_pad[3];
 	struct ft_flow_key run_flow;
-	/* sampled timing in windows: the flows of the receive samples of this CPU's last window
-	 * with any (a uniform draw of up to POOL_SLOTS of them), which the samples between windows,
-	 * with no hint, are charged to (sampling.bpf.h) */
+	/* sampled timing in windows: the flows of this CPU's last POOL_SLOTS receive samples inside
+	 * windows (a ring), which the samples between windows, with no hint, are charged to
+	 * (sampling.bpf.h) */
 	struct ft_flow_key pool[POOL_SLOTS];
 	__u32 pool_n;		/* slots filled */
-	__u32 pool_seen;	/* receive samples charged in the pool's window */
-	__u32 pool_window;	/* that window's seq */
+	__u32 pool_next;	/* the slot the next one takes (modulo POOL_SLOTS) */
+	__u32 pool_window;	/* the window of the last one */
 	__u32 pool_pad;
 };
 

@@ -380,33 +380,24 @@ static __always_inline int sample_context(struct bpf_perf_event_data *ctx, int *
 
 /* Sampled timing in windows: the sampler runs all the time at its rate, the per-skb program
  * (the hints) only inside the windows. A receive sample between windows is charged to a flow
- * drawn from those the CPU's receive samples were charged to in its last window with any: a
- * uniform draw from a reservoir of up to POOL_SLOTS of them, so each flow's expected share is its
- * share of that window's samples. The CPU's total stays what its samples say over the whole
- * time, as without windows: only the split among flows is the windows' estimate. A kthread's
- * samples and NET_RX's share the pool (a CPU does one or the other for a flow, as a rule). (A
+ * drawn from the CPU's last POOL_SLOTS receive samples inside windows (a ring, across windows:
+ * at 99 Hz a 50 ms window holds two or three such samples, and one window's alone would give the
+ * split of a few), so each flow's expected share is its share of those. The CPU's total stays
+ * what its samples say over the whole time, as without windows: only the split among flows is
+ * the windows' estimate, and it rests on the samples inside them, a tenth of all. A kthread's
+ * samples and NET_RX's share the ring (a CPU does one or the other for a flow, as a rule). (A
  * sampler that ran only inside the windows, at ten times its rate, saw steer's own programs and
  * its own interrupts there, and read a CPU's NET_RX 26-33% above its time over the whole.) */
-#define POOL_MAX_AGE	4	/* windows: a pool older than this is not the CPU's traffic now */
+#define POOL_MAX_AGE	4	/* windows since the ring's last sample: older, it is not the CPU's
+				 * traffic now */
 
 static __always_inline void pool_add(struct cpu_state *s, const struct ft_flow_key *k,
 				     __u32 window)
 {
-	__u32 i;
-
-	if (s->pool_window != window) {
-		s->pool_window = window;
-		s->pool_n = s->pool_seen = 0;
-	}
-	s->pool_seen++;
-	if (s->pool_n < POOL_SLOTS) {
-		i = s->pool_n++;
-	} else {
-		i = bpf_get_prandom_u32() % s->pool_seen;
-		if (i >= POOL_SLOTS)
-			return;
-	}
-	s->pool[i & (POOL_SLOTS - 1)] = *k;
+	s->pool[s->pool_next++ & (POOL_SLOTS - 1)] = *k;
+	if (s->pool_n < POOL_SLOTS)
+		s->pool_n++;
+	s->pool_window = window;
 }
 
 static __always_inline int pool_draw(struct cpu_state *s, struct ft_flow_key *k, __u32 window)

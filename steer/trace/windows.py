@@ -1,8 +1,9 @@
 """Sampled timing in windows: the per-packet, per-read and per-interrupt programs on their hooks
 for one window of each cycle (50 ms of every 500 ms by default), what they count there standing
 for the whole cycle. The sampler runs all the time at its rate: the CPUs' times are its samples',
-as without windows, and a receive sample between windows goes to a flow drawn from those of its
-CPU's last window (bpf/flowtrace/sampling.bpf.h), so only the flows' shares are the windows'.
+as without windows, and a receive sample between windows goes to a flow drawn from its CPU's
+last receive samples inside windows (bpf/flowtrace/sampling.bpf.h), so only the flows' shares
+are the windows', from a tenth of the samples.
 
 Why: on a tracepoint, a BPF program costs its dispatch on every event even where it returns at
 once; on this kind of VM (retpolines) an empty program on netif_receive_skb and one on napi_poll

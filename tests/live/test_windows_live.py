@@ -67,8 +67,8 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
       bench/odds.py): about -45%..+30% with the ~1,700 NET_RX samples of 6 s, which fails a
       figure of the windows alone (-90%) and one 1.5x off, not one 15% off (the matrix holds
       the sampler to that, without windows). And that NET_RX all goes to the two flows (at
-      least 0.9 of it; 1.000-1.001 in 3 runs): a sample between windows goes to a flow of the last
-      window's (with the draws taken out, once: 0.117).
+      least 0.9 of it; 1.000-1.001 in 3 runs): a sample between windows goes to a flow of the CPU's
+      last receive samples inside windows (with the draws taken out, once: 0.117).
     - Where the host took CPU A (the senders', the softirqs') away (steal, /proc/stat) for a
       share S of the time, the traffic stops for S inside the windows or outside them, not
       alike: a window stands for its cycle as if it ran at the cycle's pace, off by up to
@@ -160,9 +160,10 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
     flows_ns = sum(e.kernel_ns for e in w1.entries.values()) - \
         sum(e.kernel_ns for e in w0.entries.values())
     # every receive sample of this lab's flows has a flow: in a window the skb's, between
-    # windows one drawn from the last window's (1.000-1.001 in 3 runs); samples between windows
-    # left unattributed would leave about a tenth. Above 1 by the samples that land between the
-    # read of the flows and that of the CPUs (the sampler runs then too): ~1 ms each of ~1.7 s
+    # windows one drawn from the last ones inside windows (1.000-1.001 in 3 runs); samples
+    # between windows left unattributed would leave about a tenth. Above 1 by the samples that
+    # land between the read of the flows and that of the CPUs (the sampler runs then too): ~1 ms
+    # each of ~1.7 s
     held("NET_RX charged to flows / the CPUs' NET_RX", flows_ns / net_rx, 0.9, 1.01)
     assert n > 500, n
     spread = 4.39 * 2 / n ** 0.5
@@ -177,8 +178,8 @@ def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):
     """A flow steered to its reader's CPU (the cpumap kthread), one taken in by threaded NAPI,
     and a TCP and a small-datagram UDP flow with a CPU each, so that each CPU's NET_RX is one
     flow's truth, as the accuracy matrix has them (bench.accuracy scenarios 3, 5 and 9: a flow's
-    kernel seconds are mostly samples between windows, charged to the flows of the last
-    window's; with the draws taken out, once: -89% and -90%), sampled at 997 Hz with the
+    kernel seconds are mostly samples between windows, charged to flows of the CPU's last
+    receive samples inside windows; with the draws taken out, once: -89% and -90%), sampled at 997 Hz with the
     per-packet programs in windows of 50 ms every 500 ms, held to the matrix's bounds against
     the kthreads' schedstat over the whole time: the sampler runs all the time, so a kthread's
     time is its samples' and only the flow it is charged to comes from the windows (cpumap
