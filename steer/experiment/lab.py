@@ -121,6 +121,17 @@ def _in_netns(name: str, cpu: int | None):
     return enter
 
 
+def listening(pid: int, port: int, ipv6: bool = False) -> bool:
+    """Whether a TCP socket listens on PORT in the network namespace of process PID (its own
+    view of /proc/net/tcp or tcp6)."""
+    try:
+        with open(f"/proc/{pid}/net/tcp6" if ipv6 else f"/proc/{pid}/net/tcp") as fh:
+            return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
+                       for line in fh.readlines()[1:])
+    except OSError:
+        return False
+
+
 def _ip(*args: str) -> None:
     """One iproute2 command; it returns once the kernel has done it. (pyroute2's NetNS did the
     same through a helper process per namespace, and under CPU load the lab came up without its
@@ -314,14 +325,7 @@ class Lab:
                 time.sleep(0.02)
 
     def _listening(self, port: int, ipv6: bool = False) -> bool:
-        pid = self._servers[port].pid
-        try:
-            # the server's own namespace view
-            with open(f"/proc/{pid}/net/tcp6" if ipv6 else f"/proc/{pid}/net/tcp") as fh:
-                return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
-                           for line in fh.readlines()[1:])
-        except OSError:
-            return False
+        return listening(self._servers[port].pid, port, ipv6)
 
     def start_clients(self, seconds: float | None = None) -> None:
         secs = max(1, round(seconds or self.seconds))

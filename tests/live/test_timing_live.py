@@ -20,7 +20,7 @@ import pytest
 from bench.odds import z_for
 from helpers import CPUS, SAMPLE_DISPERSION, SAMPLE_HZ, live, sampling_bound
 from steer.model.flows import build_snapshot
-from steer.experiment.lab import BASE_PORT, NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
+from steer.experiment.lab import BASE_PORT, NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow, listening
 from steer.model.topology import read_topology
 from steer.trace.programs import HOOKS as APP_HOOKS, SYSCALL_PROGRAMS
 from steer.trace.tracer import Tracer
@@ -608,7 +608,7 @@ def test_udp_streams_that_connect_after_a_first_read_each_get_their_reads(timing
                                       stdout=subprocess.PIPE, text=True)
             try:
                 deadline = time.monotonic() + 10
-                while not _tcp_listening(server.pid, port) and time.monotonic() < deadline:
+                while not listening(server.pid, port) and time.monotonic() < deadline:
                     time.sleep(0.02)
                 _udp_reads_on(tracer, lab)
                 before = tracer.sample()
@@ -648,13 +648,3 @@ def test_udp_streams_that_connect_after_a_first_read_each_get_their_reads(timing
         assert flows[p]["app_pid"] == server.pid and flows[p]["app_cpu"] == READER_CPU
     wild = [j["app_bytes"] for p, j in flows.items() if p not in got]
     assert sum(wild) <= 4 * streams, "reads on the port's unconnected line beyond the first datagrams"
-
-
-def _tcp_listening(pid: int, port: int) -> bool:
-    """the process PID listens on PORT (TCP, its namespace's view)"""
-    try:
-        with open(f"/proc/{pid}/net/tcp") as fh:
-            return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
-                       for line in fh.readlines()[1:])
-    except OSError:
-        return False

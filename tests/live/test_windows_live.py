@@ -179,11 +179,11 @@ def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):
     and a TCP and a small-datagram UDP flow with a CPU each, so that each CPU's NET_RX is one
     flow's truth, as the accuracy matrix has them (bench.accuracy scenarios 3, 5 and 9: a flow's
     kernel seconds are mostly samples between windows, charged to flows of the CPU's last
-    receive samples inside windows; with the draws taken out, once: -89% and -90%), sampled at 997 Hz with the
-    per-packet programs in windows of 50 ms every 500 ms, held to the matrix's bounds against
-    the kthreads' schedstat over the whole time: the sampler runs all the time, so a kthread's
-    time is its samples' and only the flow it is charged to comes from the windows (cpumap
-    -0.6%, NAPI -0.1%). When the sampler ran inside the windows only, at ten times its rate, the
+    receive samples inside windows; with the draws taken out, once: -89% and -90%), sampled at
+    997 Hz with the per-packet programs in windows of 50 ms every 500 ms, held to the matrix's
+    bounds against the kthreads' schedstat over the whole time: the sampler runs all the time,
+    so a kthread's time is its samples' and only the flow it is charged to comes from the
+    windows (cpumap -0.6%, NAPI -0.1%). When the sampler ran inside the windows only, at ten times its rate, the
     cpumap kthread read +2% to +50% of its schedstat over 9 runs (mean +25%: steer's sampler and
     programs slowed it there, and the windows stood for the whole). Bytes stay the sockets'
     (exact)."""
