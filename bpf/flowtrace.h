@@ -168,10 +168,13 @@ enum ft_timing {
 
 /* sampled timing: the transports whose bytes and packets ft_skb_hint counts skb by skb
  * (ft_config.skb_count): UDP always, since no socket keeps a count of them; TCP where the kernel
- * refused the socket programs that count it from the sockets' own counters */
+ * refused the socket programs that count it from the sockets' own counters. FT_COUNT_TCP_SKBS:
+ * TCP's skbs alone, their bytes left to the sockets (in windows, where a flow's few samples
+ * cannot name the CPU its skbs go up the stack on) */
 enum ft_count {
 	FT_COUNT_TCP = 1,
 	FT_COUNT_UDP = 2,
+	FT_COUNT_TCP_SKBS = 4,
 };
 
 /* written into .rodata before load */

@@ -104,10 +104,12 @@ static __always_inline __u32 window_scale(__u32 *seq)
 	return w->scale;
 }
 
-/* sampled timing: whether ft_skb_hint counts the skbs of transport PROTO (cfg.skb_count) */
+/* sampled timing: whether ft_skb_hint counts the skbs of transport PROTO (cfg.skb_count; their
+ * bytes too but for FT_COUNT_TCP_SKBS) */
 static __always_inline int skb_counted_proto(__u8 proto)
 {
-	return cfg.skb_count & (proto == IPPROTO_TCP ? FT_COUNT_TCP : FT_COUNT_UDP);
+	return cfg.skb_count & (proto == IPPROTO_TCP ? FT_COUNT_TCP | FT_COUNT_TCP_SKBS :
+						       FT_COUNT_UDP);
 }
 
 #endif /* FT_ACCOUNT_BPF_H */

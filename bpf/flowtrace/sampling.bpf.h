@@ -122,7 +122,8 @@ static __always_inline void note_udp(void)
 }
 
 /* Sampled timing's per-skb program: the hint for the sampler and, for the transports in
- * cfg.skb_count, the skb's bytes and packets. skb->hash (the NIC's RSS hash, or the one the
+ * cfg.skb_count, the skb's bytes and packets (in windows, a TCP skb's count alone: where a flow
+ * goes up the stack, which a tenth of the samples may not say). skb->hash (the NIC's RSS hash, or the one the
  * sending socket put on it) tells an skb of one of the last two uncounted flows on this CPU
  * (TCP, where the sockets count it) without a look at its headers: a few loads and compares;
  * another flow, or no hash, costs the headers' parse. A counted flow whose hash collides with one
@@ -165,6 +166,8 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 	/* the sampler's clock, good to a period on a CPU that takes packets in, saves a clock read
 	 * (~50 ns on this VM) an skb; before this CPU's first sample, the clock */
 	st->last_seen_ns = s->clock_ns ? s->clock_ns : bpf_ktime_get_ns();
+	if (k.proto == IPPROTO_TCP && !(cfg.skb_count & FT_COUNT_TCP))
+		return 0;	/* FT_COUNT_TCP_SKBS: the socket counts its bytes */
 	if (skb->skb_iif && current_kthread_ctx() == CTX_KTHREAD)
 		return 0;	/* generic XDP counted it on the arrival CPU */
 	count_payload(st, skb, payload, scale);

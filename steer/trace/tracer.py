@@ -410,7 +410,9 @@ class Tracer:
                          timing=abi.FT_TIMING_EXACT if p.timing == "exact" else abi.FT_TIMING_SAMPLED,
                          softirq_stacks=0 if preempt_rt() else 1,
                          app_counters=1 if p.hook == "counters" else 0,
-                         profile_ranges=len(ranges) if sampled else 0, skb_count=p.skb_count,
+                         profile_ranges=len(ranges) if sampled else 0,
+                         skb_count=p.skb_count | (abi.FT_COUNT_TCP_SKBS if self._windowed(p)
+                                                  else 0),
                          windows=1 if self._windowed(p) else 0,
                          steal_off=kvm_steal_offset())
         for i, (lo, hi) in enumerate(text or ()):
