@@ -737,13 +737,18 @@ class Tracer:
                         for i, key in enumerate(keys)}
             return {}
 
-    def sample(self) -> TraceSample:
+    def sample(self, beside=None) -> TraceSample:
         """Read every map once: cumulative counters since start. Also flushes the sockets' reads
         into the flow map first, and deletes kernel entries idle for idle_timeout (their totals
         stay in the returned sample's history; `expired` counts them). Thread-safe: `steer auto
         --listen` reads from its loop and from scrapes; reads take turns, and stop() waits for
-        the one under way."""
-        return self._between_windows(self._read_maps)
+        the one under way. BESIDE(): called just before and just after the read, in the same
+        gap between windows (a truth's reading, taken with steer's): then (sample, (before,
+        after))."""
+        if beside is None:
+            return self._between_windows(self._read_maps)
+        return self._between_windows(lambda: (lambda b, s: (s, (b, beside())))(beside(),
+                                                                             self._read_maps()))
 
     def sample_arrays(self) -> TraceSample:
         """As sample(), with the flow map's entries as arrays (TraceSample.arrays) and no
