@@ -118,14 +118,43 @@ def rate(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+# --windows left as it is: the defaults' windows where the timing is sampled (or auto, which
+# takes sampled where the kernel runs it), none where every event is timed or counted
+WINDOWS_BY_TIMING = "auto"
+
+
 def windows_arg(text: str):
     from steer.trace.windows import WindowsError, parse_windows
+    if text == WINDOWS_BY_TIMING:
+        return WINDOWS_BY_TIMING
     try:
         return parse_windows(text)
     except WindowsError as e:
         # (argparse names the option)
         raise argparse.ArgumentTypeError(str(e).replace("--windows ", "", 1)
                                          .removeprefix("--windows: ")) from None
+
+
+def windows_option(g) -> None:
+    """--windows, of the tracer's options"""
+    g.add_argument("--windows", type=windows_arg, default=WINDOWS_BY_TIMING, metavar="W/C",
+                   help="with --timing sampled, put the per-packet programs on their hooks "
+                        "for W ms of every C ms, or always (off) (default: 50/500 with "
+                        "--timing sampled or auto)\n\n"
+                        "with --timing sampled, put the programs that run per packet, per read "
+                        "and per interrupt on their hooks for a window of W ms in every cycle of"
+                        " C ms (C a multiple of W), each event there counting for C/W; off: on "
+                        "their hooks all the time. On this kind of VM a program on a packet "
+                        "tracepoint costs its dispatch even when it does nothing (~3.5%% of a "
+                        "one-byte TCP round trip each), and 50/500 takes that cost down tenfold."
+                        " The sampler runs all the time: TCP bytes and the CPUs' times stay as "
+                        "with off; UDP bytes, NAPI polls, IRQ time and the split of a CPU's "
+                        "receive time among its flows become estimates from the windows, and a "
+                        "flow that saturates a CPU reads low by what the programs cost it inside "
+                        "them (docs/how-it-measures.md). Reads wait for the gap between windows "
+                        "(up to C ms). Off makes UDP bytes exact and reads immediate at the "
+                        "per-packet cost (default: 50/500 with --timing sampled or auto, "
+                        "which takes sampled where the kernel runs it; off with exact or counts)")
 
 
 def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> None:
@@ -157,21 +186,7 @@ def tracer_options(p: argparse.ArgumentParser, timing: str | None = None) -> Non
                         " the timers work runs on (99, 997: not 100 or 1000, which lock in "
                         "step with a 1 ms or 10 ms timer and then see that work never or "
                         "always) (default: %(default)s)")
-    g.add_argument("--windows", type=windows_arg, default=None, metavar="W/C",
-                   help="with --timing sampled, put the per-packet programs on their hooks "
-                        "for W ms of every C ms (50/500), or always (off, the default)\n\n"
-                        "with --timing sampled, put the programs that run per packet, per read "
-                        "and per interrupt on their hooks for a window of W ms in every cycle of"
-                        " C ms (C a multiple of W), each event there counting for C/W: on this "
-                        "kind of VM a program on a packet tracepoint costs its dispatch even "
-                        "when it does nothing (~3.5%% of a one-byte TCP round trip each), and "
-                        "50/500 takes that cost down tenfold. The sampler runs all the time: "
-                        "TCP bytes and the CPUs' times stay as without windows; UDP bytes, NAPI "
-                        "polls, IRQ time and the split of a CPU's receive time among its flows "
-                        "become estimates from the windows, and a flow that saturates a CPU "
-                        "reads low by what the programs cost it inside them "
-                        "(docs/how-it-measures.md). Reads wait for the gap between windows "
-                        "(up to C ms) (default: off)")
+    windows_option(g)
     g.add_argument("--max-flows", type=bounded_int(1, MAX_FLOWS_LIMIT), default=DEFAULT_MAX_FLOWS,
                    metavar="N",
                    help="bound of the kernel flow map, in (flow, CPU) entries; the least recently "
@@ -248,7 +263,10 @@ def latency_option(p) -> None:
 
 def check_tracer_options(args) -> None:
     """What argparse cannot see: tracer options that do not go together."""
-    if getattr(args, "windows", None) and getattr(args, "timing", None) not in ("sampled", "auto"):
+    windows = getattr(args, "windows", None)
+    if windows == WINDOWS_BY_TIMING:
+        args.windows = chosen_windows(args)
+    elif windows and getattr(args, "timing", None) not in ("sampled", "auto"):
         raise UsageError(f"--windows needs --timing sampled: {args.timing} timing runs on every "
                          "event")
     if getattr(args, "app_hook", None) == "counters" and getattr(args, "timing", None) == "exact":
@@ -256,11 +274,21 @@ def check_tracer_options(args) -> None:
                          "receive call, which takes a program per read")
 
 
+def chosen_windows(args):
+    """The tracer's windows from --windows and --timing: the defaults' where --windows was left
+    as it is and the timing may be sampled."""
+    windows = getattr(args, "windows", None)
+    if windows != WINDOWS_BY_TIMING:
+        return windows
+    from steer.trace.windows import DEFAULT_WINDOWS
+    return DEFAULT_WINDOWS if getattr(args, "timing", None) in ("sampled", "auto") else None
+
+
 def start_tracer(args):
     from steer.trace.tracer import Tracer
     tracer = Tracer(max_flows=args.max_flows, counters=args.counters, btf=args.btf,
                     idle_timeout=args.idle_timeout, app_hook=args.app_hook, timing=args.timing,
-                    sample_hz=args.sample_hz, windows=getattr(args, "windows", None),
+                    sample_hz=args.sample_hz, windows=chosen_windows(args),
                     latency=getattr(args, "latency", False)).start()
     tune_gc()
     return tracer

@@ -276,7 +276,9 @@ class SteerCollector(Collector):
     def _families(self) -> Iterable:
         start = time.monotonic()
         sample, fold, series = self._advance()
-        took = time.monotonic() - start
+        # the read's own time: not what it waited for the gap between two windows (up to 0.5 s)
+        took = time.monotonic() - start - getattr(getattr(self.tracer, "waited", None),
+                                                  "seconds", 0.0)
         caps = self.tracer.capabilities
         yield from self._class_metrics(caps.llc.available, caps.counters_per_flow.available)
         yield from self._cpu_metrics(sample, caps)

@@ -178,6 +178,8 @@ class Tracer:
         self.udp_reads_attachments = 0  # how often the UDP reads' program went on its hook
         self.udp_reads_error = ""       # why the thread that puts it there stopped, if it did
         self._runner: WindowRunner | None = None   # the windows' thread (sampled, windows)
+        # per reading thread: how long its last read waited for the gap between two windows
+        self.waited = threading.local()
         self._windowed_programs: set[str] = set()   # of the plan's, those the windows put on
         self._window_seq = 0                # the window open last
 
@@ -582,16 +584,23 @@ class Tracer:
             return closed
 
     def _between_windows(self, read):
-        """READ() under the lock, between two windows where they run."""
+        """READ() under the lock, between two windows where they run; how long this thread's
+        read waited for the gap in self.waited.seconds."""
+        asked, began = time.monotonic(), []
+
         def locked():
+            began.append(time.monotonic())   # in the windows' thread, where they run
             with self._lock:
                 return read()
 
         runner = self._runner
+        self.waited.seconds = 0.0
         if runner is None or threading.current_thread() is runner:
             return locked()
         try:
-            return runner.between_windows(locked, 2 * self.windows.cycle + 10)
+            out = runner.between_windows(locked, 2 * self.windows.cycle + 10)
+            self.waited.seconds = began[0] - asked
+            return out
         except (RuntimeError, TimeoutError) as e:
             if runner.error is not None:
                 raise TracerError(f"the windows stopped: {runner.error}") from None

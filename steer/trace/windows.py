@@ -48,6 +48,9 @@ class Windows:
         return max(1, round(self.cycle / self.window))
 
 
+DEFAULT_WINDOWS = Windows(DEFAULT_WINDOW, DEFAULT_CYCLE)   # the command line's, for sampled timing
+
+
 def parse_windows(text: str) -> Windows | None:
     """'off' (None: always on their hooks), or 'WINDOW/CYCLE' in milliseconds ('50/500'). The
     cycle a whole multiple of the window (the counts scale by an integer), 1 ms to 60 s."""

@@ -23,6 +23,7 @@ from steer.experiment.lab import BASE_PORT, RECEIVER_DEV, Lab, LabFlow, lab_name
 from steer.model.topology import online_cpus, read_topology
 from steer.trace.programs import SOCKET_PROGRAMS
 from steer.trace.tracer import Tracer
+from steer.trace.windows import DEFAULT_CYCLE
 from witness import ReceivedTcpBytes, matches_witness
 
 pytestmark = live
@@ -425,6 +426,9 @@ def test_flows_json_shape(timing):
     assert d["samples"] > 100 and 0 < d["p50_us"] <= d["p90_us"] <= d["p99_us"] < 1e6, d
 
 
+DEMO_SECONDS = 3
+
+
 @pytest.mark.parametrize("refuse", ["", "ft_flush_socks,ft_udp_recvmsg_exit,ft_udpv6_recvmsg_exit",
                                     "optional"], ids=["as-the-kernel-allows", "a-refusing-vm",
                                                       "every-optional-refused"])
@@ -433,7 +437,8 @@ def test_demo_runs_and_tears_down(refuse):
     that refuses what one VM of this kind refused, or every optional program)."""
     witness = ReceivedTcpBytes(BASE_PORT, BASE_PORT + 63)   # the lab's flows, numbered from it
     try:
-        r = subprocess.run([*STEER, "demo", "--duration", "3", "--json"], capture_output=True,
+        r = subprocess.run([*STEER, "demo", "--duration", str(DEMO_SECONDS), "--json"],
+                           capture_output=True,
                            text=True, env=dict(os.environ, PYTHONPATH=ROOT,
                                                STEER_TEST_REFUSE=refuse),
                            cwd=ROOT, timeout=120)
@@ -449,15 +454,17 @@ def test_demo_runs_and_tears_down(refuse):
         print(f["lab_kernel_cpu"], f["lab_app_cpu"], t["class"], t["kernel_cpus"], t["app_cpus"])
         # the reader is pinned: its side is exactly where the lab put it
         assert t["app_cpu"] == f["lab_app_cpu"], t
-        # the lab's kernel CPU is its sender's: most receive work runs there, but the reader's
-        # ACKs, taken in on its own CPU, also make the sender's TCP transmit from that CPU's
-        # softirq, and that segment is then received there too (8% of the data skbs of a 1:0
-        # flow by net:netif_receive_skb, more while the sender thread waits): at least a
-        # quarter of the kernel time must be on the sender's CPU, and the class follows the
-        # CPU where most skbs went up the stack
+        # the lab's kernel CPU is its sender's: most of its skbs go up the stack there, but the
+        # reader's ACKs, taken in on its own CPU, also make the sender's TCP transmit from that
+        # CPU's softirq, and that segment is then received there too (8% to 23% of the data
+        # skbs of a 1:0 flow by net:netif_receive_skb, more while the sender thread waits). The
+        # class is of the CPU where most skbs went up the stack, which the default's windows
+        # count skb by skb: the same-core flow's own NET_RX time is small (its reader, which
+        # holds the socket, takes most of its segments in from the backlog), a sample or none
+        # in 3 s at 99 Hz, and says little of where it runs
+        assert t["stack_cpu"] == f["lab_kernel_cpu"], t
         ks = {int(c): s for c, s in t["kernel_cpus"].items()}
-        assert ks.get(f["lab_kernel_cpu"], 0) > 0.25 * sum(ks.values()), t
-        assert t["kernel_cpu"] == max(ks, key=ks.get)
+        assert not ks or t["kernel_cpu"] == max(ks, key=ks.get), t
         assert t["class"] == classify(t["stack_cpu"], t["app_cpu"], read_topology()).cls, t
     figures = j["snapshot"]["capabilities"]["figures"]
     app_bytes = figures["tcp_app_bytes"]
@@ -467,16 +474,25 @@ def test_demo_runs_and_tears_down(refuse):
         # flow map's evictions and failed inserts, and the skbs and packets it did count
         lost = {k: j["snapshot"]["tracer"][k] for k in ("evictions", "map_update_failures")}
         rx = f["traced"]["rx_bytes"]
+        how = figures["tcp_rx_bytes"]["how"]
         # per skb, where the kernel refused the socket programs: what net:netif_receive_skb
         # handed up, to the byte of bpftrace's count, which a reader now and then exceeds by
         # whole 64 KB skbs that no event carried (1 to 8 of ~60,000 in 4 of 20 runs, with no
-        # steer loaded, 2026-11-26); by the sockets' counters, at least what iperf3 read
-        if "per skb" in figures["tcp_rx_bytes"]["how"]:
+        # steer loaded, 2026-11-26); by the sockets' counters, at least what iperf3 read.
+        # Counted per skb in the default's windows, each window's count stands for its cycle:
+        # a flow that starts or ends within a cycle counts as if it ran all of it there, or
+        # none of it, a cycle's bytes at most at each end (+5% for the rate's ups and downs
+        # between the windows and the rest of their cycles)
+        if "per skb" in how and "estimated in windows" in how:
+            want = passed.get(f["traced"]["sport"])
+            assert want and abs(rx / want - 1) <= 2 * DEFAULT_CYCLE / DEMO_SECONDS + 0.05, \
+                (rx, want, lost)
+        elif "per skb" in how:
             assert matches_witness(rx, passed, f["traced"]["sport"]), (rx, passed, passed.misses,
                                                                        lost)
+            assert rx < 1.03 * got, (got, rx, f["traced"].get("rx_packets"), lost)
         else:
-            assert got <= rx, (got, rx, lost)
-        assert rx < 1.03 * got, (got, rx, f["traced"].get("rx_packets"), lost)
+            assert got <= rx < 1.03 * got, (got, rx, f["traced"].get("rx_packets"), lost)
         if app_bytes["state"] == "works":
             assert abs(f["traced"]["app_bytes"] - got) < 0.005 * got
         else:
