@@ -30,7 +30,7 @@ from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow, usable_
 from steer.model.flows import build_snapshot
 from steer.model.topology import read_topology
 from steer.trace.tracer import DEFAULT_SAMPLE_HZ, Tracer
-from steer.trace.windows import WindowsError, parse_windows
+from steer.trace.windows import DEFAULT_CYCLE, DEFAULT_WINDOW, WindowsError, parse_windows
 
 from .common import RESULTS, build_c, host, parser, require_root, run, write
 from .odds import DISPERSION, ODDS, sampled_spread, z_for
@@ -185,6 +185,7 @@ SCENARIOS = [
 ]
 
 
+DEFAULT_WINDOWS_TEXT = f"{DEFAULT_WINDOW * 1e3:g}/{DEFAULT_CYCLE * 1e3:g}"
 WINDOWS = None   # the sampled mode's (--windows)
 
 
@@ -539,9 +540,9 @@ def main(argv=None) -> int:
     p.add_argument("--scenarios", default=None,
                    help=f"comma-separated scenario numbers (1-{len(SCENARIOS) + 1}, as in the "
                         "table) to run; all by default")
-    p.add_argument("--windows", default="off", metavar="W/C",
+    p.add_argument("--windows", default=DEFAULT_WINDOWS_TEXT, metavar="W/C",
                    help="the sampled mode's windows (steer's --windows: WINDOW/CYCLE in ms, or "
-                        "off, the default here: on its hooks all the time)")
+                        "off: on its hooks all the time) (default: %(default)s, steer's)")
     p.add_argument("--mutate", type=float, default=1.0, metavar="K",
                    help="scale every figure of steer's by K before it is judged: a check of the "
                         "bounds themselves (at 0.85 or 1.15 a bound that catches a 15%% error "
@@ -602,8 +603,11 @@ def main(argv=None) -> int:
                              r.get("extra_high", 0.0), r.pop("sampled_bias", None),
                              r.get("truth_spread", 0.0), r.get("extra_low", 0.0))
         r["ok"] = _check(r)
+    per_packet = (f", the per-packet programs {WINDOWS.window * 1e3:g} ms of every "
+                  f"{WINDOWS.cycle * 1e3:g}") if WINDOWS else ", the per-packet programs always on"
     lines = [f"### Accuracy: steer's figures against independent truths ({args.seconds:g} s "
-             f"windows, sampled at {args.sample_hz} Hz, CPU A = {a}, CPU B = {b})", "",
+             f"windows, sampled at {args.sample_hz} Hz{per_packet}, CPU A = {a}, CPU B = {b})",
+             "",
              "| # | scenario | figure | truth | " + " | ".join(f"{m}: steer / truth - 1" for m in modes)
              + " | bounds (" + ", ".join(modes) + ") |",
              "|---|---|---|---|" + "---|" * len(modes) + "---|"]
@@ -653,7 +657,7 @@ def main(argv=None) -> int:
               + (f", commit {h['commit']}" if h.get("commit") else "")
               + f", `python -m bench.accuracy --seconds {args.seconds:g}`"
               + (f" --sample-hz {args.sample_hz}" if args.sample_hz != DEFAULT_SAMPLE_HZ else "")
-              + (f" --windows {args.windows}" if WINDOWS else "")
+              + (f" --windows {args.windows}" if args.windows != DEFAULT_WINDOWS_TEXT else "")
               + (f" --mutate {args.mutate:g}" if args.mutate != 1.0 else "") + "."]
     bad = [r for r in rows if r["ok"] is False]
     write("accuracy", args.out, {"seconds": args.seconds, "modes": modes, "rows": rows,

@@ -7,7 +7,7 @@ per packet and per read, undiluted and with little noise, where bench.rr (redis)
 server loses of its rate but varies by 10% from one window to the next on this VM. The two agree
 when rr's ratio is about 1 - (added ns per request) / (ns per request).
 
-    sudo .venv/bin/python -m bench.roundtrip [--pairs 60] [--trips 20000] [--proto udp]
+    sudo .venv/bin/python -m bench.roundtrip [--pairs 15] [--trips 150000] [--proto udp]
 
 UDP is the request/response case of DNS, QUIC and memcached: the default mode counts its bytes
 skb by skb (no socket keeps a count of them), so each datagram costs a flow-map update there.
@@ -24,8 +24,9 @@ from .common import (build_c, compare_modes, fmt, fmt_ci, parser, require_root, 
 def main(argv=None) -> int:
     # short runs, many of them: this VM's speed moves between two levels ~60% apart for seconds
     # at a time, so neighbouring short runs compare what long ones cannot
-    p = parser(__doc__.splitlines()[0], pairs=60, modes=True)
-    p.add_argument("--trips", type=int, default=20_000, help="round trips per run")
+    p = parser(__doc__.splitlines()[0], pairs=15, modes=True)
+    p.add_argument("--trips", type=int, default=150_000,
+                   help="round trips per run (~3 s here: whole cycles of the default's windows)")
     p.add_argument("--proto", choices=("tcp", "udp"), default="tcp",
                    help="the transport of the round trips (default: %(default)s)")
     p.add_argument("--cpu", type=int, default=None,

@@ -1,7 +1,7 @@
 """Request/response cost: redis GET requests/s over loopback (redis-server pinned to one CPU,
 redis-benchmark -c 20 to another) with each tracer mode attached (B) vs none (A), alternated.
 Many small requests and many syscalls per byte: where per-packet and per-syscall tracing cost
-shows most. Target for the default (sampled) mode: B/A >= 0.97.
+shows most. The default mode's target is bench.summary's.
 
 One redis-benchmark runs for the whole measurement and each window's rate is the server's own
 count of commands (INFO stats) over --seconds: runs of redis-benchmark of their own varied by
@@ -10,7 +10,10 @@ attached only for its windows (bench.common.traced), so windows are short and ma
 windows here still range from 0.6 to 1.6 of their neighbour, and the result is the median ratio
 with its bootstrap 95% interval.
 
-    sudo .venv/bin/python -m bench.rr [--pairs 100] [--seconds 0.5]
+    sudo .venv/bin/python -m bench.rr [--pairs 20] [--seconds 2.5]
+
+A run spans five cycles of the default mode's windows (50 ms on the hooks every 500 ms): a run
+shorter than a cycle holds one window or none, and its ratio says which, not what the mode costs.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ import time
 
 from .common import (compare_modes, mode_rows, parser, require_root, run, traced,
                      write)
+from .summary import target_line
 
+RUN_PAIRS, RUN_SECONDS = 20, 2.5   # whole cycles of the default's windows a run (docstring)
 CLIENTS = 20   # redis-benchmark's default connection count
 ENDLESS = 10**10   # requests for the one redis-benchmark: it runs until the measurement kills it
 WARMUP_SECONDS = 10   # load before the first window: connections, buffers and caches settle
@@ -51,7 +56,7 @@ def free_port() -> int:
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__.splitlines()[0], pairs=100, seconds=0.5, modes=True)
+    p = parser(__doc__.splitlines()[0], pairs=RUN_PAIRS, seconds=RUN_SECONDS, modes=True)
     args = p.parse_args(argv)
     require_root()
     for tool in ("redis-server", "redis-benchmark"):
@@ -101,7 +106,7 @@ def main(argv=None) -> int:
         "loopback)", "",
         "| tracer | requests/s without (median) | requests/s with (median) | ratio with/without: median (95% interval) | min | max |",
         "|---|---|---|---|---|---|", *rows, "",
-        "Target for the default (sampled) mode: >= 0.97."])
+        target_line("rr")])
     write("rr", args.out, {"pairs": args.pairs, "seconds": args.seconds, "clients": CLIENTS,
                            "server_cpu": server_cpu, "client_cpu": client_cpu, "runs": runs,
                            "ratio": results, "smoke": args.smoke}, table)
