@@ -54,7 +54,9 @@ def _tracer_run(timing: str, app_hook: str, latency: bool = False) -> dict:
     """Start a tracer as the commands do, note what it took and what was refused, stop it."""
     from steer.kernel.privileges import PrivilegeError
     from steer.trace.tracer import Tracer, TracerError
-    t = Tracer(timing=timing, app_hook=app_hook, counters="off", latency=latency)
+    from steer.trace.windows import DEFAULT_WINDOWS
+    t = Tracer(timing=timing, app_hook=app_hook, counters="off", latency=latency,
+               windows=DEFAULT_WINDOWS if timing in ("auto", "sampled") else None)
     try:
         t.start()
     except (TracerError, PrivilegeError) as e:
