@@ -123,11 +123,11 @@ static __always_inline void note_udp(void)
 
 /* Sampled timing's per-skb program: the hint for the sampler and, for the transports in
  * cfg.skb_count, the skb's bytes and packets (in windows, a TCP skb's count alone: where a flow
- * goes up the stack, which a tenth of the samples may not say). skb->hash (the NIC's RSS hash, or the one the
- * sending socket put on it) tells an skb of one of the last two uncounted flows on this CPU
- * (TCP, where the sockets count it) without a look at its headers: a few loads and compares;
- * another flow, or no hash, costs the headers' parse. A counted flow whose hash collides with one
- * of those two goes uncounted while they last (1 in 2^31). */
+ * goes up the stack, which a tenth of the samples may not say). skb->hash (the NIC's RSS hash,
+ * or the one the sending socket put on it) tells an skb of one of the last two uncounted flows
+ * on this CPU (TCP, where the sockets count it) without a look at its headers: a few loads and
+ * compares; another flow, or no hash, costs the headers' parse. A counted flow whose hash
+ * collides with one of those two goes uncounted while they last (1 in 2^31). */
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 {

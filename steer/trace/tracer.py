@@ -756,8 +756,12 @@ class Tracer:
         after))."""
         if beside is None:
             return self._between_windows(self._read_maps)
-        return self._between_windows(lambda: (lambda b, s: (s, (b, beside())))(beside(),
-                                                                             self._read_maps()))
+
+        def read_beside():
+            before = beside()
+            sample = self._read_maps()
+            return sample, (before, beside())
+        return self._between_windows(read_beside)
 
     def sample_arrays(self) -> TraceSample:
         """As sample(), with the flow map's entries as arrays (TraceSample.arrays) and no
