@@ -700,15 +700,19 @@ class Tracer:
         """The kernel flow map itself, for benchmarks that fill it."""
         return self._flows
 
+    def _running_programs(self) -> list[str]:
+        """The programs on their hooks, and those the windows put there in each window."""
+        return sorted(set(self.attached_programs) | self._windowed_programs)
+
     def program_stats(self) -> dict[str, tuple[int, int]]:
         """Program -> (run time ns, runs), counted by the kernel while kernel.bpf_stats_enabled=1."""
         from steer.kernel.links import prog_run_stats
-        return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self.attached_programs}
+        return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self._running_programs()}
 
     def program_sizes(self) -> dict[str, tuple[int, int]]:
         """Program -> (instructions as the kernel runs them, bytes of machine code)."""
         from steer.kernel.links import prog_sizes
-        return {n: prog_sizes(self._obj.prog_fd(n)) for n in self.attached_programs}
+        return {n: prog_sizes(self._obj.prog_fd(n)) for n in self._running_programs()}
 
     # -- reading -----------------------------------------------------------------------------
     flow_id = staticmethod(_flow_id_of)   # a FlowId from an unpacked ft_flow_key
