@@ -118,8 +118,7 @@ def rate(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-# --windows left as it is: the defaults' windows where the timing is sampled (or auto, which
-# takes sampled where the kernel runs it), none where every event is timed or counted
+# --windows left as it is: steer.trace.windows.default_windows() of the timing
 WINDOWS_BY_TIMING = "auto"
 
 
@@ -263,10 +262,8 @@ def latency_option(p) -> None:
 
 def check_tracer_options(args) -> None:
     """What argparse cannot see: tracer options that do not go together."""
-    windows = getattr(args, "windows", None)
-    if windows == WINDOWS_BY_TIMING:
-        args.windows = chosen_windows(args)
-    elif windows and getattr(args, "timing", None) not in ("sampled", "auto"):
+    if getattr(args, "windows", None) not in (None, WINDOWS_BY_TIMING) \
+            and getattr(args, "timing", None) not in ("sampled", "auto"):
         raise UsageError(f"--windows needs --timing sampled: {args.timing} timing runs on every "
                          "event")
     if getattr(args, "app_hook", None) == "counters" and getattr(args, "timing", None) == "exact":
@@ -275,13 +272,13 @@ def check_tracer_options(args) -> None:
 
 
 def chosen_windows(args):
-    """The tracer's windows from --windows and --timing: the defaults' where --windows was left
-    as it is and the timing may be sampled."""
+    """The tracer's windows from --windows and --timing: default_windows() of the timing where
+    --windows was left as it is."""
     windows = getattr(args, "windows", None)
     if windows != WINDOWS_BY_TIMING:
         return windows
-    from steer.trace.windows import DEFAULT_WINDOWS
-    return DEFAULT_WINDOWS if getattr(args, "timing", None) in ("sampled", "auto") else None
+    from steer.trace.windows import default_windows
+    return default_windows(args.timing)
 
 
 def start_tracer(args):

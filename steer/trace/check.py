@@ -54,9 +54,9 @@ def _tracer_run(timing: str, app_hook: str, latency: bool = False) -> dict:
     """Start a tracer as the commands do, note what it took and what was refused, stop it."""
     from steer.kernel.privileges import PrivilegeError
     from steer.trace.tracer import Tracer, TracerError
-    from steer.trace.windows import DEFAULT_WINDOWS
+    from steer.trace.windows import default_windows
     t = Tracer(timing=timing, app_hook=app_hook, counters="off", latency=latency,
-               windows=DEFAULT_WINDOWS if timing in ("auto", "sampled") else None)
+               windows=default_windows(timing))
     try:
         t.start()
     except (TracerError, PrivilegeError) as e:

@@ -51,6 +51,12 @@ class Windows:
 DEFAULT_WINDOWS = Windows(DEFAULT_WINDOW, DEFAULT_CYCLE)   # the command line's, for sampled timing
 
 
+def default_windows(timing: str) -> Windows | None:
+    """The commands' windows for --timing TIMING: the default's where the timing may be sampled
+    (auto takes sampled where the kernel runs it), none where every event is timed or counted."""
+    return DEFAULT_WINDOWS if timing in ("sampled", "auto") else None
+
+
 def parse_windows(text: str) -> Windows | None:
     """'off' (None: always on their hooks), or 'WINDOW/CYCLE' in milliseconds ('50/500'). The
     cycle a whole multiple of the window (the counts scale by an integer), 1 ms to 60 s."""
