@@ -72,8 +72,7 @@ def _command(n: str, d: dict) -> str:
     return cmd
 
 
-def table(results: Path = RESULTS, modes=None, judged: str = JUDGED,
-          judged_label: str = "the default") -> str:
+def table(results: Path = RESULTS) -> str:
     data = {}
     for name, _ in COLUMNS:
         f = results / f"{name}.json"
@@ -82,14 +81,14 @@ def table(results: Path = RESULTS, modes=None, judged: str = JUDGED,
     cols = [(n, h) for n, h in COLUMNS if n in data]
     lines = ["| tracer mode | " + " | ".join(h for _, h in cols) + " |",
              "|---|" + "---|" * len(cols)]
-    for mode, label in modes or MODES:
+    for mode, label in MODES:
         if not any(mode in data[n]["ratio"] for n, _ in cols):
             continue   # not measured in these runs
         lines.append(f"| {label} | " + " | ".join(_ratio(data[n]["ratio"].get(mode)) for n, _ in cols) + " |")
     lines.append("| target for the default | " + " | ".join(
         " ".join(map(str, TARGETS[n])) for n, _ in cols) + " |")
-    lines.append(f"| {judged_label} against it | " + " | ".join(
-        f"**{verdict(data[n]['ratio'].get(judged), TARGETS[n])}**" for n, _ in cols) + " |")
+    lines.append("| the default against it | " + " | ".join(
+        f"**{verdict(data[n]['ratio'].get(JUDGED), TARGETS[n])}**" for n, _ in cols) + " |")
     lines.append("")
     lines.append("Ratios with/without the tracer: the median of pairs measured in turns in one run, with its "
                  "bootstrap 95% interval (a rate below 1 or a time above 1 is the cost). A target is "
