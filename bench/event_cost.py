@@ -6,6 +6,7 @@ figures are upper bounds). Target: median <= 60 ns per event.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -14,6 +15,7 @@ from steer.kernel.objects import BpfObject, bpf_dir
 from steer.experiment.lab import Lab
 
 from .common import TRACER_MODES, fmt, start_tracer, lab_flow, parser, require_root, run, write
+from .peer import steal_seconds
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
@@ -27,7 +29,9 @@ FLOORS = {"ft_skb_hint": "floor_skb", "ft_netif_receive_skb": "floor_skb",
 def measure(mode: str, seconds: float, windows: int = 1):
     """Program -> {runs, ns, ns_per_event} in each of WINDOWS equal windows of SECONDS of one lab
     flow, steer's tracer of MODE and the floor programs attached side by side; the flow's result;
-    and steer's programs' (instructions, bytes of machine code)."""
+    steer's programs' (instructions, bytes of machine code); and per window the share of the
+    CPUs' time the host took (steal): the kernel times a program by a clock that runs on while
+    the host has its CPU, so that a preemption inside one run counts as that program's time."""
     with open(STATS) as f:
         old = f.read().strip()
     try:
@@ -50,7 +54,7 @@ def measure(mode: str, seconds: float, windows: int = 1):
             def stats():
                 out = tracer.program_stats()
                 out.update({n: prog_run_stats(fd) for n, fd in floor_progs.items()})
-                return out
+                return out, steal_seconds(), time.monotonic()
 
             with Lab([lab_flow()], seconds=seconds) as lab:
                 lab.start_servers()
@@ -68,15 +72,16 @@ def measure(mode: str, seconds: float, windows: int = 1):
     finally:
         with open(STATS, "w") as f:
             f.write(old)
-    parts = []
-    for before, after in zip(reads, reads[1:]):
+    parts, steal = [], []
+    for (before, s0, t0), (after, s1, t1) in zip(reads, reads[1:]):
+        steal.append((s1 - s0) / ((t1 - t0) * os.cpu_count()) if t1 > t0 else 0.0)
         per_event = {}
         for prog in sorted(after):
             ns = after[prog][0] - before[prog][0]
             cnt = after[prog][1] - before[prog][1]
             per_event[prog] = {"runs": cnt, "ns": ns, "ns_per_event": ns / cnt if cnt else None}
         parts.append(per_event)
-    return parts, res, sizes
+    return parts, res, sizes, steal
 
 
 def beyond_floor(per_event: dict[str, dict]) -> dict[str, float]:
@@ -95,7 +100,7 @@ def main(argv=None) -> int:
     require_root()
     if args.smoke:
         args.seconds = 1.0
-    (per_event,), res, _ = measure(args.mode, args.seconds)
+    (per_event,), res, _, (steal,) = measure(args.mode, args.seconds)
     rows, beyond = [], beyond_floor(per_event)
     for prog, v in per_event.items():
         cnt, ns = v["runs"], v["ns"]
@@ -120,11 +125,14 @@ def main(argv=None) -> int:
         f"{fmt(fl.get('floor_empty'), '.1f')} ns per event, one with a single clock read "
         f"{fmt(fl.get('floor_clock'), '.1f')} ns (bpf_stats itself reads the clock twice per run). "
         f"All programs together: {total_ns / 1e9:.3f} CPU-seconds, "
-        f"{fmt(total_ns / 1e9 / gb if gb else None, '.4f')} CPU-seconds per GB received."])
+        f"{fmt(total_ns / 1e9 / gb if gb else None, '.4f')} CPU-seconds per GB received. "
+        f"The host took {steal:.1%} of the CPUs' time meanwhile (steal; inside a program's "
+        "run it counts as that program's time)."])
     name = "event_cost" if args.mode == "sampled" else f"event_cost_{args.mode}"
     write(name, args.out, {"mode": args.mode, "seconds": args.seconds, "programs": per_event,
                            "floor": fl, "beyond_floor": beyond, "median_ns_per_event": med,
-                           "received_bytes": res.received_bytes, "smoke": args.smoke}, table)
+                           "received_bytes": res.received_bytes, "steal_share": round(steal, 4),
+                           "smoke": args.smoke}, table)
     return 0
 
 

@@ -43,6 +43,16 @@ WINDOWED_BUDGET_NS = {"ft_skb_hint": 265.0, "ft_napi_poll": 85.0}
 # and ft_skb_hint 22-35 there (4 runs), and a clock read more in ft_napi_poll's backlog branch
 # read +59-65 (failed).
 BUDGET_NS = {"ft_skb_hint": 60.0, "ft_napi_poll": 35.0}
+# The kernel times a program by a clock that runs on while the host has the CPU (steal), so that
+# a preemption inside one run is that run's time: 1 ms of it inside ft_napi_poll in a 1 s window
+# of 75,000 polls is +13 ns an event. A share S of the CPUs stolen in small pieces adds S times
+# a program's own ns in expectation (+0.4 ns beyond the floor at 2%), and the caches the host's
+# other work left cold on return add more to a program that touches more memory: clean clone
+# 141 (130 CPU-s stolen over the run, 2.55 of them in one 3 s scenario of the matrix) read
+# ft_napi_poll +43..+47 ns in all four windows, where 12-25 is usual. Windows where the host
+# took more than CALM of the CPUs are shown, not judged; where every window was so, the times
+# are not judged (a skip that says why) and the instructions still are.
+CALM = 0.02
 # events a window needs: the mean cost of 5,000 events moves by 1.4 ns for a spread of 100 ns
 # an event between them, well inside the budget's 11 ns margin
 MIN_EVENTS = 5_000
@@ -57,27 +67,34 @@ def _kernel() -> str:
 def test_the_default_modes_per_packet_work_stays_in_its_budget(mode, held):
     """The sampled tracer's ft_skb_hint (per skb) and ft_napi_poll (per poll) against
     BUDGET_INSNS and BUDGET_NS (--windows off), WINDOWED_BUDGET_* in the default's windows,
-    where they run a tenth of the time: one measurement window of SECONDS, which holds 15,000
-    to 19,000 skbs there. Checked by mutation once, with --windows off: ft_skb_hint with a
+    where they run a tenth of the time: two measurement windows of SECONDS / 2, which hold
+    15,000 to 19,000 skbs between them there. Judged: the least of the windows the host left
+    calm (CALM). Checked by mutation once, with --windows off: ft_skb_hint with a
     compare and a store more (10 instructions) failed the first; with a bpf_ktime_get_ns()
     more, the second (+86 ns beyond the floor, against 35-50). Not yet in windows, where the
     instructions' budget is as strict (any growth fails) and the time's 40 ns wider."""
     windowed = mode == "sampled-windows"
-    parts, res, sizes = measure(mode, SECONDS, windows=1 if windowed else WINDOWS)
+    parts, res, sizes, steal = measure(mode, SECONDS, windows=2 if windowed else WINDOWS)
     assert res.error is None, res.error
     beyond = [beyond_floor(p) for p in parts]
+    calm = [b for b, s in zip(beyond, steal) if s <= CALM]
     insns = (WINDOWED_BUDGET_INSNS if windowed else BUDGET_INSNS).get(_kernel())
-    for prog, budget in (WINDOWED_BUDGET_NS if windowed else BUDGET_NS).items():
+    budgets = WINDOWED_BUDGET_NS if windowed else BUDGET_NS
+    for prog, budget in budgets.items():
         runs = [p[prog]["runs"] for p in parts]
         print(f"{prog}: {sizes[prog][0]} instructions, {sizes[prog][1]} bytes jited; {runs} runs, "
               f"beyond the floor {', '.join(f'{b[prog]:+.1f}' for b in beyond)} ns "
-              f"(budget {budget:g})")
+              f"(budget {budget:g}); the host took {', '.join(f'{s:.1%}' for s in steal)}")
         # a window's mean over thousands of events: the lab ran (a clean clone whose host took
         # 217 CPU-s over the run had 8,530 polls in a 1 s window, where 10,000-24,000 is usual)
         assert min(runs) > MIN_EVENTS, (prog, runs)
-        held(f"{prog}{' in windows' if windowed else ''}: ns per event beyond an empty program",
-             min(b[prog] for b in beyond), -100.0, budget)
         if insns:
             assert sizes[prog][0] <= insns[prog], (
                 f"{prog} grew to {sizes[prog][0]} instructions (budget {insns[prog]}): measure "
                 "its cost with python -m bench.event_cost and raise BUDGET_INSNS with it")
+    if not calm:
+        pytest.skip(f"the host took {min(steal):.1%} or more of the CPUs in every window "
+                    f"(steal; calm: {CALM:.0%}): ns per event not judged, instructions held")
+    for prog, budget in budgets.items():
+        held(f"{prog}{' in windows' if windowed else ''}: ns per event beyond an empty program",
+             min(b[prog] for b in calm), -100.0, budget)
