@@ -237,6 +237,8 @@ def _cpu_reports(before: TraceSample | None, after: TraceSample, topo: Topology,
             net_rx_seconds=(c.net_rx_ns - b.net_rx_ns) / NS,
             net_rx_unattributed_seconds=(c.net_rx_unattributed_ns - b.net_rx_unattributed_ns) / NS,
             kthread_seconds=(c.kthread_ns - b.kthread_ns) / NS,
+            kthread_unattributed_seconds=(c.kthread_unattributed_ns
+                                          - b.kthread_unattributed_ns) / NS,
             app_seconds=(c.app_ns - b.app_ns) / NS,
             llc_misses_kernel=c.llc_kernel - b.llc_kernel if llc else None,
             llc_misses_app=c.llc_app - b.llc_app if llc else None,

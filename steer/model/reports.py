@@ -200,7 +200,8 @@ FLOW_FIELDS = {
 }
 CPU_FIELDS = {
     "kernel_time": ("net_rx_seconds", "net_rx_unattributed_seconds", "napi_thread_seconds"),
-    "kthread_time": ("kthread_seconds", "kthread_softirq_seconds", "kthread_net_rx_seconds"),
+    "kthread_time": ("kthread_seconds", "kthread_unattributed_seconds", "kthread_softirq_seconds",
+                     "kthread_net_rx_seconds"),
     "app_time": ("app_seconds",),
     "drops": ("rx_drops",),
     "hardirqs": ("hardirq_seconds", "hardirqs"),
@@ -261,6 +262,9 @@ class CpuReport:
     kthread_softirq_seconds: float = 0.0
     # of net_rx_seconds, the NET_RX softirqs receive kthreads ran: in the kthread's time too
     kthread_net_rx_seconds: float = 0.0
+    # of kthread_seconds, what no flow could be charged with: with the flows' kthread time on
+    # this CPU, the whole (as net_rx_unattributed_seconds is of net_rx_seconds)
+    kthread_unattributed_seconds: float = 0.0
 
     def as_json(self, caps: Capabilities | None = None) -> dict:
         out = {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
@@ -268,6 +272,7 @@ class CpuReport:
                 "net_rx_unattributed_seconds": _r(self.net_rx_unattributed_seconds),
                 "napi_thread_seconds": _r(self.napi_thread_seconds),
                 "kthread_seconds": _r(self.kthread_seconds),
+                "kthread_unattributed_seconds": _r(self.kthread_unattributed_seconds),
                 "kthread_softirq_seconds": _r(self.kthread_softirq_seconds),
                 "kthread_net_rx_seconds": _r(self.kthread_net_rx_seconds),
                 "app_seconds": _r(self.app_seconds),

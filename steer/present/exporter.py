@@ -66,6 +66,9 @@ CPU_FAMILIES = [
      "context (softirq: NET_RX; napi_thread: threaded NAPI; kthread: cpumap).", ["context"]),
     ("unattr", "steer_cpu_net_rx_unattributed_seconds",
      "NET_RX time with no TCP/UDP skb to charge it to.", []),
+    ("kthread_unattr", "steer_cpu_kthread_unattributed_seconds",
+     "Receive kthread time (cpumap) with no flow to charge it to: with the flows' kthread "
+     "time on the CPU, the kthread's whole time.", []),
     ("kthread_softirq", "steer_cpu_kthread_softirq_seconds", "Softirqs other than "
      "NET_RX (timers, tasklets) run inside receive kthreads (cpumap, threaded NAPI) per "
      "CPU: the scheduler counts them as the kthread's time.", []),
@@ -404,6 +407,7 @@ class SteerCollector(Collector):
             add("hardirq", c.cpu, c.hardirq_ns / 1e9)
             add("hardirqs", c.cpu, c.hardirqs)
             add("unattr", c.cpu, c.net_rx_unattributed_ns / 1e9)
+            add("kthread_unattr", c.cpu, c.kthread_unattributed_ns / 1e9)
             add("app", c.cpu, c.app_ns / 1e9)
             add("events", c.cpu, c.net_rx_events)
             add("drops", c.cpu, c.rx_drops)

@@ -328,13 +328,17 @@ def test_softirqs_a_receive_kthread_ran_are_exported_apart_from_receive_time():
     kthread's: a counter of that part, which the kernel time already holds."""
     cpus = (CpuSample(0, net_rx_ns=3 * 10**9, napi_thread_ns=2 * 10**9,
                       kthread_softirq_ns=10**9, softirq_ns=4 * 10**9,
-                      kthread_net_rx_ns=5 * 10**8),)
+                      kthread_net_rx_ns=5 * 10**8, kthread_ns=2 * 10**9,
+                      kthread_unattributed_ns=25 * 10**7),)
     tracer = FakeTracer([_sample(0, []), TraceSample(S, {}, cpus, 0, 1024)])
     c = SteerCollector(tracer, read_topology(VM))
     list(c.collect())
     m = _scrape(c)
     assert _get(m, "steer_cpu_kthread_softirq_seconds_total", cpu=0) == 1
     assert _get(m, "steer_cpu_kthread_net_rx_seconds_total", cpu=0) == 0.5
+    # of the cpumap kthread's 2 s, what no flow was charged with
+    assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="kthread") == 2
+    assert _get(m, "steer_cpu_kthread_unattributed_seconds_total", cpu=0) == 0.25
     assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="napi_thread") == 2
     assert _get(m, "steer_cpu_kernel_seconds_total", cpu=0, context="softirq") == 1
 
@@ -409,9 +413,9 @@ def test_per_cpu_series_fold_by_llc_or_socket_and_keep_their_sums(tmp_path):
         samples = [TraceSample(0, {}, cpus, 0, 1024, napi=napi)] * 2
         c = SteerCollector(FakeTracer(samples), topo, cpu_labels=labels)
         got[labels] = per_cpu(_scrape(c))
-    # 19 per-CPU series a CPU (3 contexts of kernel time, 8 more counters, NAPI's 3 by 2
-    # sources, cpumap drops at 2 places): 4,864 on this host, 304 by LLC, 38 by socket
-    assert [len(got[k]) for k in ("cpu", "llc", "socket")] == [4864, 304, 38]
+    # 20 per-CPU series a CPU (3 contexts of kernel time, 9 more counters, NAPI's 3 by 2
+    # sources, cpumap drops at 2 places): 5,120 on this host, 320 by LLC, 40 by socket
+    assert [len(got[k]) for k in ("cpu", "llc", "socket")] == [5120, 320, 40]
     assert {dict(k[1])["cpu"] for k in got["socket"]} == {"socket0", "socket1"}
     assert {dict(k[1])["cpu"] for k in got["llc"]} == {f"llc{i}" for i in range(16)}
     for name in ("steer_cpu_kernel_seconds_total", "steer_cpu_napi_polls_total",
