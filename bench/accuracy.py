@@ -418,7 +418,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
                  **steal_spread(stolen, truth * span)})
     if not sc.kthread_only:
         # the same time flow by flow: every flow's kernel time on the CPU and what no flow was
-        # charged with, which the flows' figures, the exporter and the view show; a time lost
+        # charged with, as `steer flows --json` and the exporter show them; a time lost
         # between them (an evicted entry, a charge to neither) would read low here alone
         flows = sum(f.kernel_cpus.get(cpu.cpu, 0.0) for f in win.flows)
         by_flow = (flows + cpu.net_rx_unattributed_seconds + cpu.kthread_unattributed_seconds
