@@ -418,6 +418,19 @@ def degraded_line(snap: Snapshot, width: int) -> Text | None:
     return t
 
 
+# the footer names the receive time no flow was charged with from this share of a CPU on: the
+# flows' kernel time and it are all the CPUs' NET_RX and receive-kthread time
+UNATTRIBUTED_SHOWN = 0.01
+
+
+def unattributed_share(snap: Snapshot) -> float:
+    """The CPUs' NET_RX and cpumap-kthread time that no flow was charged with, in CPUs."""
+    if snap.duration <= 0:
+        return 0.0
+    return sum(c.net_rx_unattributed_seconds + c.kthread_unattributed_seconds
+               for c in snap.cpus) / snap.duration
+
+
 def footer_lines(snap: Snapshot, state: ViewState, idle: int, filtered: int, more: int,
                  width: int, keys: bool, max_lines: int = 2) -> list[Text]:
     parts = []
@@ -439,6 +452,9 @@ def footer_lines(snap: Snapshot, state: ViewState, idle: int, filtered: int, mor
         parts.append(f"{snap.evictions} flow entries evicted (map full)")
     if keys:
         parts.append("? help  q quit")
+    # last: where room is short, the part that goes
+    if (lone := unattributed_share(snap)) >= UNATTRIBUTED_SHOWN:
+        parts.append(f"receive work no flow was charged with: {lone:.1%} of a CPU")
     lines: list[str] = []
     for part in parts:   # whole parts to a line, as many lines as allowed, the last one cut
         if lines and len(lines[-1]) + 3 + len(part) <= width:

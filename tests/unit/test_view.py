@@ -68,6 +68,18 @@ def test_a_flow_line_has_rate_cpus_class_and_reader():
     assert "40000" in one and "40001" not in one      # by rate, the first LIMIT
 
 
+def test_receive_work_no_flow_was_charged_with_is_named_below_the_flows():
+    """The CPUs' unattributed NET_RX and cpumap kthread time, from 1% of a CPU on: with the
+    flows' kernel time, the whole of the receive work."""
+    e = {(s.flow, s.cpu): s for s in DATA}
+    cpus = (CpuSample(0, net_rx_ns=S, net_rx_unattributed_ns=S // 50),
+            CpuSample(1, kthread_ns=S // 2, kthread_unattributed_ns=S // 25))
+    snap = build_snapshot(TraceSample(0, {}, (CpuSample(0), CpuSample(1)), 0, 1024),
+                          TraceSample(2 * S, e, cpus, len(e), 1024), read_topology(VM), CAPS)
+    assert "receive work no flow was charged with: 3.0% of a CPU" in _text(snap)
+    assert "no flow was charged" not in _text(_snapshot(DATA))   # none: not named
+
+
 def test_idle_flows_are_hidden_and_counted_unless_asked_for():
     snap = _snapshot(DATA)
     text = _text(snap)
