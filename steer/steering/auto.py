@@ -19,6 +19,7 @@ judged on the same CPU's figures.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -339,10 +340,17 @@ def run(engine: AutoSteer, intervals: Intervals, *, period: float, duration: flo
     step, DETACHED() says whether the steered device is gone (AutoStopped: nothing is left to
     steer), and the topology is read again when CPUs went on- or offline, so that the engine
     and the policy place flows only on CPUs that are online."""
-    end = None if duration is None else time.monotonic() + duration
+    start = time.monotonic()
+    end = None if duration is None else start + duration
+    n = 0   # steps taken; the next is due at start + (n + 1) * period
     try:
         while end is None or time.monotonic() < end:
-            time.sleep(period if end is None else max(0.0, min(period, end - time.monotonic())))
+            # on a fixed schedule, so that N intervals take N periods whatever each step took
+            # (a read waits for the gap between the tracer's windows, a busy host slows it);
+            # a step that ran past its slot is followed at the next slot, not at once
+            n = max(n + 1, math.floor((time.monotonic() - start) / period) + 1)
+            due = start + n * period
+            time.sleep(max(0.0, (due if end is None else min(due, end)) - time.monotonic()))
             gone = detached()
             if gone:
                 raise AutoStopped(f"stopping: {gone}, so there is nothing left to steer")

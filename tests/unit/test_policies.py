@@ -1,5 +1,6 @@
 """Policies and the auto loop's hysteresis, on fixture topologies and synthetic snapshots."""
 import os
+import time
 from dataclasses import replace
 
 import pytest
@@ -290,6 +291,17 @@ def test_run_steps_every_period_until_the_duration():
     iv = FakeIntervals(t, snap([flow(1, 0, 0)]))
     run(eng, iv, period=0.05, duration=0.3, sysfs=VM)
     assert 3 <= iv.calls <= 7 and len(asked) == iv.calls
+
+
+def test_run_keeps_its_schedule_when_steps_take_time():
+    """N intervals take N periods, not N periods plus what each step took (a read waits for the
+    gap between the tracer's windows): a step of 0.02 s every 0.05 s, 10 of them in ~0.5 s."""
+    t = read_topology(VM)
+    eng = AutoSteer(lambda s, topo: time.sleep(0.02) or [], Recorder(), t, log=lambda _: None)
+    iv = FakeIntervals(t, snap([flow(1, 0, 0)]))
+    began = time.monotonic()
+    run(eng, iv, period=0.05, duration=0.52, sysfs=VM)
+    assert 9 <= iv.calls <= 11 and time.monotonic() - began < 0.65, iv.calls
 
 
 def test_run_stops_when_the_device_is_gone():
