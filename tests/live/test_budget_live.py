@@ -101,7 +101,7 @@ def test_the_default_modes_per_packet_work_stays_in_its_budget(mode, held):
                 "its cost with python -m bench.event_cost and raise BUDGET_INSNS with it")
     if not calm:
         pytest.skip(f"the host took {min(steal):.1%} or more of the CPUs in every window "
-                    f"(steal; calm: {CALM:.0%}): ns per event not judged, instructions held")
+                    f"(steal; calm: {CALM:.1%}): ns per event not judged, instructions held")
     for prog, budget in budgets.items():
         held(f"{prog}{' in windows' if windowed else ''}: ns per event beyond an empty program",
              min(b[prog] for b in calm), -100.0, budget)
