@@ -61,11 +61,12 @@ class NetRxBrackets:
     while a window of its sampled timing is open): the softirqs that begin while it is open are
     also counted apart (measure()'s "gated")."""
 
-    def __init__(self, gate_fd: int | None = None):
+    def __init__(self, gate_fd: int | None = None, polls: bool = False):
         self.obj = truth_object(gate_fd=gate_fd)
         try:
             # in this order: a tracepoint runs its programs in the order they were attached
-            for prog in ("gap_start", "gap_end", "truth_entry", "truth_exit"):
+            for prog in ("gap_start", "gap_end", "truth_entry", "truth_exit") + \
+                    (("truth_poll",) if polls else ()):
                 self.obj.attach(prog)
             self.cpus = self.obj.map("truth_cpus")
             self._last = self._read()
@@ -75,22 +76,26 @@ class NetRxBrackets:
         self._t = time.monotonic()
 
     def _read(self) -> list[tuple[int, ...]]:
-        return [struct.unpack_from("9Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
+        return [struct.unpack_from("12Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
 
     def measure(self) -> dict[int, dict]:
         """Since the previous measure() (or the start): CPU -> {ns (the NET_RX time, the brackets'
         own cost taken off), raw (as the brackets read it), count (softirqs), overhead (ns a
         bracket added), gated (ns, own cost taken off, of those that began with the gate open),
-        gated_count}, for the CPUs that ran any; the window's length in self.elapsed."""
+        gated_count, polled and polled_count (with POLLS: those in which a NAPI poll took packets
+        in; the rest only sent RPS IPIs, or found nothing)}, for the CPUs that ran any; the
+        window's length in self.elapsed."""
         cur, now = self._read(), time.monotonic()
         out = {}
         for cpu, (a, b) in enumerate(zip(self._last, cur)):
             ns, n, gap, gaps = b[1] - a[1], b[2] - a[2], b[4] - a[4], b[5] - a[5]
             gated, gn = b[7] - a[7], b[8] - a[8]
+            polled, pn = b[10] - a[10], b[11] - a[11]
             if n:
                 over = gap / gaps if gaps else 0.0
                 out[cpu] = {"ns": ns - n * over, "raw": ns, "count": n, "overhead": over,
-                            "gated": gated - gn * over, "gated_count": gn}
+                            "gated": gated - gn * over, "gated_count": gn,
+                            "polled": polled - pn * over, "polled_count": pn}
         self.elapsed, self._last, self._t = now - self._t, cur, now
         return out
 

@@ -92,6 +92,11 @@ static __always_inline void close_bracket(unsigned int vec_nr, int gap)
 		return;
 	b->ns += now - b->start;
 	b->count++;
+	if (!gap && c->polled.start) {
+		c->polled.ns += now - b->start;
+		c->polled.count++;
+		c->polled.start = 0;
+	}
 	b->start = 0;
 	if (!gap && c->gated.start) {
 		c->gated.ns += now - c->gated.start;
@@ -111,6 +116,21 @@ SEC("tp_btf/softirq_exit")
 int BPF_PROG(truth_exit, unsigned int vec_nr)
 {
 	close_bracket(vec_nr, 0);
+	return 0;
+}
+
+/* Which brackets took packets in: where RPS hands a CPU's packets to another, the NET_RX
+ * softirqs of the CPU that took them off the device (here: the sender's, through the veth)
+ * only send the other CPU an IPI, and take none in. The poll's tracepoint fires as it ends,
+ * inside the bracket, so its cost (a lookup and a store) sits in the bracket's time. */
+SEC("tp_btf/napi_poll")
+int BPF_PROG(truth_poll, struct napi_struct *napi, int work, int budget)
+{
+	__u32 zero = 0;
+	struct truth_cpu *c = bpf_map_lookup_elem(&truth_cpus, &zero);
+
+	if (c && c->net_rx.start && work > 0)
+		c->polled.start = 1;
 	return 0;
 }
 

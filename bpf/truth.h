@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* truth.bpf.c's per-CPU record, as bench/peer.py reads it (nine __u64, in this order). */
+/* truth.bpf.c's per-CPU record, as bench/peer.py reads it (twelve __u64, in this order). */
 #ifndef __TRUTH_H
 #define __TRUTH_H
 
@@ -13,6 +13,9 @@ struct truth_cpu {
 	struct truth_bracket net_rx;	/* softirq_entry to softirq_exit of each NET_RX softirq */
 	struct truth_bracket gap;	/* from one program's last clock read to the next one's first */
 	struct truth_bracket gated;	/* the NET_RX softirqs that began while the gate was open */
+	/* with truth_poll attached, the NET_RX softirqs in which a NAPI poll (a device's or the
+	 * backlog's) took packets in; start: the open one has */
+	struct truth_bracket polled;
 };
 
 /* The gate: where userspace gives it a map of this shape that another object writes (steer's

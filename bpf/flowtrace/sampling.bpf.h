@@ -210,6 +210,35 @@ static __always_inline int where_on_stack(struct bpf_perf_event_data *ctx)
 	return WHERE_TASK;
 }
 
+/* Whether a NET_RX sample landed in RPS sending its IPIs: net_rps_send_ipi, at the end of a
+ * net_rx_action, kicks the CPUs this one handed packets to. A softirq raised for that alone
+ * takes no packet in and is no flow's (the exact mode leaves a softirq without skbs
+ * unattributed); charged to the CPU's last skb, it went to whichever flow that was: with RFS in
+ * this VM, where each IPI traps to the host (~5 us), two thirds of a sending CPU's NET_RX time
+ * (bench.accuracy's RFS scenario). The stack is walked only where the interrupted code is on
+ * the IPI's way down (FT_TEXT_IPI_*), so other samples pay a few compares. */
+static __always_inline int sending_rps_ipi(struct bpf_perf_event_data *ctx)
+{
+	__u64 ip = PT_REGS_IP(&ctx->regs), *ips;
+	int i, found = 0;
+	long n;
+
+	for (i = FT_TEXT_RPS_IPI; i <= FT_TEXT_IPI_LAST; i++)
+		found |= in_text(ip, i);
+	if (!found)
+		return 0;
+	n = sampled_frames(ctx, &ips);
+	for (i = 0; i < 8; i++) {
+		if (i >= n)
+			break;
+		if (in_text(ips[i], FT_TEXT_RPS_IPI))
+			return 1;
+		if (in_text(ips[i], FT_TEXT_NET_RX))
+			return 0;
+	}
+	return 0;
+}
+
 /* Whether the interrupted context ran on its task's stack (task context; ksoftirqd's softirqs)
  * or off it (a softirq, on the CPU's irq stack: the sampling interrupt cannot interrupt a
  * hardirq). Task stacks are 16 KiB on x86_64 and arm64, 32 KiB under KASAN: in between the
@@ -416,16 +445,20 @@ static __always_inline int pool_draw(struct cpu_state *s, struct ft_flow_key *k,
 /* Step 3a: receive processing (NET_RX, or a receive kthread's work), to the flow of the CPU's
  * last skb in this window (its key in *K; 0: one was found), or between windows to one drawn
  * from the last window's, and to the CPU's totals by context. WINDOW: the window open now, or
- * the last one; IN_WINDOW: one is open (always, without windows) */
+ * the last one; IN_WINDOW: one is open (always, without windows); RPS_IPI: the sample is RPS
+ * sending IPIs (sending_rps_ipi), no flow's */
 static __always_inline int charge_receive(struct cpu_state *s, struct ft_cpu_stats *tot,
 					  struct ft_sampled *x, int kthread, int napi_thread,
-					  struct ft_flow_key *k, __u32 window, int in_window)
+					  struct ft_flow_key *k, __u32 window, int in_window,
+					  int rps_ipi)
 {
 	struct ft_flow_stats *st = 0;
 	__u64 w = x->weight;
 	char comm[8];
 
-	if (in_window) {
+	if (rps_ipi) {
+		/* no flow's: see sending_rps_ipi */
+	} else if (in_window) {
 		/* a hint from an earlier window is stale: its skb may be gone */
 		if (s->hint_window == window && hint_flow(s, k) == 0) {
 			st = flow_entry(k, x->cpu, tot);
@@ -532,7 +565,8 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	tot->samples_kernel_mode++;
 	where = sample_context(ctx, &kthread, &napi_thread);
 	if (where == WHERE_NET_RX || kthread) {
-		if (charge_receive(s, tot, &x, kthread, napi_thread, &k, window, in_window) == 0)
+		if (charge_receive(s, tot, &x, kthread, napi_thread, &k, window, in_window,
+				   !kthread && !napi_thread && sending_rps_ipi(ctx)) == 0)
 			flow = &k;
 		side = kthread ? FT_SIDE_KTHREAD : FT_SIDE_KERNEL;
 	} else if (where == WHERE_SOFTIRQ) {

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from steer.kernel.namespaces import enter_netns
 from steer.kernel.process import die_with_parent
-from steer.steering.affinity import napi_threads
+from steer.steering.affinity import napi_threads, set_rps
 
 PREFIX = "steerlab"
 NETNS_DIR = "/run/netns"
@@ -32,6 +32,12 @@ SENDER_DEV, RECEIVER_DEV = "veth-tx", "veth-rx"   # each in its own namespace
 IPV6_LOOPBACK = "::1"   # LabFlow.ipv6: the receiving namespace's own loopback
 BASE_PORT = 5201
 _instances = itertools.count(1)   # several labs of one process get names of their own
+# Lab.rfs: the host's table of where each flow's reader last read is global (the initial
+# namespace's sysctl); its value before a lab set it, and the lab's pid, wait here until that lab
+# puts it back, or, if it was killed, the next lab
+RFS_SYSCTL = "/proc/sys/net/core/rps_sock_flow_entries"
+RFS_SAVED = "/run/steerlab-rps-sock-flow-entries"
+RFS_ENTRIES = 4096
 
 
 class LabError(Exception):
@@ -180,9 +186,25 @@ def lab_namespaces() -> list[str]:
         return []
 
 
+def _restore_rfs(only_if_dead: bool) -> None:
+    """Put the host's RFS table size back as a lab found it (ONLY_IF_DEAD: if that lab is gone)."""
+    try:
+        with open(RFS_SAVED) as f:
+            pid, old = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return
+    if only_if_dead and _pid_alive(pid):
+        return
+    with open(RFS_SYSCTL, "w") as f:
+        f.write(str(old))
+    os.unlink(RFS_SAVED)
+
+
 def remove_stale_labs() -> list[str]:
-    """Remove lab namespaces whose creating process is gone (a kill -9 leaves them)."""
+    """Remove lab namespaces whose creating process is gone (a kill -9 leaves them), and put
+    back the host's RFS table size such a lab set."""
     removed = []
+    _restore_rfs(only_if_dead=True)
     for name in lab_namespaces():
         parts = name.split("-")
         if len(parts) >= 3 and parts[1].isdigit() and not _pid_alive(int(parts[1])):
@@ -223,6 +245,12 @@ class Lab:
     # off the wire, rather than as 64 KB TSO skbs that no receive offload could aggregate further
     # (and that a veth hands past its NAPI: veth_skb_is_eligible_for_gro)
     wire_sized: bool = False
+    # RPS with flow steering (RFS) on the receiving veth: each flow's receive processing goes up
+    # the stack on the CPU where its reader last read (the CPUs of the lab's flows), through the
+    # backlog of that CPU, as RFS does for a NIC's queue; the sender's CPU raises a NET_RX
+    # softirq only to send the IPI. It sets the host's table of flows (rps_sock_flow_entries,
+    # global) while the lab is up
+    rfs: bool = False
     tag: str = field(default_factory=lambda: f"{os.getpid()}-{next(_instances)}")
 
     def __post_init__(self):
@@ -232,6 +260,7 @@ class Lab:
         self._servers: dict[int, subprocess.Popen] = {}
         self._clients: dict[int, subprocess.Popen] = {}
         self._up = False
+        self._rfs_saved = False   # RFS_SAVED is this lab's to put back
         self.napi_pids: list[int] = []   # with threaded_napi: the receiving veth's pollers
         self.flows = [f if f.port else replace(f, port=BASE_PORT + i)
                       for i, f in enumerate(self.flows)]
@@ -272,6 +301,24 @@ class Lab:
                        f"wire-sized packets from {SENDER_DEV}")
         if self.threaded_napi:
             self._thread_napi()
+        if self.rfs:
+            self._flow_steering()
+
+    def _flow_steering(self) -> None:
+        if os.path.exists(RFS_SAVED):
+            raise LabError("RFS: another lab holds the host's flow table (rps_sock_flow_entries)")
+        with open(RFS_SYSCTL) as f:
+            old = int(f.read())
+        with open(RFS_SAVED, "w") as f:
+            f.write(f"{os.getpid()} {old}\n")
+        self._rfs_saved = True
+        with open(RFS_SYSCTL, "w") as f:
+            f.write(str(max(old, RFS_ENTRIES)))
+        set_rps(RECEIVER_DEV, sorted({c for f in self.flows for c in (f.kernel_cpu, f.app_cpu)
+                                      if c is not None}), netns=self.rx_netns, remember=False)
+        _in_lab_ns(self.rx, ["sh", "-c", f"echo {RFS_ENTRIES} > "
+                                         f"/sys/class/net/{RECEIVER_DEV}/queues/rx-0/rps_flow_cnt"],
+                   f"RFS on {RECEIVER_DEV}")
 
     def _thread_napi(self) -> None:
         before = set(napi_threads())
@@ -408,6 +455,9 @@ class Lab:
                     _ip("netns", "del", name)
                 except LabError:
                     pass
+        if self._rfs_saved:
+            _restore_rfs(only_if_dead=False)
+            self._rfs_saved = False
         self._up = False
 
     def __enter__(self):

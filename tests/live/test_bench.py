@@ -73,6 +73,45 @@ def test_sigterm_tears_the_lab_down(tmp_path):
     assert not (tmp_path / "bulk.json").exists()
 
 
+def test_a_lab_with_rfs_puts_the_hosts_flow_table_back_even_after_kill_9():
+    """Lab(rfs=True) (the accuracy matrix's RPS scenario) sets the host's global RFS table
+    (net.core.rps_sock_flow_entries) and its veth's queue: on leaving, the table is as it found
+    it; a lab killed with SIGKILL leaves it set, and the next lab puts it back."""
+    from steer.experiment.lab import (RFS_SAVED, RFS_SYSCTL, Lab, LabFlow, remove_stale_labs,
+                                      usable_cpus)
+    a, b = usable_cpus()[0], usable_cpus()[-1]
+
+    def table() -> int:
+        with open(RFS_SYSCTL) as f:
+            return int(f.read())
+
+    before = table()
+    with Lab([LabFlow(a, b)], rfs=True) as lab:
+        assert table() >= 4096 and os.path.exists(RFS_SAVED)
+        r = subprocess.run(["ip", "netns", "exec", lab.rx, "cat",
+                            "/sys/class/net/veth-rx/queues/rx-0/rps_flow_cnt",
+                            "/sys/class/net/veth-rx/queues/rx-0/rps_cpus"],
+                           capture_output=True, text=True)
+        assert r.stdout.split()[0] == "4096", r.stdout
+        assert int(r.stdout.split()[1].replace(",", ""), 16) == (1 << a) | (1 << b), r.stdout
+    assert table() == before and not os.path.exists(RFS_SAVED)
+    p = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                          "from steer.experiment.lab import Lab, LabFlow\n"
+                          f"lab = Lab([LabFlow({a}, {b})], rfs=True).up()\n"
+                          "print('up', flush=True)\ntime.sleep(60)"],
+                         stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        assert p.stdout.readline().strip() == "up"
+        assert table() >= 4096
+    finally:
+        p.kill()
+        p.wait()
+    assert table() >= 4096 and os.path.exists(RFS_SAVED)   # left behind by the kill
+    remove_stale_labs()   # what every lab does as it starts
+    assert table() == before and not os.path.exists(RFS_SAVED)
+
+
 def test_soak_kill_9_of_export_and_auto_leaves_nothing_after_reset(tmp_path):
     """bench.soak ends by SIGKILL of `steer export` and `steer auto` under churn, then `steer
     reset`: no program, link or pin of steer may be left (bpftool's listing, the pin root)."""
@@ -96,8 +135,8 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     """bench.accuracy's whole matrix (every scenario of issue 31, both timing modes, the sampled
     one with --windows off: what the windows change, the flows' split of the receive time and
     UDP bytes, test_windows_live holds, with scenarios 3, 5 and 9) against its truths; the
-    bench exits 1 on any figure outside its bounds. Its nine sampled times share
-    odds of 1 in 10,000 that the matrix fails by chance (bench.odds: 4.39 deviations each), and
+    bench exits 1 on any figure outside its bounds. Its sampled times (14) share
+    odds of 1 in 10,000 that the matrix fails by chance (bench.odds: 4.49 deviations each), and
     at 9,973 Hz 3 s windows give each enough samples that a bound so made still fails a figure
     1.4x its truth: the widest, same-core NET_RX, +-31% here (2026-11-27), would be +-37% on half
     its samples; at 997 Hz it was +-53%. Not a multiple of 1000: iperf3 paces its UDP sender
