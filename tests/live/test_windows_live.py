@@ -186,8 +186,9 @@ def test_windows_run_a_tenth_of_the_time_and_count_the_whole(held):
 
 def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):
     """A flow steered to its reader's CPU (the cpumap kthread), one taken in by threaded NAPI,
-    and a TCP and a small-datagram UDP flow with a CPU each, so that each CPU's NET_RX is one
-    flow's truth, as the accuracy matrix has them (bench.accuracy scenarios 3, 5 and 9: a flow's
+    and a TCP and a small-datagram UDP flow with a CPU each (RFS puts the TCP flow on its
+    reader's CPU, away from its sender's), so that each CPU's NET_RX is one flow's truth, as the
+    accuracy matrix has them (bench.accuracy scenarios 3, 5 and 9: a flow's
     kernel seconds are mostly samples between windows, charged to flows of the CPU's last
     receive samples inside windows; with the draws taken out, once: -89% and -90%), sampled at
     997 Hz with the per-packet programs in windows of 50 ms every 500 ms, held to the matrix's
