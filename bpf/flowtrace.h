@@ -159,7 +159,7 @@ enum ft_text {
 	FT_TEXT_SOFTIRQ,	/* handle_softirqs (__do_softirq before 6.10): any softirq vector */
 	FT_TEXT_RPS_IPI,	/* net_rps_send_ipi: RPS kicking the CPUs it handed packets to */
 	/* where the interrupted code can be while net_rps_send_ipi sends an IPI (a VM traps to the
-	 * host on each: ~5 us): the sampler looks for net_rps_send_ipi on the stack only there */
+	 * host on each: 6-8 us here): the sampler looks for net_rps_send_ipi on the stack only there */
 	FT_TEXT_IPI_FIRST,
 	FT_TEXT_IPI_LAST = FT_TEXT_IPI_FIRST + 6,
 	FT_TEXT_RANGES,

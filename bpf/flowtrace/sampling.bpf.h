@@ -214,9 +214,10 @@ static __always_inline int where_on_stack(struct bpf_perf_event_data *ctx)
  * net_rx_action, kicks the CPUs this one handed packets to. A softirq raised for that alone
  * takes no packet in and is no flow's (the exact mode leaves a softirq without skbs
  * unattributed); charged to the CPU's last skb, it went to whichever flow that was: with RFS in
- * this VM, where each IPI traps to the host (~5 us), two thirds of a sending CPU's NET_RX time
- * (bench.accuracy's RFS scenario). The stack is walked only where the interrupted code is on
- * the IPI's way down (FT_TEXT_IPI_*), so other samples pay a few compares. */
+ * this VM, where each IPI traps to the host (6-8 us a softirq), two fifths to two thirds of a
+ * sending CPU's NET_RX time (bench.accuracy, scenario 9). The stack is walked only where the
+ * interrupted code is on the IPI's way down (FT_TEXT_IPI_*), so other samples pay a few
+ * compares. */
 static __always_inline int sending_rps_ipi(struct bpf_perf_event_data *ctx)
 {
 	__u64 ip = PT_REGS_IP(&ctx->regs), *ips;

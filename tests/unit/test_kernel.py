@@ -222,3 +222,15 @@ def test_kernel_text_ranges_without_addresses_is_one_clear_error(tmp_path):
                  "0000000000000000 T tcp_v4_rcv\n")
     with pytest.raises(errors.KernelError, match="CAP_SYSLOG"):
         kernel_text_ranges([["net_rx_action"]], str(p))
+
+
+def test_the_sampler_has_a_group_of_names_for_every_range_of_kernel_text():
+    """ft_config.text holds FT_TEXT_RANGES ranges; tracer.TEXT_SYMBOLS names each one's
+    functions (a range with no group would stay (0, 0), and the sampler would silently never
+    tell that context: the RPS IPIs of bench.accuracy's scenario 9 among them)."""
+    from steer.abi import flowtrace as abi
+    from steer.trace.tracer import TEXT_SYMBOLS
+    assert sorted(TEXT_SYMBOLS) == list(range(abi.FT_TEXT_RANGES))
+    assert all(TEXT_SYMBOLS[i] and all(isinstance(n, str) and n for n in TEXT_SYMBOLS[i])
+               for i in TEXT_SYMBOLS)
+    assert TEXT_SYMBOLS[abi.FT_TEXT_RPS_IPI] == ["net_rps_send_ipi"]
