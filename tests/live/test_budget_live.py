@@ -9,7 +9,7 @@ import os
 import pytest
 
 from helpers import live
-from bench.event_cost import beyond_floor, measure
+from bench.event_cost import beyond_floor, floors_of, measure
 
 pytestmark = live
 
@@ -23,15 +23,19 @@ SECONDS, WINDOWS = 4, 4
 BUDGET_INSNS = {"6.18": {"ft_skb_hint": 692, "ft_napi_poll": 171}}
 # The default, in its windows (bench mode sampled-windows): the same programs built for the
 # windows (their scale, and a TCP skb counted to its flow), which run a tenth of the time.
-# 2026-11-30: ft_skb_hint 685 and ft_napi_poll 188 instructions; beyond the empty programs
-# ft_skb_hint +170 to +223 ns (a TCP skb's header parse and flow-map update), ft_napi_poll +23
-# to +42, over 7 windows of 2-4 s; +205..+245 in 12 windows of 2 s on another VM of the kind
-# (2026-11-30). Budgets: the slowest seen and 40 ns for the slow spells, which move a program
-# that touches more memory more (see above); so a regression of ~50 ns an skb inside the
-# windows, 5 ns a packet on average, fails in most runs and 100 ns in every one seen (the
-# mutations in the test's docstring).
+# 2026-11-30: ft_skb_hint 685 and ft_napi_poll 188 instructions. Beyond an empty program
+# ft_skb_hint read +170..+253 ns in calm windows (a TCP skb's header parse and flow-map update:
+# misses on the packet and the map, the key's hash), by the VM's kind and hour, which left a
+# budget of absolute ns 12 ns of room in the last calm clone. So it is held beyond
+# floor_skb_flow (bpf/floor.bpf.c), that work frozen and attached ahead of it, which pays the
+# host's part as it does (itself +176..+207 beyond the empty program): ft_skb_hint then reads
+# -36..+5 ns beyond it (the least of each run's two windows -8..-36, 10 runs), and with one
+# clock read more in its windowed path (a mutation, 2026-11-30) +10..+45 (the least: +10, +20,
+# +41 in 3 runs). Budget +15: 23 ns above the highest baseline (the least of two windows is
+# judged, so a slow spell must last both); the clock read fails 2 runs in 3, 100 ns more every
+# run. ft_napi_poll beyond the empty program +8..+13 here, +23..+42 on another VM: 85 as before
 WINDOWED_BUDGET_INSNS = {"6.18": {"ft_skb_hint": 685, "ft_napi_poll": 188}}
-WINDOWED_BUDGET_NS = {"ft_skb_hint": 265.0, "ft_napi_poll": 85.0}
+WINDOWED_BUDGET_NS = {"ft_skb_hint": 15.0, "ft_napi_poll": 85.0}
 # ns per event beyond the empty program on the same tracepoint, the least of WINDOWS 1 s windows.
 # 19 runs: ft_skb_hint 32-38 most of the time, up to 49 in the VM's slow spells (a neighbour in
 # the host's caches slows a program that touches memory more than an empty one, and more than a
@@ -79,18 +83,20 @@ def test_the_default_modes_per_packet_work_stays_in_its_budget(mode, held):
     more, the second (+86 ns beyond the floor, against 35-50). In windows (2026-11-30, the
     instructions' budget set aside): ft_skb_hint with three clock reads more read +323..+392
     ns (against +205..+245 that hour) and failed 2 of 2 runs; with one more, +261..+340, and
-    failed 2 of 3 (the instructions, 691 against 685, fail it every time)."""
+    failed 2 of 3 (the instructions, 691 against 685, fail it every time). Since ft_skb_hint is
+    held beyond floor_skb_flow in windows, one clock read more read +10..+45 and failed 2 of 3
+    by its ns (WINDOWED_BUDGET_NS)."""
     windowed = mode == "sampled-windows"
     parts, res, sizes, steal = measure(mode, SECONDS, windows=2 if windowed else WINDOWS)
     assert res.error is None, res.error
-    beyond = [beyond_floor(p) for p in parts]
+    beyond = [beyond_floor(p, floors_of(mode)) for p in parts]
     calm = [b for b, s in zip(beyond, steal) if s <= CALM]
     insns = (WINDOWED_BUDGET_INSNS if windowed else BUDGET_INSNS).get(_kernel())
     budgets = WINDOWED_BUDGET_NS if windowed else BUDGET_NS
     for prog, budget in budgets.items():
         runs = [p[prog]["runs"] for p in parts]
         print(f"{prog}: {sizes[prog][0]} instructions, {sizes[prog][1]} bytes jited; {runs} runs, "
-              f"beyond the floor {', '.join(f'{b[prog]:+.1f}' for b in beyond)} ns "
+              f"beyond {floors_of(mode)[prog]} {', '.join(f'{b[prog]:+.1f}' for b in beyond)} ns "
               f"(budget {budget:g}); the host took {', '.join(f'{s:.1%}' for s in steal)}")
         # a window's mean over thousands of events: the lab ran (a clean clone whose host took
         # 217 CPU-s over the run had 8,530 polls in a 1 s window, where 10,000-24,000 is usual)
@@ -103,5 +109,7 @@ def test_the_default_modes_per_packet_work_stays_in_its_budget(mode, held):
         pytest.skip(f"the host took {min(steal):.1%} or more of the CPUs in every window "
                     f"(steal; calm: {CALM:.1%}): ns per event not judged, instructions held")
     for prog, budget in budgets.items():
-        held(f"{prog}{' in windows' if windowed else ''}: ns per event beyond an empty program",
+        floor = floors_of(mode)[prog]
+        held(f"{prog}{' in windows' if windowed else ''}: ns per event beyond "
+             f"{'an empty program' if floor in ('floor_skb', 'floor_napi') else floor}",
              min(b[prog] for b in calm), -100.0, budget)
