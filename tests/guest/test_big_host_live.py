@@ -216,12 +216,14 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
 @big_host
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 def test_exporter_folded_by_socket_scraped_by_prometheus(tmp_path):
-    """steer export --cpu-labels socket on 16 CPUs, scraped every 2 s by a real Prometheus: a
+    """steer export --cpu-labels socket on 16 CPUs, scraped every 4 s by a real Prometheus: a
     per-CPU series per socket, not per CPU, and the cross-socket flow's bytes in its class. Half
     the scrapes, not each, must succeed: under TCG 16 vCPUs share this host's 2 while iperf3 runs,
-    and a scrape can outlast its timeout (CI, 2026-11-26: the last of a 1 s interval; then by hand
-    1 of 7 at 2 s). What one costs on 16 CPUs is measured idle: tests/guest/kernel_scale.py,
-    ~0.15 s in this guest."""
+    and a scrape can outlast its timeout (the interval). Alone in its guest the slowest scrape
+    took 1.92 and 2.03 s (2026-11-30); beside the other tier's guest, which the suite runs at the
+    same time on the same two CPUs, longer: clean clone 148 had 29% of 2 s scrapes up (and
+    2026-11-26, the last of a 1 s interval). So 4 s, twice the slowest seen alone. What one
+    costs on 16 CPUs is measured idle: tests/guest/kernel_scale.py, ~0.15 s in this guest."""
     p_export, p_prom = free_port(), free_port()
     procs = []
     with Lab([LabFlow(SENDER, READER)], seconds=40) as lab:
@@ -233,12 +235,12 @@ def test_exporter_folded_by_socket_scraped_by_prometheus(tmp_path):
                                         stderr=subprocess.PIPE, text=True)
             procs.append(exporter)
             wait_http(f"http://127.0.0.1:{p_export}/metrics", exporter, timeout=120)   # TCG
-            prom = prometheus(tmp_path, [f"127.0.0.1:{p_export}"], p_prom, interval="2s")
+            prom = prometheus(tmp_path, [f"127.0.0.1:{p_export}"], p_prom, interval="4s")
             procs.append(prom)
             url = f"http://127.0.0.1:{p_prom}"
             wait_http(f"{url}/-/ready", prom, timeout=120)
             lab.start_clients()
-            time.sleep(20)   # rates need a few scrapes
+            time.sleep(24)   # rates need a few scrapes: four in the queries' 16 s
             cross = query(url, 'sum(rate(steer_class_rx_bytes_total{class="cross-socket"}[16s]))')
             cpus = {s["metric"]["cpu"] for s in
                     query(url, "last_over_time(steer_cpu_kernel_seconds_total[16s])")}
