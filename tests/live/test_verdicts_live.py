@@ -17,6 +17,8 @@ import subprocess
 import time
 from datetime import datetime
 
+import pytest
+
 from helpers import CPU_A, CPU_B, ROOT, STEER, steer, two_cpus
 from witness import TraceEvents
 from bench.verdicts import mean_rate, median_rate
@@ -134,17 +136,12 @@ def test_a_move_that_hurts_is_undone_and_the_stack_goes_back(private_tmp):
     print(log)
     (move,) = [e for e in events if e.get("event") == "move"]
     (verdict,) = [e for e in events if e.get("event") == "verdict"]
-    (undo,) = [e for e in events if e.get("event") == "undo"]
+    undos = [e for e in events if e.get("event") == "undo"]
     # from its stack's CPU (or none known: an interval in which the 99 Hz sampler caught none
     # of its kernel work, once in six runs here)
     assert move["old_cpu"] in (CPU_B, None) and move["new_cpu"] == CPU_A
-    # a loss: confirmed (reverted), or one the windows were too noisy to confirm (inconclusive,
-    # undone as asked); never kept
-    assert verdict["verdict"] in ("reverted", "inconclusive") and verdict["undone"] is True
     g = verdict["goodput_bytes_per_second"]
-    assert ("goodput fell" if verdict["verdict"] == "reverted" else "too noisy") in verdict["why"]
     assert verdict["cpu_seconds_per_gb"] is not None
-    assert undo["new_cpu"] is None and undo["at"] >= verdict["at"]
     # within two windows of the move (and the interval it straddles): the loss in the first
     # window after it, confirmed in the second
     interval, window = HARM["interval"], HARM["window"]
@@ -154,9 +151,10 @@ def test_a_move_that_hurts_is_undone_and_the_stack_goes_back(private_tmp):
     # ends with the verdict (the first after the move, or the second that confirmed it)
     before = mean_rate(rates, move["at"] - span, move["at"])
     after = mean_rate(rates, verdict["at"] - span, verdict["at"])
-    back = _rate(rates, undo["at"] + 1, rates[-1][1])
+    back = _rate(rates, undos[0]["at"] + 1, rates[-1][1]) if undos else None
     print(f"iperf3: {before * 1e-9:.2f} Gbit/s before the move, {after * 1e-9:.2f} in the "
-          f"verdict's window ({after / before - 1:+.1%}), {back * 1e-9:.2f} after the revert; "
+          f"verdict's window ({after / before - 1:+.1%}), "
+          f"{f'{back * 1e-9:.2f} after the revert' if back else 'no revert'}; "
           f"steer: {g['before'] * 8e-9:.2f} -> {g['after'] * 8e-9:.2f} Gbit/s "
           f"({g['change']:+.1%}, {g['interval']}); the veth's skbs up the stack after the "
           f"revert, by CPU (tracefs): {after_undo}")
@@ -172,15 +170,27 @@ def test_a_move_that_hurts_is_undone_and_the_stack_goes_back(private_tmp):
     # of the move, the window before it and the seconds after the revert: a slow spell of the VM
     # in the window before makes the loss look small against it (one clean clone: 15.3 Gbit/s
     # before, 14.4 after the move, -6%, and 19.4 after the revert), and the premise is that the
-    # moved flow was slower than the unmoved one, not than one window of it. Should this fail,
-    # the lab's move did not hurt this time, and steer's figures above agreed with iperf3's.
+    # moved flow was slower than the unmoved one, not than one window of it.
     first = mean_rate(rates, move["at"] + interval, move["at"] + interval + span)
     assert first is not None, (move, rates)
-    unmoved = max(before, back)
+    unmoved = max(before, back or 0.0)
     print(f"iperf3 in the first window after the move: {first * 1e-9:.2f} Gbit/s "
           f"({first / before - 1:+.1%} against the window before, {first / unmoved - 1:+.1%} "
           f"against the unmoved rate)")
-    assert first < 0.9 * unmoved, "the lab's move did not hurt this time (iperf3)"
+    if first >= 0.9 * unmoved:
+        # The move did not hurt this time (clean clone 150: iperf3 ~14 Gbit/s on either side of
+        # it, the whole run slow). Then the verdict must not be a loss iperf3 did not see (a
+        # revert needs a fall beyond the 5% tolerance), and the revert is not tested this run
+        assert verdict["verdict"] != "reverted" or after / before - 1 < -0.05, verdict
+        pytest.skip(f"the lab's move did not hurt this time (iperf3 {before * 1e-9:.1f} -> "
+                    f"{first * 1e-9:.1f} Gbit/s), and steer's verdict ({verdict['verdict']}, "
+                    f"{g['change']:+.1%}) agreed with iperf3: no revert to check")
+    # a loss: confirmed (reverted), or one the windows were too noisy to confirm (inconclusive,
+    # undone as asked); never kept
+    assert verdict["verdict"] in ("reverted", "inconclusive") and verdict["undone"] is True
+    assert ("goodput fell" if verdict["verdict"] == "reverted" else "too noisy") in verdict["why"]
+    (undo,) = undos
+    assert undo["new_cpu"] is None and undo["at"] >= verdict["at"]
     # and the revert put the stack back where RPS had it: the reader's CPU, not the cpumap
     # kthread beside the sender (which takes each skb up a second time while a rule holds)
     assert after_undo is not None and sum(after_undo.values()) > 1000
