@@ -138,7 +138,7 @@ static __always_inline void charge_wakeup(struct cpu_state *s, struct ft_cpu_sta
  * reader. steer ends the kthread's run where the scheduler did: where the reader is a traced
  * receiver its head holds the tail (charge_reader_wakeup), and the CPU's time counts once.
  * Without this the kthread read +0.4% to +0.9% against its schedstat on a 2-vCPU VM (7,000 tails
- * of 0.5-4 us over 6 s, bpftrace). Only where tasks' runtime holds interrupts' time: with
+ * of 0.5-4 us in 5 s, bpftrace). Only where tasks' runtime holds interrupts' time: with
  * IRQ_TIME_ACCOUNTING (struct irqtime) the scheduler charges less wherever one came in, and the
  * difference is no tail. The cut stays inside the run's last interval (after its last softirq). */
 struct irqtime___ft {	/* kernel/sched/sched.h, CONFIG_IRQ_TIME_ACCOUNTING's: its existence only */
