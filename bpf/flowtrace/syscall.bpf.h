@@ -105,21 +105,25 @@ int BPF_PROG(ft_sys_exit, struct pt_regs *regs, long ret)
  * then there is no head. */
 #define MAX_WAKEUP_NS	1000000ULL	/* beyond a millisecond it is not a wake-up's head */
 
-static __always_inline __u64 wakeup_head(struct task_struct *prev, __u64 run_runtime,
-					 __u64 run_start, __u64 now)
+/* what the scheduler charged PREV's run (its sum_exec_runtime now and RUN_RUNTIME at the switch
+ * in) beyond the run's own time between the switches (RUN_START to NOW): a head where it is
+ * more, a tail where it is less (below) */
+static __always_inline __s64 charged_beyond_run(struct task_struct *prev, __u64 run_runtime,
+						__u64 run_start, __u64 now)
 {
-	__u64 charged = prev->se.sum_exec_runtime - run_runtime;
-	__u64 run = now - run_start;
+	return (__s64)(prev->se.sum_exec_runtime - run_runtime) - (__s64)(now - run_start);
+}
 
-	return charged <= run || charged - run > MAX_WAKEUP_NS ? 0 : charged - run;
+static __always_inline __u64 wakeup_head(__s64 beyond)
+{
+	return beyond <= 0 || beyond > (__s64)MAX_WAKEUP_NS ? 0 : beyond;
 }
 
 /* a receive kthread's head: the kthread's, and the flow's of the run's first skb (as an
  * interval's head goes to its first skb), else unattributed */
 static __always_inline void charge_wakeup(struct cpu_state *s, struct ft_cpu_stats *tot,
-					  struct task_struct *prev, __u64 now)
+					  __u64 head)
 {
-	__u64 head = wakeup_head(prev, s->run_runtime, s->run_start, now);
 	struct ft_flow_stats *st = 0;
 
 	/* a run that ended in a softirq's interval (no kthread context): not the kthread's to say */
@@ -145,14 +149,11 @@ struct irqtime___ft {	/* kernel/sched/sched.h, CONFIG_IRQ_TIME_ACCOUNTING's: its
 	__u64 total;
 };
 
-static __always_inline __u64 run_end(struct cpu_state *s, struct task_struct *prev, __u64 now)
+static __always_inline __u64 run_end(struct cpu_state *s, __u64 now, __s64 beyond)
 {
-	__u64 charged = prev->se.sum_exec_runtime - s->run_runtime;
-	__u64 run = now - s->run_start;
-
-	if (bpf_core_type_exists(struct irqtime___ft) || charged >= run)
+	if (bpf_core_type_exists(struct irqtime___ft) || beyond >= 0)
 		return now;
-	return now - (run - charged) > s->mark ? now - (run - charged) : s->mark;
+	return now + beyond > s->mark ? now + beyond : s->mark;	/* BEYOND < 0: the tail */
 }
 
 /* A reader's run that began inside a receive call (it was woken there): its head is that
@@ -161,7 +162,7 @@ static __always_inline __u64 run_end(struct cpu_state *s, struct task_struct *pr
 static __always_inline void charge_reader_wakeup(struct recv_state *r, struct ft_cpu_stats *tot,
 						 struct task_struct *prev, __u64 now)
 {
-	__u64 head = wakeup_head(prev, r->run_runtime, r->run_start, now);
+	__u64 head = wakeup_head(charged_beyond_run(prev, r->run_runtime, r->run_start, now));
 	struct ft_flow_stats *st;
 
 	r->run_start = 0;
@@ -189,6 +190,7 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	struct cpu_state *s;
 	struct recv_state *r;
 	__u64 now, end;
+	__s64 beyond;
 	__u8 kctx;
 
 	if (!tot)
@@ -198,8 +200,9 @@ int BPF_PROG(ft_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	if (s) {
 		end = now;
 		if (s->run_pid && s->run_pid == prev->pid) {
-			charge_wakeup(s, tot, prev, now);
-			end = run_end(s, prev, now);
+			beyond = charged_beyond_run(prev, s->run_runtime, s->run_start, now);
+			charge_wakeup(s, tot, wakeup_head(beyond));
+			end = run_end(s, now, beyond);
 		}
 		close_kthread(s, tot, end);	/* the receive kthread sleeps or is preempted */
 		s->run_pid = 0;
