@@ -121,6 +121,60 @@ static __always_inline void note_udp(void)
 	}
 }
 
+/* Sampled timing in windows: the sampler runs all the time at its rate, the per-skb program
+ * (the hints) only inside the windows. A receive sample between windows is charged to a flow
+ * drawn from the CPU's last POOL_SLOTS receive samples inside windows (a ring, across windows:
+ * at 99 Hz a 50 ms window holds two or three such samples, and one window's alone would give the
+ * split of a few), so each flow's expected share is its share of those. The CPU's total stays
+ * what its samples say over the whole time, as without windows: only the split among flows is
+ * the windows' estimate, and it rests on the samples inside them, a tenth of all. A kthread's
+ * samples and NET_RX's share the ring (a CPU does one or the other for a flow, as a rule), and
+ * a ring that is empty or expired takes a seed from ft_skb_hint (there, why). (A
+ * sampler that ran only inside the windows, at ten times its rate, saw steer's own programs and
+ * its own interrupts there, and read a CPU's NET_RX 26-33% above its time over the whole.) */
+#define POOL_MAX_AGE	4	/* windows since the ring's last sample: older, it is not the CPU's
+				 * traffic now */
+
+static __always_inline void pool_add(struct cpu_state *s, const struct ft_flow_key *k,
+				     __u32 window)
+{
+	s->pool[s->pool_next++ & (POOL_SLOTS - 1)] = *k;
+	if (s->pool_n < POOL_SLOTS)
+		s->pool_n++;
+	s->pool_window = window;
+}
+
+static __always_inline int pool_live(struct cpu_state *s, __u32 window)
+{
+	return s->pool_n && window - s->pool_window <= POOL_MAX_AGE;
+}
+
+static __always_inline int pool_draw(struct cpu_state *s, struct ft_flow_key *k, __u32 window)
+{
+	__u32 n = s->pool_n;
+
+	if (!pool_live(s, window))
+		return -1;
+	*k = s->pool[(bpf_get_prandom_u32() % n) & (POOL_SLOTS - 1)];
+	return 0;
+}
+
+/* A CPU whose ring is empty or expired (a flow starting, a CPU that receive work keeps only
+ * lightly busy) is seeded with the flow of its first skb in a window, when that one is counted:
+ * until a sample lands in its receive processing inside a window, its samples between windows
+ * would otherwise be no flow's. A 3 s flow alone on its CPU was read at 0.02 s where its other
+ * runs read 0.2 to 0.6 s (tests/live/test_kernel_smoke.py). The seed stands for skbs, not time:
+ * the samples that follow dilute it (one slot of the ring's) and overwrite it. Called once a
+ * window a CPU, and out of line: inlined, its copy of the key cost every skb ~20 ns
+ * (tests/live/test_budget_live.py). */
+static __noinline void seed_pool(struct cpu_state *s, const struct ft_flow_key *k, __u32 window)
+{
+	if (!s || !k || pool_live(s, window))
+		return;
+	s->pool_n = 0;
+	pool_add(s, k, window);
+}
+
 /* Sampled timing's per-skb program: the hint for the sampler and, for the transports in
  * cfg.skb_count, the skb's bytes and packets (in windows, a TCP skb's count alone: where a flow
  * goes up the stack, which a tenth of the samples may not say). skb->hash (the NIC's RSS hash,
@@ -135,12 +189,13 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 	struct ft_flow_key k = {};
 	struct ft_cpu_stats *tot;
 	struct ft_flow_stats *st;
-	__u32 hash, seq, scale = window_scale(&seq);
+	__u32 hash, seq, scale = window_scale(&seq), first;
 	__u64 payload = 0;
 
 	if (!s || !scale)
 		return 0;
 	set_hint(s, skb);
+	first = s->hint_window != seq;	/* this CPU's first skb in this window */
 	s->hint_window = seq;
 	if (!cfg.skb_count)
 		return 0;
@@ -154,6 +209,8 @@ int BPF_PROG(ft_skb_hint, struct sk_buff *skb)
 		s->skip_next ^= 1;
 		return 0;
 	}
+	if (cfg.windows && first)
+		seed_pool(s, &k, seq);
 	if (k.proto == IPPROTO_UDP)
 		note_udp();
 	tot = totals();
@@ -409,38 +466,6 @@ static __always_inline int sample_context(struct bpf_perf_event_data *ctx, int *
 			where = WHERE_NET_RX;
 	}
 	return where;
-}
-
-/* Sampled timing in windows: the sampler runs all the time at its rate, the per-skb program
- * (the hints) only inside the windows. A receive sample between windows is charged to a flow
- * drawn from the CPU's last POOL_SLOTS receive samples inside windows (a ring, across windows:
- * at 99 Hz a 50 ms window holds two or three such samples, and one window's alone would give the
- * split of a few), so each flow's expected share is its share of those. The CPU's total stays
- * what its samples say over the whole time, as without windows: only the split among flows is
- * the windows' estimate, and it rests on the samples inside them, a tenth of all. A kthread's
- * samples and NET_RX's share the ring (a CPU does one or the other for a flow, as a rule). (A
- * sampler that ran only inside the windows, at ten times its rate, saw steer's own programs and
- * its own interrupts there, and read a CPU's NET_RX 26-33% above its time over the whole.) */
-#define POOL_MAX_AGE	4	/* windows since the ring's last sample: older, it is not the CPU's
-				 * traffic now */
-
-static __always_inline void pool_add(struct cpu_state *s, const struct ft_flow_key *k,
-				     __u32 window)
-{
-	s->pool[s->pool_next++ & (POOL_SLOTS - 1)] = *k;
-	if (s->pool_n < POOL_SLOTS)
-		s->pool_n++;
-	s->pool_window = window;
-}
-
-static __always_inline int pool_draw(struct cpu_state *s, struct ft_flow_key *k, __u32 window)
-{
-	__u32 n = s->pool_n;
-
-	if (!n || window - s->pool_window > POOL_MAX_AGE)
-		return -1;
-	*k = s->pool[(bpf_get_prandom_u32() % n) & (POOL_SLOTS - 1)];
-	return 0;
 }
 
 /* Step 3a: receive processing (NET_RX, or a receive kthread's work), to the flow of the CPU's
