@@ -34,8 +34,8 @@ from steer.trace.windows import DEFAULT_CYCLE, DEFAULT_WINDOW, WindowsError, par
 
 from .common import RESULTS, build_c, host, parser, require_root, run, write
 from .odds import DISPERSION, ODDS, sampled_spread, z_for
-from .peer import (NetRxBrackets, PeerStartError, softirqs_net_rx,
-                   softirqs_tool, steal_seconds, udp_datagrams)
+from .peer import (NetRxBrackets, PeerStartError, runtime_between, schedstat_runtime,
+                   softirqs_net_rx, softirqs_tool, steal_seconds, task_pids, udp_datagrams)
 
 SETTLE = 1.0        # seconds of traffic before a window opens
 # seconds of traffic after the window: the softirqs peer's window runs from its attach (~0.1-0.3 s
@@ -252,31 +252,6 @@ DEFAULT_WINDOWS_TEXT = f"{DEFAULT_WINDOW * 1e3:g}/{DEFAULT_CYCLE * 1e3:g}"
 WINDOWS = None   # the sampled mode's (--windows)
 
 
-def _pids(match: Callable[[int, str], bool]) -> tuple[int, ...]:
-    """The pids of every task whose pid and comm MATCH takes."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if match(int(pid), f.read().strip()):
-                    pids.append(int(pid))
-        except OSError:
-            continue
-    return tuple(pids)
-
-
-def _runtime(pids: tuple[int, ...]) -> int:
-    """The summed sum_exec_runtime (ns) of PIDS (a task gone counts nothing)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            continue
-    return total
-
-
 def _steer(*args: str) -> None:
     r = subprocess.run([sys.executable, "-m", "steer", *args], capture_output=True, text=True)
     if r.returncode:
@@ -366,10 +341,10 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
             # kthread)
             udp_pid = lab.receiver_pid(lab.flows[0].port) \
                 if all(f.udp_rate for f in lab.flows) else None
-            pids = _pids(kthread)
+            pids = task_pids(kthread)
 
             def truths():
-                return (udp_datagrams(udp_pid) if udp_pid else None, _runtime(pids),
+                return (udp_datagrams(udp_pid) if udp_pid else None, schedstat_runtime(pids),
                         time.monotonic())
             w0, (before0, after0) = tracer.sample(beside=truths)
             stolen0 = steal_seconds((target,))
@@ -470,8 +445,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
         return rows
     # the kthreads' runtime over steer's window: at least what they ran between the later of the
     # first read's truths and the earlier of the second's, at most between the outer two
-    low, high = before1[1] - after0[1], after1[1] - before0[1]
-    truth_seconds = (low + high) / 2 / 1e9
+    truth_seconds, spread = runtime_between(before0[1], after0[1], before1[1], after1[1])
     truth = truth_seconds / win.duration   # a rate over steer's window: the ratio is the counts'
     cpu = next(c for c in win.cpus if c.cpu == (sc.steer_to(a, b) if sc.steer_to else b))
     # the softirqs a kthread runs when it enables bottom halves are its own to the scheduler:
@@ -492,7 +466,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
                  # the samples such a time rests on: its CPU-seconds at HZ
                  "samples": truth_seconds * hz if truth and mode == "sampled" else None,
                  "sampled_bias": sc.sampled_bias, "flows_share": share,
-                 "truth_spread": (high - low) / 2 / 1e9 / truth_seconds if truth else 0.0,
+                 "truth_spread": spread / truth_seconds if truth else 0.0,
                  **steal_spread(stolen, truth_seconds)})
     if not sc.kthread_only:
         # the same time flow by flow: every flow's kernel time on the CPU and what no flow was

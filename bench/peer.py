@@ -113,6 +113,42 @@ def udp_datagrams(pid: int) -> tuple[int, int]:
     return udp["InDatagrams"] + udp["InErrors"], udp["InDatagrams"]
 
 
+def task_pids(match) -> tuple[int, ...]:
+    """The pids of every task whose pid and comm MATCH(pid, comm) takes. A scan of /proc: find a
+    truth's tasks once, before its window, and read them with schedstat_runtime beside the
+    tracer's reads (Tracer.sample(beside=...)), not by a scan after them."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if match(int(pid), f.read().strip()):
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return tuple(pids)
+
+
+def schedstat_runtime(pids) -> int:
+    """The summed on-CPU time (ns, /proc/PID/schedstat's sum_exec_runtime) of PIDS, by the
+    scheduler's own count (a task gone counts nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            continue
+    return total
+
+
+def runtime_between(before0: int, after0: int, before1: int, after1: int) -> tuple[float, float]:
+    """What tasks ran between two reads of a tracer, from their schedstat_runtime read just before
+    and just after each (ns): the middle of the least and the most it can be, and half their
+    difference (what they ran while the tracer read), both in seconds."""
+    low, high = before1 - after0, after1 - before0
+    return (low + high) / 2 / 1e9, (high - low) / 2 / 1e9
+
+
 def steal_seconds(cpus=None) -> float:
     """The time the hypervisor ran something else in the place of CPUS (all, by default) since
     boot, summed, by the kernel's own count (/proc/stat's steal column, in 1/USER_HZ s): during
