@@ -59,17 +59,18 @@ def _wait_attached(proc, timeout: float = 120.0) -> None:
     raise AssertionError("the tracer did not attach in time")
 
 
-# The lab's flow: its sender pinned to CPU_B, whose transmit takes its skbs up the receiver's stack
-# there, its reader on CPU_A. A twentieth of its skbs go up on CPU_A instead (bpftrace,
+# The lab's flow: its sender pinned to CPU_B, whose transmit takes its skbs up the receiver's
+# stack there, its reader on CPU_A. A twentieth of its skbs go up on CPU_A instead (bpftrace,
 # tracepoint:net:netif_receive_skb: 8,162 of 149,850): the sender's TCP sends from the ACKs' own
 # receive processing, on the reader's CPU. The default mode's kernel CPU is the CPU with most of
 # the flow's sampled NET_RX time, so it names CPU_A only if CPU_A's share of the flow's kernel
-# samples strays from ~0.05 past half. Taken as a binomial share at p = 0.1 (twice the skbs',
-# for the windows' draws that charge one in-window hit many times) spread by bench/odds.py's
-# DISPERSION, over the 5 s flow's ~75 kernel samples (31-57 in 3 s, 12 runs), that is 0.4 / (2 x
-# sqrt(0.09 / 75)) = 5.8 spreads: about 1 in 10^8. (In 3 s, before the windows' ring was seeded
-# from the skbs, the flow's CPU_B time rested on the samples after the first one inside a window
-# alone, 0.02 s in one run of 33, and CPU_A's share passed half once in 14 runs of the suite.)
+# samples strays from ~0.05 past half. Taken as a binomial share at p = 0.1 (twice the skbs', for
+# the windows' draws that charge one in-window hit many times) spread by bench/odds.py's
+# DISPERSION, over the 5 s flow's kernel samples (59-81 in 5 runs; 31-57 in 12 runs of 3 s), at
+# the fewest 0.4 / (2 x sqrt(0.09 / 59)) = 5.1 spreads: under 1 in 10^6. (In 3 s, before the
+# windows' ring was seeded from the skbs, the flow's CPU_B time rested on the samples after the
+# first one inside a window alone, 0.02 s in one run of 33, and CPU_A's share passed half once in
+# 14 runs of the suite.)
 FLOW_SECONDS = 5
 
 
