@@ -169,7 +169,7 @@ static __always_inline int pool_draw(struct cpu_state *s, struct ft_flow_key *k,
  * one run of tests/live/test_budget_live.py, out of line -8 and -8 (-36..+5 before the seed). */
 static __noinline void seed_pool(struct cpu_state *s, const struct ft_flow_key *k, __u32 window)
 {
-	if (!s || !k || pool_live(s, window))
+	if (pool_live(s, window))
 		return;
 	s->pool_n = 0;
 	pool_add(s, k, window);
