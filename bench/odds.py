@@ -11,13 +11,21 @@ fails by chance at most ODDS of the time: two-sided, and with the odds shared ou
 the FIGURES a check holds at once (a union bound: the figures need not be independent).
 
 ODDS is the suite's aim, 1 in 10,000 per test: at ~20 such tests a run, a run fails by chance
-about once in 500, and a flaky bound shows as a failure in the test history, not a retry."""
+about once in 500, and a flaky bound shows as a failure in the test history, not a retry.
+
+A time that is all of a task's runs (a cpumap or threaded-NAPI kthread's own time, with the
+softirqs it runs) is not a count: its samples' weights, each the task's run time since its own
+previous sample, add up to its run time between its first and its last sample in the window, so
+chance moves it only at the window's two ends, by at most one weight each: no more than
+SAMPLE_WEIGHT_CPU_PERIODS periods (bpf/flowtrace/sampling.bpf.h caps a weight there). What the
+figure holds beyond that task (NET_RX on top of other tasks on its CPU) spreads as a count."""
 from __future__ import annotations
 
 from statistics import NormalDist
 
 ODDS = 1e-4
 DISPERSION = 2.0
+SAMPLE_WEIGHT_CPU_PERIODS = 4   # sampling.bpf.h's cap on one sample's weight, in CPU periods
 
 
 def z_for(figures: int = 1, odds: float = ODDS) -> float:
@@ -39,3 +47,14 @@ def chance_of(deviation: float, samples: float, dispersion: float = DISPERSION) 
     more, by the model: what a measured error says about the bound it was held to."""
     sd = dispersion / max(samples, 1.0) ** 0.5
     return 2 * (1 - NormalDist().cdf(abs(deviation) / sd))
+
+
+def whole_task_spread(samples: float, partial: float, figures: int = 1, odds: float = ODDS,
+                      dispersion: float = DISPERSION) -> float:
+    """What a sampled figure resting on SAMPLES samples may stray by (relative), where all but
+    PARTIAL of them are the whole of a task's run time (the module's docstring): the window's
+    two ends, and the count's chance on the PARTIAL samples alone, for FIGURES held at ODDS."""
+    samples = max(samples, 1.0)
+    partial = min(max(partial, 0.0), samples)
+    count = z_for(figures, odds) * dispersion * partial ** 0.5 / samples
+    return 2 * SAMPLE_WEIGHT_CPU_PERIODS / samples + count

@@ -76,3 +76,18 @@ def test_the_peer_tools_steal_widens_only_the_low_bound():
     assert bounds("softirqs NET_RX", "exact", None, extra_low=0.2) == \
         pytest.approx((low - 0.2, high))
     assert bounds("softirqs NET_RX", "exact", None) == (low, high)
+
+
+def test_a_kthreads_whole_time_is_not_held_as_a_count():
+    """A sampled kthread row names the samples it holds beyond the kthread's own run time; its
+    bounds then allow the window's ends and those alone, not the whole as a count: at 9,973 Hz
+    a cpumap kthread's 0.5 s fails a figure 0.85x or 1.15x its truth (as a count it would not)."""
+    from bench.odds import whole_task_spread
+    low, high = accuracy.BOUNDS[("cpumap kthread", "sampled")]
+    n, figures = 0.5 * 9973, 12
+    lo, hi = bounds("cpumap kthread", "sampled", n, figures, partial=50)
+    assert (lo, hi) == pytest.approx((low - whole_task_spread(n, 50, figures),
+                                      high + whole_task_spread(n, 50, figures)))
+    assert lo > -0.15 and hi < 0.15
+    lo, hi = bounds("cpumap kthread", "sampled", n, figures)    # as a count
+    assert lo < -0.15 and hi > 0.15
