@@ -633,6 +633,10 @@ def reader_scenario(mode: str, seconds: float, a: int, b: int, hz: int) -> list[
              "truth": "reader schedstat", "steer": ours, "truth_value": kernel_side,
              "ratio": ours / kernel_side if kernel_side else None,
              "samples": kernel_side * hz if mode == "sampled" else None,
+             # the reader's whole run time but its user time, whose samples (a share: chance
+             # as a count) drop their weights: that time to the tick, and the tick it may hide
+             "partial_samples": (truth["utime_ticks"] + 1) * tick * hz if mode == "sampled"
+             else None,
              # the truth's user time is counted in whole ticks (1-6 of them here): one either way
              "truth_spread": tick / kernel_side if kernel_side else 0.0,
              **steal_spread(stolen, kernel_side)}]

@@ -14,11 +14,13 @@ ODDS is the suite's aim, 1 in 10,000 per test: at ~20 such tests a run, a run fa
 about once in 500, and a flaky bound shows as a failure in the test history, not a retry.
 
 A time that is all of a task's runs (a cpumap or threaded-NAPI kthread's own time, with the
-softirqs it runs) is not a count: its samples' weights, each the task's run time since its own
+softirqs it runs; a reader's time in the kernel, all of it but what its samples in user mode
+stand for) is not a count: its samples' weights, each the task's run time since its own
 previous sample, add up to its run time between its first and its last sample in the window, so
 chance moves it only at the window's two ends, by at most one weight each: no more than
 SAMPLE_WEIGHT_CPU_PERIODS periods (bpf/flowtrace/sampling.bpf.h caps a weight there). What the
-figure holds beyond that task (NET_RX on top of other tasks on its CPU) spreads as a count."""
+figure holds beyond that task, or leaves out of it (NET_RX on top of other tasks on its CPU, the
+reader's user time), spreads as a count."""
 from __future__ import annotations
 
 from statistics import NormalDist
