@@ -149,6 +149,12 @@ def runtime_between(before0: int, after0: int, before1: int, after1: int) -> tup
     return (low + high) / 2 / 1e9, (high - low) / 2 / 1e9
 
 
+def widened(bound: tuple[float, float], spread: float, truth: float) -> tuple[float, float]:
+    """BOUND (low, high of steer / truth - 1) widened either way by what a truth of TRUTH seconds
+    knows it may be off, SPREAD seconds (runtime_between's)."""
+    return bound[0] - spread / truth, bound[1] + spread / truth
+
+
 def steal_seconds(cpus=None) -> float:
     """The time the hypervisor ran something else in the place of CPUS (all, by default) since
     boot, summed, by the kernel's own count (/proc/stat's steal column, in 1/USER_HZ s): during

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from bench.peer import runtime_between, schedstat_runtime
+from bench.peer import runtime_between, schedstat_runtime, widened
 from helpers import CPU_A, CPU_B, SAMPLE_HZ, live, two_cpus
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import Lab, LabFlow
@@ -74,7 +74,7 @@ def test_threaded_napi_time_against_schedstat(timing, held):
     # softirqs a receive kthread ran (the sending TCP's pacing timers)
     ours = cpu_b.net_rx_seconds + cpu_b.kthread_softirq_seconds
     # what the kthreads ran while the tracer read is the truth's own spread, not steer's error
-    low, high = NAPI_BOUND[timing][0] - spread / truth, NAPI_BOUND[timing][1] + spread / truth
+    low, high = widened(NAPI_BOUND[timing], spread, truth)
     print(f"{timing}: NAPI kthreads {lab.napi_pids} on CPU {CPU_B}: schedstat {truth:.3f} s; steer "
           f"threaded {cpu_b.napi_thread_seconds:.3f} s + NET_RX softirq "
           f"{cpu_b.net_rx_seconds - cpu_b.napi_thread_seconds:.3f} s + other softirqs "

@@ -11,7 +11,7 @@ import pytest
 from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, assert_unprivileged,
                      bpftool_objects, live, steer, two_cpus)
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
-from bench.peer import runtime_between, schedstat_runtime, task_pids
+from bench.peer import runtime_between, schedstat_runtime, task_pids, widened
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.model.flowspec import FlowSpec
@@ -167,7 +167,7 @@ def test_steered_flow_kthread_time_against_schedstat(timing, held):
     other = (b.cpus[CPU_B].kthread_softirq_ns - a.cpus[CPU_B].kthread_softirq_ns) / 1e9
     unattributed = (b.cpus[CPU_B].kthread_unattributed_ns - a.cpus[CPU_B].kthread_unattributed_ns) / 1e9
     # what the kthread ran while the tracer read is the truth's own spread, not steer's error
-    low, high = KTHREAD_BOUND[timing][0] - spread / truth, KTHREAD_BOUND[timing][1] + spread / truth
+    low, high = widened(KTHREAD_BOUND[timing], spread, truth)
     print(f"{timing}: cpumap kthread on CPU {CPU_B} {total:.3f} s, the flow {flow:.3f} s, unattributed "
           f"{unattributed:.3f} s, NET_RX {net_rx:.3f} s, other softirqs {other:.3f} s; schedstat "
           f"{truth:.3f} s ({(total + net_rx + other) / truth - 1:+.1%}, bounds {low:+.0%} {high:+.0%})")

@@ -91,3 +91,16 @@ def test_a_kthreads_whole_time_is_not_held_as_a_count():
     assert lo > -0.15 and hi < 0.15
     lo, hi = bounds("cpumap kthread", "sampled", n, figures)    # as a count
     assert lo < -0.15 and hi > 0.15
+
+
+def test_a_schedstat_truth_read_around_two_tracer_reads_knows_its_spread():
+    """bench.peer.runtime_between: the kthreads' runtime between two tracer reads, from their
+    schedstat read just before and just after each: the middle of the least (after the first,
+    before the second) and the most (the outer two), and half the difference; widened() adds that
+    spread to a bound either way, relative to the truth."""
+    from bench.peer import runtime_between, widened
+    truth, spread = runtime_between(1_000_000_000, 1_002_000_000, 2_000_000_000, 2_004_000_000)
+    assert truth == pytest.approx(1.001) and spread == pytest.approx(0.003)
+    assert widened((-0.05, 0.05), spread, truth) == pytest.approx((-0.05 - 0.003 / 1.001,
+                                                                   0.05 + 0.003 / 1.001))
+    assert runtime_between(5, 5, 9, 9) == (4e-9, 0.0)   # read at once: no spread
