@@ -74,7 +74,7 @@ def test_a_tasks_sample_weights_add_up_to_its_run_time_but_at_the_ends():
     window differ from its run time there by less than the ends' allowance, where the same
     figure as a count (samples times the period) strays by several times that."""
     rng = random.Random(2)
-    worst_weights = worst_count = 0.0
+    worst_weights = worst_count = 0.0      # the worst error of each, in the draw's allowances
     for _ in range(200):
         # the CPU's timeline in periods: slices of 0.05 to 3, each the kthread's or not
         starts, ran_before, kthread, t, ran = [], [], [], 0.0, 0.0
@@ -102,7 +102,7 @@ def test_a_tasks_sample_weights_add_up_to_its_run_time_but_at_the_ends():
             if opens < at <= closes:
                 weights, count = weights + w, count + 1
         truth = run_time(closes) - run_time(opens)
-        worst_weights = max(worst_weights, abs(weights - truth) / truth)
-        worst_count = max(worst_count, abs(count - truth) / truth)
-    allowance = whole_task_spread(truth, 0)
-    assert worst_weights < allowance < worst_count / 3, (worst_weights, allowance, worst_count)
+        allowance = whole_task_spread(truth, 0)     # the truth in periods: its samples
+        worst_weights = max(worst_weights, abs(weights - truth) / truth / allowance)
+        worst_count = max(worst_count, abs(count - truth) / truth / allowance)
+    assert worst_weights < 1 < worst_count / 3, (worst_weights, worst_count)
