@@ -31,4 +31,5 @@ char LICENSE[] SEC("license") = "GPL";
 #include "flowtrace/recvmsg.bpf.h"
 #include "flowtrace/syscall.bpf.h"
 #include "flowtrace/sampling.bpf.h"
+#include "flowtrace/withheld.bpf.h"
 #include "flowtrace/latency.bpf.h"

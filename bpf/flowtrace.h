@@ -125,6 +125,14 @@ struct ft_cpu_stats {
 	 * of the flows it delivers): a fifth of its scheduler time in a lab flow steered to its
 	 * reader's CPU */
 	__u64 kthread_net_rx_ns;
+	/* sampled timing: expiries of the sampler's clock for which the kernel ran no program (some
+	 * kernels, while the CPU idles: withheld.bpf.h), counted from the timer itself and charged
+	 * as ft_sample would have been (of `samples`) */
+	__u64 samples_withheld;
+	/* of them, those where what the CPU did is not known (a task was current, or a kernel
+	 * before 6.11 has no bpf_net_context to tell NET_RX by): charged to nothing, nor counted in
+	 * `samples` */
+	__u64 samples_withheld_unknown;
 };
 
 /* NAPI polls per CPU and NAPI instance (napi:napi_poll): where a device's receive work arrives.
@@ -162,6 +170,8 @@ enum ft_text {
 	 * host on each: 6-8 us here): the sampler looks for net_rps_send_ipi on the stack only there */
 	FT_TEXT_IPI_FIRST,
 	FT_TEXT_IPI_LAST = FT_TEXT_IPI_FIRST + 6,
+	FT_TEXT_PERF_HRTIMER,	/* perf_swevent_hrtimer: the cpu-clock event's timer function, whose
+				 * expiries ft_sample_withheld looks at */
 	FT_TEXT_RANGES,
 };
 

@@ -176,3 +176,40 @@ int BPF_PROG(truth_steal_read, bool preempt, struct task_struct *prev, struct ta
 	t->counted = rq->prev_steal_time_rq;
 	return 0;
 }
+
+/* For the test of the sampler's clock (tests/live/test_withheld_live.py): each CPU's expiries of
+ * the timer of the perf events that run the program truth_clock's prog_id (steer's ft_sample),
+ * counted as they begin, whether perf then runs that program or not. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct truth_clock);
+} truth_clock SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} truth_expiries SEC(".maps");
+
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(truth_clock_expiry, struct hrtimer *timer, ktime_t *now)
+{
+	struct truth_clock *c;
+	struct perf_event *ev;
+	__u32 zero = 0;
+	__u64 *n;
+
+	c = bpf_map_lookup_elem(&truth_clock, &zero);
+	if (!c || !c->function || (__u64)timer->function != c->function)
+		return 0;
+	ev = (void *)timer - bpf_core_field_offset(struct perf_event, hw.hrtimer);
+	if (BPF_CORE_READ(ev, prog, aux, id) != c->prog_id)
+		return 0;
+	n = bpf_map_lookup_elem(&truth_expiries, &zero);
+	if (n)
+		(*n)++;
+	return 0;
+}

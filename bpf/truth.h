@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* truth.bpf.c's per-CPU record, as bench/peer.py reads it (twelve __u64, in this order). */
+/* truth.bpf.c's records, as bench/peer.py and the tests read them. The per-CPU one: twelve __u64,
+ * in this order. */
 #ifndef __TRUTH_H
 #define __TRUTH_H
 
@@ -32,6 +33,14 @@ struct truth_gate {
 struct truth_steal {
 	__u64 live;
 	__u64 counted;
+};
+
+/* truth_clock_expiry's timer: its function's address (perf_swevent_hrtimer, from kallsyms) and
+ * the id of the program its perf events run */
+struct truth_clock {
+	__u64 function;
+	__u32 prog_id;
+	__u32 pad;
 };
 
 #endif /* __TRUTH_H */

@@ -56,6 +56,15 @@ struct {
 	__type(value, struct ft_window);
 } windows SEC(".maps");
 
+/* the id of ft_sample's program, written by userspace once loaded: which perf event's expiries
+ * are the sampler's (withheld.bpf.h) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} sampler_prog SEC(".maps");
+
 /* Where the kernel refuses fexit, userspace puts the UDP reads' tracepoint program on its hook
  * only while UDP datagrams arrive (programs.UDP_READS_FALLBACK). The per-skb program sets
  * udp_seen at a datagram and, when it was clear, wakes userspace through udp_ring at once;
@@ -168,6 +177,10 @@ struct cpu_state {
 	__u32 pool_next;	/* the slot the next one takes (modulo POOL_SLOTS) */
 	__u32 pool_window;	/* the window of the last one */
 	__u32 pool_pad;
+	/* sampled timing: the sampler's perf event as the last expiry of its timer left it
+	 * (withheld.bpf.h): its overflow count this tick, and the tick's */
+	__u64 clock_interrupts;
+	__u64 clock_interrupts_seq;
 };
 
 #define CTX_NONE	0

@@ -431,8 +431,8 @@ struct ft_sampled {
 
 /* Step 1: this CPU's bookkeeping, whatever the sample landed in: the PMU's deltas since the
  * previous sample (charged with its weight, to the same side), the count of samples, and the
- * weight itself. */
-static __always_inline void sample_begin(struct bpf_perf_event_data *ctx, struct cpu_state *s,
+ * weight itself, for a clock of PERIOD ns. */
+static __always_inline void sample_begin(__u64 period, struct cpu_state *s,
 					 struct ft_cpu_stats *tot, struct ft_sampled *x)
 {
 	__u64 llc, now;
@@ -444,9 +444,8 @@ static __always_inline void sample_begin(struct bpf_perf_event_data *ctx, struct
 	tot->samples++;
 	now = bpf_ktime_get_ns();
 	/* the first sample on this CPU: as if the previous one were a period ago */
-	x->weight = sample_weight(ctx->sample_period, now,
-				  s->clock_ns && s->clock_ns < now ? now - s->clock_ns :
-				  ctx->sample_period);
+	x->weight = sample_weight(period, now,
+				  s->clock_ns && s->clock_ns < now ? now - s->clock_ns : period);
 	s->clock_ns = now;
 }
 
@@ -590,7 +589,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	if (!s || !tot)
 		return 0;
 	x.cpu = bpf_get_smp_processor_id();
-	sample_begin(ctx, s, tot, &x);
+	sample_begin(ctx->sample_period, s, tot, &x);
 	if (sampled_user_mode(ctx))
 		return 0;
 	tot->samples_kernel_mode++;

@@ -39,7 +39,8 @@ class CpuStats(ctypes.Structure):
         "samples_kernel_mode", "rx_drops", *EVENT_FIELDS, "napi_thread_ns", "hardirq_ns",
         "hardirqs", "backlog_polls", "backlog_packets", "backlog_full_polls", "napi_map_full",
         "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops", "recv_calls_lost",
-        "kthread_softirq_ns", "kthread_net_rx_ns")]
+        "kthread_softirq_ns", "kthread_net_rx_ns", "samples_withheld",
+        "samples_withheld_unknown")]
 
 
 class NapiKey(ctypes.Structure):
@@ -54,7 +55,8 @@ class NapiStats(ctypes.Structure):
 # also against the object's BTF, where its typed member in ft_config puts it
 FT_TEXT_NET_RX, FT_TEXT_NAPI_THREAD, FT_TEXT_SOFTIRQ, FT_TEXT_RPS_IPI, FT_TEXT_IPI_FIRST = range(5)
 FT_TEXT_IPI_LAST = FT_TEXT_IPI_FIRST + 6
-FT_TEXT_RANGES = FT_TEXT_IPI_LAST + 1
+FT_TEXT_PERF_HRTIMER = FT_TEXT_IPI_LAST + 1
+FT_TEXT_RANGES = FT_TEXT_PERF_HRTIMER + 1
 FT_TIMING_EXACT, FT_TIMING_SAMPLED = range(2)
 FT_CATEGORY_NONE, FT_CATEGORY_OTHER = range(2)
 FT_SIDE_KERNEL, FT_SIDE_KTHREAD, FT_SIDE_APP = range(3)
@@ -68,6 +70,7 @@ HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX
                     "FT_TEXT_NAPI_THREAD": FT_TEXT_NAPI_THREAD, "FT_TEXT_SOFTIRQ": FT_TEXT_SOFTIRQ,
                     "FT_TEXT_RPS_IPI": FT_TEXT_RPS_IPI, "FT_TEXT_IPI_FIRST": FT_TEXT_IPI_FIRST,
                     "FT_TEXT_IPI_LAST": FT_TEXT_IPI_LAST,
+                    "FT_TEXT_PERF_HRTIMER": FT_TEXT_PERF_HRTIMER,
                     "FT_TEXT_RANGES": FT_TEXT_RANGES, **ENUMS["ft_timing"],
                     "FT_CATEGORY_NONE": FT_CATEGORY_NONE, "FT_CATEGORY_OTHER": FT_CATEGORY_OTHER,
                     "FT_SIDE_KERNEL": FT_SIDE_KERNEL, "FT_SIDE_KTHREAD": FT_SIDE_KTHREAD,

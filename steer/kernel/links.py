@@ -52,6 +52,11 @@ def _prog_info(prog_fd: int) -> bytes:
     return buf.raw[:n.value]
 
 
+def prog_id(prog_fd: int) -> int:
+    """A loaded program's id (struct bpf_prog_info: type, then id; uapi since 4.13)."""
+    return struct.unpack_from("I", _prog_info(prog_fd), 4)[0]
+
+
 def prog_run_stats(prog_fd: int) -> tuple[int, int]:
     """(run_time_ns, run_cnt) of a program: non-zero only while kernel.bpf_stats_enabled is 1.
     Offsets 192 and 200 of struct bpf_prog_info are uapi, stable since 5.1."""
@@ -59,6 +64,14 @@ def prog_run_stats(prog_fd: int) -> tuple[int, int]:
     if len(info) < 208:
         return 0, 0
     return struct.unpack_from("QQ", info, 192)
+
+
+def prog_recursion_misses(prog_fd: int) -> int:
+    """The times the kernel skipped a tracing program because it was already running on that
+    CPU (a hard interrupt's tracepoint nested in a softirq's): struct bpf_prog_info's
+    recursion_misses, offset 208, uapi since 5.12 (0 before)."""
+    info = _prog_info(prog_fd)
+    return struct.unpack_from("Q", info, 208)[0] if len(info) >= 216 else 0
 
 
 def prog_sizes(prog_fd: int) -> tuple[int, int]:

@@ -226,6 +226,7 @@ def _cpu_reports(before: TraceSample | None, after: TraceSample, topo: Topology,
     """Each present CPU's interval."""
     llc = caps.llc.available
     per_flow_events = caps.counters_per_flow.available
+    sampled = caps.mode == "sampled"
     cpus = []
     before_cpus = {c.cpu: c for c in before.cpus} if before else {}
     for c in after.cpus:
@@ -248,6 +249,10 @@ def _cpu_reports(before: TraceSample | None, after: TraceSample, topo: Topology,
             kthread_net_rx_seconds=(c.kthread_net_rx_ns - b.kthread_net_rx_ns) / NS,
             hardirq_seconds=(c.hardirq_ns - b.hardirq_ns) / NS,
             hardirqs=c.hardirqs - b.hardirqs,
+            samples=c.samples - b.samples if sampled else None,
+            samples_withheld=c.samples_withheld - b.samples_withheld if sampled else None,
+            samples_withheld_unknown=(c.samples_withheld_unknown - b.samples_withheld_unknown
+                                      if sampled else None),
             napi=cpu_polls(napi, c.cpu),
             events=by_side(side_events([c], [b])) if per_flow_events else None,
             whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},

@@ -265,6 +265,12 @@ class CpuReport:
     # of kthread_seconds, what no flow could be charged with: with the flows' kthread time on
     # this CPU, the whole (as net_rx_unattributed_seconds is of net_rx_seconds)
     kthread_unattributed_seconds: float = 0.0
+    # sampled timing (None: not sampled): the clock samples the CPU's times rest on; of them,
+    # those the kernel ran no program for (while the CPU idled, on some kernels), counted from
+    # the timer itself; and such expiries where what the CPU did is not known, charged to nothing
+    samples: int | None = None
+    samples_withheld: int | None = None
+    samples_withheld_unknown: int | None = None
 
     def as_json(self, caps: Capabilities | None = None) -> dict:
         out = {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
@@ -280,7 +286,9 @@ class CpuReport:
                 "napi_polls": self.napi.polls, "napi_packets": self.napi.packets,
                 "napi_full_polls": self.napi.full_polls,
                 "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
-                "events": self.events, "whole_cpu": self.whole_cpu}
+                "events": self.events, "whole_cpu": self.whole_cpu,
+                "samples": self.samples, "samples_withheld": self.samples_withheld,
+                "samples_withheld_unknown": self.samples_withheld_unknown}
         return _null_missing(out, caps, "", CPU_FIELDS) if caps else out
 
 

@@ -134,6 +134,8 @@ class CpuSample:
     recv_calls_lost: int = 0         # receive calls the kprobe fallback could not count
     kthread_softirq_ns: int = 0  # of softirq_ns: vectors but NET_RX inside receive kthreads
     kthread_net_rx_ns: int = 0   # of net_rx_ns: NET_RX softirqs inside receive kthreads
+    samples_withheld: int = 0    # of samples: expiries the kernel ran no program for, counted
+    samples_withheld_unknown: int = 0   # from the timer; those not charged (not in samples)
 
 
 @dataclass(frozen=True)

@@ -287,6 +287,7 @@ class SteerCollector(Collector):
         yield from self._cpu_metrics(sample, caps)
         yield from self._flow_metrics(fold, series)
         yield from self._health_metrics(sample, caps)
+        yield from self._clock_metrics(sample, caps)
         g = GaugeMetricFamily("steer_scrape_duration_seconds",
                               "Time this scrape took to read the BPF maps and build its snapshot.")
         g.add_metric([], took)
@@ -497,6 +498,24 @@ class SteerCollector(Collector):
         yield from (rx, kernel, app, drops, samples, info)
         if waits is not None:
             yield waits
+
+    def _clock_metrics(self, s: TraceSample, caps):
+        """Sampled timing: each CPU's expiries of the sampler's clock by outcome."""
+        if caps.mode != "sampled":
+            return
+        c = CounterMetricFamily("steer_tracer_clock_expiries",
+                                "Expiries of the sampler's clock per CPU: ran (its program "
+                                "ran), withheld (the kernel ran none, as some do while a CPU "
+                                "idles; counted from the timer and charged as the sampler "
+                                "would have), not_charged (of those, what steer could not "
+                                "tell: charged to no one).", labels=["cpu", "outcome"])
+        for x in s.cpus:
+            if x.samples or x.samples_withheld_unknown:
+                ran = x.samples - (x.samples_withheld - x.samples_withheld_unknown)
+                c.add_metric([str(x.cpu), "ran"], ran)
+                c.add_metric([str(x.cpu), "withheld"], x.samples_withheld)
+                c.add_metric([str(x.cpu), "not_charged"], x.samples_withheld_unknown)
+        yield c
 
     def _health_metrics(self, s: TraceSample, caps):
         g = GaugeMetricFamily("steer_tracer_flow_entries", "Live (flow, CPU) entries in the flow map.")

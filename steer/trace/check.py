@@ -50,13 +50,22 @@ def remedy(why: str) -> str:
     return ""
 
 
-def _tracer_run(timing: str, app_hook: str, latency: bool = False) -> dict:
-    """Start a tracer as the commands do, note what it took and what was refused, stop it."""
+# the sampled run watches its clock this long at this rate: each CPU's expiries, and those the
+# kernel ran no program for (bpf/flowtrace/withheld.bpf.h)
+WATCH_SECONDS = 0.3
+WATCH_HZ = 997
+
+
+def _tracer_run(timing: str, app_hook: str, latency: bool = False, watch: bool = False) -> dict:
+    """Start a tracer as the commands do, note what it took and what was refused, stop it;
+    with WATCH, a sampled one's clock watched for WATCH_SECONDS first ("sampler")."""
+    import time
     from steer.kernel.privileges import PrivilegeError
+    from steer.trace.programs import WITHHELD
     from steer.trace.tracer import Tracer, TracerError
     from steer.trace.windows import default_windows
     t = Tracer(timing=timing, app_hook=app_hook, counters="off", latency=latency,
-               windows=default_windows(timing))
+               windows=default_windows(timing), **({"sample_hz": WATCH_HZ} if watch else {}))
     try:
         t.start()
     except (TracerError, PrivilegeError) as e:
@@ -64,9 +73,24 @@ def _tracer_run(timing: str, app_hook: str, latency: bool = False) -> dict:
                 "refused_maps": dict(t.refused_maps)}
     try:
         p = t.plan
-        return {"runs": True, "mode": p.timing, "hook": p.hook, "why": p.timing_why,
-                "hook_why": p.hook_why, "loaded": sorted(p.programs), "refused": dict(t.refused),
-                "refused_maps": dict(t.refused_maps), "figures": {n: f.as_dict() for n, f in t.capabilities.figures.items()}}
+        out = {"runs": True, "mode": p.timing, "hook": p.hook, "why": p.timing_why,
+               "hook_why": p.hook_why, "loaded": sorted(p.programs), "refused": dict(t.refused),
+               "refused_maps": dict(t.refused_maps),
+               "figures": {n: f.as_dict() for n, f in t.capabilities.figures.items()}}
+        if watch and p.timing == "sampled" and WITHHELD in p.programs:
+            c0, t0 = t.cpu_totals(), time.monotonic()
+            time.sleep(WATCH_SECONDS)
+            c1, t1 = t.cpu_totals(), time.monotonic()
+            out["sampler"] = {
+                "seconds": round(t1 - t0, 3), "hz": WATCH_HZ,
+                "cpus": {str(b.cpu): {
+                    "expiries": b.samples - a.samples + b.samples_withheld_unknown
+                    - a.samples_withheld_unknown,
+                    "withheld": b.samples_withheld - a.samples_withheld,
+                    "not_charged": b.samples_withheld_unknown - a.samples_withheld_unknown}
+                    for a, b in zip(c0, c1) if b.samples != a.samples
+                    or b.samples_withheld_unknown != a.samples_withheld_unknown}}
+        return out
     finally:
         t.stop()
 
@@ -126,7 +150,7 @@ def run_checks() -> dict:
     default = _tracer_run("auto", "auto", latency=True)
     runs = {"default": default}
     for timing in ("sampled", "exact"):
-        runs[timing] = _tracer_run(timing, "auto")
+        runs[timing] = _tracer_run(timing, "auto", watch=timing == "sampled")
     for hook in ("tracepoint", "fexit", "kprobe"):
         runs[f"exact/{hook}"] = _tracer_run("exact", hook)
     report["default"] = {k: default.get(k) for k in ("runs", "mode", "hook", "why", "error")}
@@ -150,6 +174,7 @@ def run_checks() -> dict:
                              # a figure of an option's: "option" says which
                              **({"option": "--latency"} if name == "latency" else {}))
     report["figures"] = figures
+    report["sampler"] = runs["sampled"].get("sampler")
     if report["privileges"]["missing"] or not report["btf"]:
         report["counters"], report["steering"] = {}, "not tried"
     else:
@@ -221,10 +246,30 @@ def host_rows(report: dict) -> list[tuple[str, str, str, str]]:
         ok = status.startswith("available")
         rows.append((f"PMU {', '.join(events)}", WORKS if ok else "missing", status,
                      "" if ok else remedy(status)))
+    sampler = report.get("sampler")
+    if sampler:
+        rows.append(("sampler's clock", WORKS, sampler_line(sampler), ""))
     steering = report["steering"]
     rows.append(("steering", WORKS if steering.startswith("available") else "missing",
                  steering, ""))
     return rows
+
+
+def sampler_line(sampler: dict) -> str:
+    """What the watch of the sampler's clock found: every expiry ran its program, or on which
+    CPUs the kernel ran none for how many (counted and charged from the timer itself)."""
+    cpus = sampler["cpus"]
+    held = {c: v for c, v in cpus.items() if v["withheld"]}
+    total = sum(v["expiries"] for v in cpus.values())
+    head = f"{total} expiries at {sampler['hz']} Hz on {len(cpus)} CPUs in {sampler['seconds']} s"
+    if not held:
+        return head + ": each ran the sampler's program"
+    lost = sum(v["not_charged"] for v in held.values())
+    return (head + ": the kernel ran no program for " + ", ".join(
+        f"{v['withheld']} of CPU {c}'s {v['expiries']}" for c, v in sorted(
+            held.items(), key=lambda kv: int(kv[0]))) + " (while idle, on some kernels); "
+        "steer counts them from the timer and charges what it can tell"
+        + (f", {lost} it could not" if lost else ""))
 
 
 def program_rows(report: dict) -> list[tuple[str, str, str, str]]:

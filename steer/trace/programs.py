@@ -33,6 +33,7 @@ CORE = {
 # bpf/flowtrace.bpf.c): what users and `steer check` are told was refused
 SECTIONS = {
     "ft_sample": "perf_event",
+    "ft_sample_withheld": "tp_btf/hrtimer_expire_exit",
     "ft_skb_hint": "tp_btf/netif_receive_skb",
     "ft_softirq_entry": "tp_btf/softirq_entry",
     "ft_softirq_exit": "tp_btf/softirq_exit",
@@ -72,11 +73,14 @@ SECTIONS = {
 ALL_PROGRAMS = tuple(SECTIONS)
 # its maps (tests/unit/test_programs.py checks them against the source): a map type the kernel lacks
 # (task storage before 5.11) is not created, and the programs that use it are refused in turn
-MAPS = ("flows", "cpu_totals", "windows", "udp_seen", "udp_ring", "llc_counters", "ref_counters",
+MAPS = ("flows", "cpu_totals", "windows", "sampler_prog", "udp_seen", "udp_ring", "llc_counters", "ref_counters",
         "instruction_counters", "cycle_counters", "cpu_states", "readers", "napi_polls", "socks",
         "recv_calls", "sampled_runtime", "stack_scratch", "profile_text", "profile", "lat_flows",
         "lat_zero", "lat_arriving", "lat_socks", "lat_waking", "lat_woken")
 OPTIONAL = tuple(p for p in ALL_PROGRAMS if not any(p in core for core in CORE.values()))
+# sampled timing: the sampler's clock expiries a kernel runs no program for (bpf/flowtrace/
+# withheld.bpf.h), counted and charged from the timer itself
+WITHHELD = "ft_sample_withheld"
 
 # the per-CPU and per-device figures, in every mode
 DEVICE_PROGRAMS = ("ft_napi_poll", "ft_irq_handler_entry", "ft_irq_handler_exit", "ft_kfree_skb",
@@ -242,6 +246,8 @@ def plan(timing: str, app_hook: str, refused: dict[str, str], latency: bool = Fa
             and UDP_READS_FALLBACK not in refused:
         # one program for both families, never beside an fexit one (each read counted once)
         wanted = (wanted - set(HOOKS["counters"])) | {UDP_READS_FALLBACK}
+    if mode == "sampled":
+        wanted.add(WITHHELD)
     if mode == "exact":
         wanted |= {"ft_xdp_redirect", "ft_xdp_cpumap_kthread", "ft_sched_switch"}
         if hook != "off":
@@ -310,6 +316,12 @@ def _figures(mode, hook, programs, refused, skb_count, tcp_walk, timing_why: str
                 "sleep")
         f["kthread_time"] = _state(has("ft_sched_switch"), "clock reads at each skb and context "
                                    "switch of the kthread", "not measured", why("ft_sched_switch"))
+    elif sampled and not has(WITHHELD):
+        # only where a kernel withholds samples is anything lost: it cannot be seen without it
+        f["kernel_time"] = why(WITHHELD).figure(
+            DEGRADED, "cpu-clock samples; those a kernel keeps from the sampler while a CPU "
+            "idles (NET_RX on the idle task) go uncounted")
+        f["kthread_time"] = Figure(WORKS, "cpu-clock samples")
     else:
         f["kernel_time"] = _state(sampled, "cpu-clock samples", "not measured", timing_lost)
         f["kthread_time"] = _state(sampled, "cpu-clock samples", "not measured", timing_lost)

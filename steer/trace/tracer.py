@@ -26,7 +26,7 @@ from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, Perf
                                kernel_text_ranges)
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED,
                                   HOOKS, LATENCY_MAPS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR,
-                                  TIMING_CHOICES, UDP_READS_FALLBACK, Plan, PlanError,
+                                  TIMING_CHOICES, UDP_READS_FALLBACK, WITHHELD, Plan, PlanError,
                                   forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_SAMPLE_HZ)
@@ -62,7 +62,8 @@ TEXT_SYMBOLS = {abi.FT_TEXT_NET_RX: ["net_rx_action"],
                              "arch_send_call_function_single_ipi"],
                             ["x2apic_send_IPI", "gic_ipi_send_mask"],
                             ["native_write_msr", "__ipi_send_mask"],
-                            ["kvm_send_ipi_mask", "smp_cross_call"]]))}
+                            ["kvm_send_ipi_mask", "smp_cross_call"]])),
+                abi.FT_TEXT_PERF_HRTIMER: ["perf_swevent_hrtimer"]}
 # Where the kernel refuses fexit, the sampled mode reads UDP by a tracepoint that every receive
 # call of every socket passes (programs.UDP_READS_FALLBACK: ~1% of a loopback redis GET's rate
 # here, bench.rr): a thread of the tracer puts it on its hook only while UDP datagrams arrive,
@@ -342,6 +343,10 @@ class Tracer:
                 if isinstance(text, str):
                     refused["ft_sample"] = text
                     continue
+                if not text[abi.FT_TEXT_PERF_HRTIMER][0] and WITHHELD not in refused:
+                    refused[WITHHELD] = ("/proc/kallsyms has no perf_swevent_hrtimer (the "
+                                         "cpu-clock event's timer)")
+                    continue
             fake = sorted(forced & p.programs)
             if fake:   # as the kernel would: one refusal an attempt
                 refused[fake[0]] = f"the kernel refused {SECTIONS[fake[0]]} ({REFUSE_ENV})"
@@ -449,6 +454,9 @@ class Tracer:
                 m = self._obj.map(EVENTS[event][1])
                 for c in per_cpu:
                     m.update(struct.pack("I", c.cpu), struct.pack("I", c.fd))
+        if WITHHELD in p.programs:   # which perf events' expiries are the sampler's
+            self._obj.map("sampler_prog").update(_ZERO_KEY,
+                                                 struct.pack("I", self.program_id("ft_sample")))
         if ranges and sampled:
             from steer.trace.profile import pack_ranges
             self._obj.map("profile_text").update_batch(*pack_ranges(ranges))
@@ -721,6 +729,11 @@ class Tracer:
         from steer.kernel.links import prog_run_stats
         return {n: prog_run_stats(self._obj.prog_fd(n)) for n in self._running_programs()}
 
+    def program_id(self, name: str) -> int:
+        """The kernel's id of the loaded program NAME (as bpftool lists it)."""
+        from steer.kernel.links import prog_id
+        return prog_id(self._obj.prog_fd(name))
+
     def program_sizes(self) -> dict[str, tuple[int, int]]:
         """Program -> (instructions as the kernel runs them, bytes of machine code)."""
         from steer.kernel.links import prog_sizes
@@ -878,9 +891,12 @@ class Tracer:
         kbuf, vbuf = arrays.keys.tobytes(), arrays.values.tobytes()
         return dict(self._entry(kbuf[i * ks:(i + 1) * ks], vbuf, i * vs) for i in range(len(arrays)))
 
-    def _with_cpus(self, entries: dict, live: int, changed: tuple,
-                   arrays: FlowArrays | None = None) -> TraceSample:
-        """A sample of ENTRIES (or ARRAYS) with the per-CPU maps read now."""
+    def cpu_totals(self) -> tuple[CpuSample, ...]:
+        """Each CPU's totals alone, read now (one map, a lookup): cumulative since start, as
+        in sample()'s cpus."""
+        return self._between_windows(self._read_cpus)
+
+    def _read_cpus(self) -> tuple[CpuSample, ...]:
         per_cpu = self._cpus.lookup(struct.pack("I", 0))
         fields = [{n: getattr(abi.CpuStats.from_buffer_copy(raw), n) for n in _CPU_FIELDS}
                   for raw in per_cpu]
@@ -889,7 +905,12 @@ class Tracer:
             for cpu, n in net_rx_softirqs().items():
                 if cpu < len(fields):
                     fields[cpu]["net_rx_events"] = n - self._softirqs0.get(cpu, 0)
-        cpus = tuple(CpuSample(i, **f) for i, f in enumerate(fields))
+        return tuple(CpuSample(i, **f) for i, f in enumerate(fields))
+
+    def _with_cpus(self, entries: dict, live: int, changed: tuple,
+                   arrays: FlowArrays | None = None) -> TraceSample:
+        """A sample of ENTRIES (or ARRAYS) with the per-CPU maps read now."""
+        cpus = self._read_cpus()
         return TraceSample(time.monotonic_ns(), entries, cpus, live, self._flows.max_entries,
                            self._expired, self._seq, changed,
                            cpu_events=self._counters.whole_cpu(), napi=self._napi_polls(cpus),

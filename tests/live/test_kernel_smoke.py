@@ -14,6 +14,7 @@ import pytest
 from helpers import (CPU_A, CPU_B, COOKIE, ROOT, STEER, bpftool_objects, live, steer, tcp_rx_bound,
                      two_cpus)
 from steer.experiment.lab import Lab, LabFlow
+from steer.model.topology import online_cpus
 
 pytestmark = [live, two_cpus]
 
@@ -39,6 +40,14 @@ def test_check_says_what_runs(report):
         assert f["state"] in ("works", "degraded", "missing")
         if f["state"] != "works":
             assert f["why"], name
+    # the sampled run's watch of its clock: every online CPU's expiries, each either run by
+    # the sampler's program or counted by ft_sample_withheld (what it could not charge among
+    # them); a CPU's clock fires while it idles too, if late
+    s = report["sampler"]
+    print(f"the sampler's clock: {s}")
+    assert set(s["cpus"]) == {str(c) for c in online_cpus()}, s
+    for c in s["cpus"].values():
+        assert 0 <= c["not_charged"] <= c["withheld"] <= c["expiries"] > 0, s
 
 
 # the programs whose links mean a tracer is attached: the last each mode attaches

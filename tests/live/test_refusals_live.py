@@ -238,7 +238,9 @@ def test_check_names_each_refused_program_and_runs():
     for name in CORE["sampled"] + CORE["exact"]:
         assert report["programs"][name]["state"] == "works", name
     assert report["figures"]["tcp_app_bytes"]["state"] == "missing"
-    assert report["figures"]["kernel_time"]["state"] == "works"
+    # without ft_sample_withheld, what a kernel keeps from the sampler while a CPU idles
+    assert report["figures"]["kernel_time"]["state"] == "degraded"
+    assert "hrtimer_expire_exit" in report["figures"]["kernel_time"]["why"]
     assert report["maps"] == {}
     old = json.loads(steer("check", "--json", env={REFUSE_ENV: "readers,sampled_runtime"},
                            timeout=180).stdout)   # a kernel without task storage, as before 5.11

@@ -142,3 +142,21 @@ def test_an_options_figure_is_listed_but_not_the_defaults_loss():
     assert "no figure lost to the kernel" in headline(r)
     lines = text_lines(r, width=100)
     assert any(l.startswith("latency (--latency)") and "degraded" in l for l in lines)
+
+
+def test_the_samplers_clock_says_where_the_kernel_ran_no_program():
+    """The sampled run's watch of its clock (run_checks): a row that says on which CPUs the
+    kernel ran no program for how many expiries, or that each ran it; none where not watched."""
+    r = report({})
+    assert not any(l.startswith("sampler's clock") for l in text_lines(r))
+    r["sampler"] = {"seconds": 0.52, "hz": 997,
+                    "cpus": {"0": {"expiries": 357, "withheld": 0, "not_charged": 0},
+                             "1": {"expiries": 517, "withheld": 515, "not_charged": 2}}}
+    lines = text_lines(r, width=100)
+    row = next(i for i, l in enumerate(lines) if l.startswith("sampler's clock"))
+    block = " ".join(" ".join(lines[row:row + 4]).split())
+    assert "works" in block and "874 expiries at 997 Hz on 2 CPUs in 0.52 s" in block
+    assert "no program for 515 of CPU 1's 517" in block and "2 it could not" in block
+    assert "CPU 0" not in block
+    r["sampler"]["cpus"]["1"].update(withheld=0, not_charged=0)
+    assert "each ran the sampler's program" in " ".join(text_lines(r, width=200))

@@ -1,5 +1,6 @@
 """The exporter's collector on a fake tracer (the TraceSource protocol) and fake steering state:
 what Prometheus would scrape, without root or BPF, in the text format a real scrape gets."""
+import dataclasses
 import os
 import platform
 
@@ -319,6 +320,27 @@ def test_what_the_tracer_could_not_count_is_exported():
     assert _get(m, "steer_tracer_map_full_total", map="recv_calls") == 6
     assert _get(m, "steer_cpu_cpumap_drops_total", cpu=0, where="enqueue") == 7
     assert _get(m, "steer_cpu_cpumap_drops_total", cpu=1, where="kthread") == 2
+
+
+def test_the_samplers_clock_expiries_are_exported_by_outcome():
+    """Sampled timing: each CPU's expiries that ran the sampler's program, those the kernel
+    ran none for (samples_withheld, of samples, but those it could not charge) and those."""
+    cpus = (CpuSample(0, samples=100), CpuSample(1, samples=90, samples_withheld=60,
+                                                   samples_withheld_unknown=5))
+    tracer = fakes.FakeTracer([_sample(0, []), TraceSample(S, {}, cpus, 0, 1024)],
+                              dataclasses.replace(CAPS, mode="sampled"))
+    c = SteerCollector(tracer, read_topology(VM))
+    list(c.collect())
+    m = _scrape(c)
+    assert _get(m, "steer_tracer_clock_expiries_total", cpu=0, outcome="ran") == 100
+    assert _get(m, "steer_tracer_clock_expiries_total", cpu=0, outcome="withheld") == 0
+    assert _get(m, "steer_tracer_clock_expiries_total", cpu=1, outcome="ran") == 35
+    assert _get(m, "steer_tracer_clock_expiries_total", cpu=1, outcome="withheld") == 60
+    assert _get(m, "steer_tracer_clock_expiries_total", cpu=1, outcome="not_charged") == 5
+    exact = SteerCollector(FakeTracer([_sample(0, []), TraceSample(S, {}, cpus, 0, 1024)]),
+                           read_topology(VM))
+    list(exact.collect())
+    assert not [k for k in _scrape(exact) if k[0] == "steer_tracer_clock_expiries_total"]
 
 
 def test_softirqs_a_receive_kthread_ran_are_exported_apart_from_receive_time():

@@ -9,7 +9,7 @@ import pytest
 from helpers import ROOT
 from steer.abi.flowtrace import FT_COUNT_TCP, FT_COUNT_UDP
 from steer.trace.programs import (ALL_PROGRAMS, CORE, HOOKS, OPTIONAL, SECTIONS, SOCKET_PROGRAMS,
-                                  UDP_READS_FALLBACK,
+                                  UDP_READS_FALLBACK, WITHHELD,
                                   PlanError, forced_refusals, plan, refusals)
 
 EPERM = "EPERM: Operation not permitted"
@@ -100,9 +100,11 @@ def test_every_optional_program_refused_leaves_the_core_and_its_figures():
     assert p.timing == "sampled" and p.programs == frozenset(CORE["sampled"])
     assert p.skb_count == FT_COUNT_TCP | FT_COUNT_UDP
     s = states(p)
-    for works in ("kernel_time", "kthread_time", "tcp_rx_bytes", "udp_rx_bytes", "reader",
-                  "app_time"):
+    for works in ("kthread_time", "tcp_rx_bytes", "udp_rx_bytes", "reader", "app_time"):
         assert s[works] == "works", works
+    # the samples a kernel withholds go uncounted: none on most kernels, but no one can tell
+    assert s["kernel_time"] == "degraded"
+    assert "hrtimer_expire_exit" in p.figures["kernel_time"].why
     for lost in ("tcp_app_bytes", "udp_app_bytes", "drops", "napi_polls", "hardirqs"):
         assert s[lost] == "missing", lost
         assert "the kernel refused" in p.figures[lost].why
@@ -242,3 +244,15 @@ def test_a_figure_is_lost_to_the_kernel_by_where_its_reason_came_from_not_its_wo
     every = {p: f"the kernel refused {SECTIONS[p]} (EPERM: x)" for h in HOOKS.values() for p in h}
     gone = plan("exact", "auto", every).figures
     assert {"tcp_app_bytes", "reader", "app_time"} <= set(lost_to_kernel(gone))
+
+
+def test_sampled_timing_counts_the_samples_a_kernel_withholds():
+    """The sampled mode takes ft_sample_withheld beside its core, and without it says what
+    kernel time loses; the exact mode has no sampler's clock to watch."""
+    assert WITHHELD in plan("sampled", "auto", {}).programs
+    assert WITHHELD not in plan("exact", "auto", {}).programs
+    assert states(plan("sampled", "auto", {}))["kernel_time"] == "works"
+    p = plan("sampled", "auto", refused(WITHHELD))
+    assert p.timing == "sampled" and WITHHELD not in p.programs
+    assert states(p)["kernel_time"] == "degraded"
+    assert "idle" in p.figures["kernel_time"].how
