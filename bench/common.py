@@ -122,6 +122,10 @@ TRACER_MODES = {"sampled": {"timing": "sampled"},
                 "sampled-tracepoint": {"timing": "sampled", "app_hook": "tracepoint"},
                 # the default: the sampled mode on its per-packet hooks 50 ms of every 500
                 "sampled-windows": {"timing": "sampled", "windows": "50/500"},
+                # the default without the program that counts the expiries a kernel withholds
+                # from the sampler (bpf/flowtrace/withheld.bpf.h): what it costs, side by side
+                "sampled-windows-no-withheld": {"timing": "sampled", "windows": "50/500",
+                                                "refuse": "ft_sample_withheld"},
                 "exact": {"timing": "exact"},
                 # `steer flows --latency`: the default mode and the latency programs beside it
                 "sampled-latency": {"timing": "sampled", "latency": True},
