@@ -44,6 +44,14 @@ def sampled_spread(samples: float, figures: int = 1, odds: float = ODDS,
     return z_for(figures, odds) * dispersion / max(samples, 1.0) ** 0.5
 
 
+def classified_spread(expiries: float, share: float, figures: int = 1, odds: float = ODDS,
+                      dispersion: float = DISPERSION) -> float:
+    """What the share of EXPIRIES of a sampling clock that a classification leaves out (SHARE of
+    them, each its own draw) may stray by chance (relative to the expiries), for FIGURES such
+    shares held at once at ODDS: a binomial count's spread, DISPERSION times over."""
+    return z_for(figures, odds) * dispersion * (share * (1 - share) / max(expiries, 1.0)) ** 0.5
+
+
 def chance_of(deviation: float, samples: float, dispersion: float = DISPERSION) -> float:
     """The two-sided chance that a figure on SAMPLES samples strays by DEVIATION (relative) or
     more, by the model: what a measured error says about the bound it was held to."""

@@ -42,6 +42,16 @@ class NetRxTracer:
         self.obj.close()
 
 
+def perf_hrtimer_address() -> int:
+    """perf_swevent_hrtimer's address: the function of a cpu-clock perf event's timer."""
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            addr, kind, name = line.split()[:3]
+            if name == "perf_swevent_hrtimer" and kind in "tT":
+                return int(addr, 16)
+    raise LookupError("/proc/kallsyms has no perf_swevent_hrtimer")
+
+
 def truth_object(only: set[str] | None = None, gate_fd: int | None = None) -> BpfObject:
     """bpf/truth.bpf.c loaded, owned by this process: its run clock told where the KVM steal
     clock lies (as steer's programs are), GATE_FD's map shared as its gate where given."""
@@ -76,14 +86,23 @@ class NetRxBrackets:
         self._t = time.monotonic()
 
     def _read(self) -> list[tuple[int, ...]]:
-        return [struct.unpack_from("12Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
+        return [struct.unpack_from("15Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
+
+    def watch_clock(self, prog_id: int) -> None:
+        """Count each CPU's expiries of the clock of the perf events that run program PROG_ID
+        (steer's ft_sample) that begin inside a NET_RX softirq (measure()'s "landed"): where the
+        sampler's samples land, whatever steer makes of them."""
+        self.obj.map("truth_clock").update(struct.pack("I", 0), struct.pack(
+            "QII", perf_hrtimer_address(), prog_id, 0))
+        self.obj.attach("truth_clock_expiry")
 
     def measure(self) -> dict[int, dict]:
         """Since the previous measure() (or the start): CPU -> {ns (the NET_RX time, the brackets'
         own cost taken off), raw (as the brackets read it), count (softirqs), overhead (ns a
         bracket added), gated (ns, own cost taken off, of those that began with the gate open),
         gated_count, polled and polled_count (with POLLS: those in which a NAPI poll took packets
-        in; the rest only sent RPS IPIs, or found nothing)}, for the CPUs that ran any; the
+        in; the rest only sent RPS IPIs, or found nothing), landed and landed_polled (with
+        watch_clock: the clock's expiries inside them, and inside those that took packets in)}, for the CPUs that ran any; the
         window's length in self.elapsed."""
         cur, now = self._read(), time.monotonic()
         out = {}
@@ -91,11 +110,13 @@ class NetRxBrackets:
             ns, n, gap, gaps = b[1] - a[1], b[2] - a[2], b[4] - a[4], b[5] - a[5]
             gated, gn = b[7] - a[7], b[8] - a[8]
             polled, pn = b[10] - a[10], b[11] - a[11]
+            landed, landed_polled = b[13] - a[13], b[14] - a[14]
             if n:
                 over = gap / gaps if gaps else 0.0
                 out[cpu] = {"ns": ns - n * over, "raw": ns, "count": n, "overhead": over,
                             "gated": gated - gn * over, "gated_count": gn,
-                            "polled": polled - pn * over, "polled_count": pn}
+                            "polled": polled - pn * over, "polled_count": pn,
+                            "landed": landed, "landed_polled": landed_polled}
         self.elapsed, self._last, self._t = now - self._t, cur, now
         return out
 

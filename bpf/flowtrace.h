@@ -133,6 +133,9 @@ struct ft_cpu_stats {
 	 * before 6.11 has no bpf_net_context to tell NET_RX by): charged to nothing, nor counted in
 	 * `samples` */
 	__u64 samples_withheld_unknown;
+	/* sampled timing: of `samples`, those charged to net_rx_ns (each with its weight there):
+	 * what that figure rests on, counted one by one */
+	__u64 net_rx_samples;
 };
 
 /* NAPI polls per CPU and NAPI instance (napi:napi_poll): where a device's receive work arrives.

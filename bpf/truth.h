@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* truth.bpf.c's records, as bench/peer.py and the tests read them. The per-CPU one: twelve __u64,
- * in this order. */
+/* truth.bpf.c's records, as bench/peer.py and the tests read them. The per-CPU one: fifteen
+ * __u64, in this order. */
 #ifndef __TRUTH_H
 #define __TRUTH_H
 
@@ -10,6 +10,12 @@ struct truth_bracket {
 	__u64 count;	/* the closed brackets */
 };
 
+struct truth_landing {
+	__u64 open;	/* the expiries inside the open bracket */
+	__u64 count;	/* inside closed brackets */
+	__u64 polled;	/* of count, inside brackets that took packets in (truth_poll) */
+};
+
 struct truth_cpu {
 	struct truth_bracket net_rx;	/* softirq_entry to softirq_exit of each NET_RX softirq */
 	struct truth_bracket gap;	/* from one program's last clock read to the next one's first */
@@ -17,6 +23,9 @@ struct truth_cpu {
 	/* with truth_poll attached, the NET_RX softirqs in which a NAPI poll (a device's or the
 	 * backlog's) took packets in; start: the open one has */
 	struct truth_bracket polled;
+	/* with truth_clock_expiry attached in the same object, the sampler's clock expiries that
+	 * began inside a NET_RX bracket: where its samples landed, whatever steer made of them */
+	struct truth_landing landed;
 };
 
 /* The gate: where userspace gives it a map of this shape that another object writes (steer's

@@ -515,9 +515,11 @@ static __always_inline int charge_receive(struct cpu_state *s, struct ft_cpu_sta
 		tot->kthread_ns += w;
 	} else if (napi_thread) {
 		tot->net_rx_ns += w;
+		tot->net_rx_samples++;
 		tot->napi_thread_ns += w;
 	} else {
 		tot->net_rx_ns += w;
+		tot->net_rx_samples++;
 		tot->softirq_ns += w;
 		/* a NET_RX softirq on top of a receive kthread (its local_bh_enable) */
 		bpf_get_current_comm(comm, sizeof(comm));

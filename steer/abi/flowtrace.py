@@ -40,7 +40,7 @@ class CpuStats(ctypes.Structure):
         "hardirqs", "backlog_polls", "backlog_packets", "backlog_full_polls", "napi_map_full",
         "profile_map_full", "cpumap_enqueue_drops", "cpumap_kthread_drops", "recv_calls_lost",
         "kthread_softirq_ns", "kthread_net_rx_ns", "samples_withheld",
-        "samples_withheld_unknown")]
+        "samples_withheld_unknown", "net_rx_samples")]
 
 
 class NapiKey(ctypes.Structure):

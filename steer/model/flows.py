@@ -253,6 +253,7 @@ def _cpu_reports(before: TraceSample | None, after: TraceSample, topo: Topology,
             samples_withheld=c.samples_withheld - b.samples_withheld if sampled else None,
             samples_withheld_unknown=(c.samples_withheld_unknown - b.samples_withheld_unknown
                                       if sampled else None),
+            net_rx_samples=c.net_rx_samples - b.net_rx_samples if sampled else None,
             napi=cpu_polls(napi, c.cpu),
             events=by_side(side_events([c], [b])) if per_flow_events else None,
             whole_cpu=_whole_cpu(before.cpu_events.get(c.cpu, {}) if before else {},

@@ -271,6 +271,7 @@ class CpuReport:
     samples: int | None = None
     samples_withheld: int | None = None
     samples_withheld_unknown: int | None = None
+    net_rx_samples: int | None = None    # of samples: those net_rx_seconds rests on
 
     def as_json(self, caps: Capabilities | None = None) -> dict:
         out = {"cpu": self.cpu, "net_rx_events": self.net_rx_events, "rx_drops": self.rx_drops,
@@ -288,7 +289,8 @@ class CpuReport:
                 "llc_misses_kernel": self.llc_misses_kernel, "llc_misses_app": self.llc_misses_app,
                 "events": self.events, "whole_cpu": self.whole_cpu,
                 "samples": self.samples, "samples_withheld": self.samples_withheld,
-                "samples_withheld_unknown": self.samples_withheld_unknown}
+                "samples_withheld_unknown": self.samples_withheld_unknown,
+                "net_rx_samples": self.net_rx_samples}
         return _null_missing(out, caps, "", CPU_FIELDS) if caps else out
 
 

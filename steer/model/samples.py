@@ -136,6 +136,7 @@ class CpuSample:
     kthread_net_rx_ns: int = 0   # of net_rx_ns: NET_RX softirqs inside receive kthreads
     samples_withheld: int = 0    # of samples: expiries the kernel ran no program for, counted
     samples_withheld_unknown: int = 0   # from the timer; those not charged (not in samples)
+    net_rx_samples: int = 0      # of samples: those net_rx_ns rests on
 
 
 @dataclass(frozen=True)

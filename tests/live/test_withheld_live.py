@@ -12,7 +12,7 @@ import pytest
 from helpers import CPU_A, CPU_B, live, two_cpus
 from bench.accuracy import BOUNDS
 from bench.odds import sampled_spread
-from bench.peer import NetRxBrackets, truth_object
+from bench.peer import NetRxBrackets, perf_hrtimer_address, truth_object
 from steer.experiment.lab import Lab, LabFlow
 from steer.kernel.links import prog_recursion_misses
 from steer.trace.tracer import Tracer
@@ -25,12 +25,10 @@ NET_RX_BIAS = BOUNDS[("NET_RX per CPU", "sampled")]   # the sampled NET_RX's own
 
 
 def _perf_hrtimer() -> int:
-    with open("/proc/kallsyms") as f:
-        for line in f:
-            addr, kind, name = line.split()[:3]
-            if name == "perf_swevent_hrtimer" and kind in "tT":
-                return int(addr, 16)
-    pytest.skip("/proc/kallsyms has no perf_swevent_hrtimer")
+    try:
+        return perf_hrtimer_address()
+    except LookupError as e:
+        pytest.skip(str(e))
 
 
 def test_each_expiry_of_the_samplers_clock_is_counted_and_idle_net_rx_charged(held):

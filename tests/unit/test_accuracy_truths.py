@@ -104,3 +104,19 @@ def test_a_schedstat_truth_read_around_two_tracer_reads_knows_its_spread():
     assert widened((-0.05, 0.05), spread, truth) == pytest.approx((-0.05 - 0.003 / 1.001,
                                                                    0.05 + 0.003 / 1.001))
     assert runtime_between(5, 5, 9, 9) == (4e-9, 0.0)   # read at once: no spread
+
+
+def test_the_samples_held_count_for_count_catch_a_15_percent_error():
+    """steer's NET_RX samples against the clock's expiries inside NET_RX (bench.accuracy's
+    landing rows): at the matrix's fewest expiries (~2,000 at 9,973 Hz in 3 s) and its number of
+    sampled figures, the bounds hold every scenario's measured mean (-4.8%..-6.5%) and fail a
+    figure 0.85x or 1.15x that mean; with fewer expiries they widen, as a binomial share's."""
+    truth = "the clock's expiries in NET_RX"
+    low, high = bounds(truth, "sampled", None, figures=14, expiries=2000)
+    for mean in (-0.048, -0.055, -0.065):
+        assert low < mean < high
+        assert not low <= 0.85 * (1 + mean) - 1 <= high
+        assert not low <= 1.15 * (1 + mean) - 1 <= high
+    wide = bounds(truth, "sampled", None, figures=14, expiries=200)
+    assert wide[0] < low and wide[1] > high
+    assert bounds(truth, "sampled", None, figures=14) == accuracy.BOUNDS[(truth, "sampled")]
