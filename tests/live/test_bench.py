@@ -196,9 +196,18 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     assert all(r.get("ratio") is None for r in rows if r.get("truth_error"))
     assert not failed and all(r["ok"] for r in judged), failed or [r for r in judged if not r["ok"]]
     assert data["out_of_bounds"] == 0
-    # and the bounds can catch what they are for: every sampled time's upper bound under +40%
-    wide = [(r["scenario"], r["bounds"]) for r in rows
-            if r["mode"] == "sampled" and r.get("samples") is not None and r["bounds"][1] >= 0.40]
+    # and the bounds can catch what they are for: every sampled time's upper bound under +40%,
+    # but for what the host took from its CPU over the scenario (steal_spread), which widens a
+    # schedstat truth's bounds by as much and says that run could not tell (clean clone 163: the
+    # host took 3-6.5 CPU-s of a 10 s scenario, and bounds of +-68% and +-134% held)
+    def model_high(r: dict) -> float:
+        return r["bounds"][1] - (r.get("extra_high", 0.0) if r.get("cpu_steal_seconds") else 0.0)
+    sampled = [r for r in rows if r["mode"] == "sampled" and r.get("samples") is not None]
+    stolen = [(r["scenario"], r["cpu_steal_seconds"], r["bounds"]) for r in sampled
+              if r.get("cpu_steal_seconds") and r["bounds"][1] >= 0.40]
+    if stolen:
+        print("bounds the host's steal widened past +40% (CPU-s taken):", stolen)
+    wide = [(r["scenario"], r["bounds"]) for r in sampled if model_high(r) >= 0.40]
     assert not wide, wide
 
 
