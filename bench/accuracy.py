@@ -125,7 +125,9 @@ BOUNDS = {
     # from where the clock lands, which in this VM at 9,973 Hz is 1-25% short of NET_RX's share
     # of the time (the timer interrupt's own cost; ~1% at 997 Hz: docs/testing.md). What steer
     # leaves out is the samples in a NET_RX softirq before net_rx_action takes its
-    # bpf_net_context and after it lets go (handle_softirqs' own code, the tracepoints' dispatch):
+    # bpf_net_context and after it lets go: the brackets' own programs (2.8-3.8% of the
+    # brackets' time by their measured cost, which their time rightly leaves out and their count
+    # of expiries does not) and handle_softirqs' own code around the action (the rest):
     # -4.8% to -6.5% by scenario (means of 6 runs each, every scenario of the matrix with
     # brackets, 2026-12-01; sd 0.2-0.8%, a binomial share's on 2,000-10,000 expiries, about
     # twice over), so these bounds are those means' range and LANDING_MISSED's binomial spread

@@ -29,10 +29,18 @@ FLOORS = {"ft_skb_hint": "floor_skb", "ft_netif_receive_skb": "floor_skb",
 # that mode alone, ahead of it
 WINDOWED = "sampled-windows"
 WINDOWED_FLOORS = {**FLOORS, "ft_skb_hint": "floor_skb_flow"}
+# with --windows off ft_skb_hint stores the hint and skips a TCP skb its socket counts, and
+# ft_napi_poll counts a backlog poll: their references are that work frozen, floor_skb_hint
+# (attached in that mode alone, ahead of it) and floor_napi_count
+WINDOWS_OFF = "sampled"
+WINDOWS_OFF_FLOORS = {**FLOORS, "ft_skb_hint": "floor_skb_hint",
+                      "ft_napi_poll": "floor_napi_count"}
+# each reference program -> the one mode it is attached in
+REFERENCES = {"floor_skb_flow": WINDOWED, "floor_skb_hint": WINDOWS_OFF}
 
 
 def floors_of(mode: str) -> dict[str, str]:
-    return WINDOWED_FLOORS if mode == WINDOWED else FLOORS
+    return {WINDOWED: WINDOWED_FLOORS, WINDOWS_OFF: WINDOWS_OFF_FLOORS}.get(mode, FLOORS)
 
 
 def measure(mode: str, seconds: float, windows: int = 1):
@@ -54,7 +62,7 @@ def measure(mode: str, seconds: float, windows: int = 1):
         # empty program where, attached before the floor, it read +36-50)
         floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), no_pin=True)
         for name in floor.programs():
-            if name != "floor_skb_flow" or mode == WINDOWED:
+            if REFERENCES.get(name, mode) == mode:
                 floor.attach(name)
         floor_progs = {n: floor.prog_fd(n) for n in floor.programs()}
         tracer = None
@@ -130,6 +138,7 @@ def main(argv=None) -> int:
         f"{gb:.1f} GB received)", "",
         "| program | events | ns per event | beyond its floor: an empty program on its tracepoint"
         + (" (ft_skb_hint: floor_skb_flow, its windowed work frozen)" if args.mode == WINDOWED
+           else " (ft_skb_hint: floor_skb_hint, its work frozen)" if args.mode == WINDOWS_OFF
            else "") + " |",
         "|---|---|---|---|", *rows, "",
         f"Median over steer's per-packet, per-read and per-syscall programs with more than 1,000 "

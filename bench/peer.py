@@ -102,8 +102,8 @@ class NetRxBrackets:
         bracket added), gated (ns, own cost taken off, of those that began with the gate open),
         gated_count, polled and polled_count (with POLLS: those in which a NAPI poll took packets
         in; the rest only sent RPS IPIs, or found nothing), landed and landed_polled (with
-        watch_clock: the clock's expiries inside them, and inside those that took packets in)}, for the CPUs that ran any; the
-        window's length in self.elapsed."""
+        watch_clock: the clock's expiries inside them, and inside those that took packets
+        in)}, for the CPUs that ran any; the window's length in self.elapsed."""
         cur, now = self._read(), time.monotonic()
         out = {}
         for cpu, (a, b) in enumerate(zip(self._last, cur)):

@@ -52,7 +52,16 @@ WINDOWED_BUDGET_NS = {"ft_skb_hint": 15.0, "ft_napi_poll": 85.0}
 # bench.event_cost attaches the floor first, whose floor_napi_count reads it; so attached, 17-22
 # and ft_skb_hint 22-35 there (4 runs), and a clock read more in ft_napi_poll's backlog branch
 # read +59-65 (failed).
-BUDGET_NS = {"ft_skb_hint": 60.0, "ft_napi_poll": 35.0}
+# On that kind of VM on 2026-12-01 (clean clone 163) ft_skb_hint read +66..+124 beyond the empty
+# program in calm windows, at this commit and at an earlier one alike, ft_napi_poll +46..+67: the
+# host's misses, not their work. So each is held beyond its work frozen, attached ahead of it in
+# this mode (bench.event_cost.WINDOWS_OFF_FLOORS, bpf/floor.bpf.c): floor_skb_hint (the hint's
+# stores and the hash's skip), floor_napi_count (a backlog poll's counts). There ft_skb_hint read
+# -9.2..+11.0 (the least of each run's four windows -4.2, -9.2, -5.6; 3 runs) and, with one clock
+# read more (a mutation), +39.1..+71.2 (the least +39.1, +49.1); ft_napi_poll +3.7..+36.8 (the
+# least +3.7..+27.5, 5 runs). Budgets: ft_skb_hint +20, 24 ns above the highest least, under the
+# mutation's least by 19; ft_napi_poll 35 as before, now beyond the reference.
+BUDGET_NS = {"ft_skb_hint": 20.0, "ft_napi_poll": 35.0}
 # The kernel times a program by a clock that runs on while the host has the CPU (steal), so that
 # a preemption inside one run is that run's time: 1 ms of it inside ft_napi_poll in a 1 s window
 # of 75,000 polls is +13 ns an event. A share S of the CPUs stolen in small pieces adds S times
@@ -89,7 +98,9 @@ def test_the_default_modes_per_packet_work_stays_in_its_budget(mode, held):
     ns (against +205..+245 that hour) and failed 2 of 2 runs; with one more, +261..+340, and
     failed 2 of 3 (the instructions, 691 against 685, fail it every time). Since ft_skb_hint is
     held beyond floor_skb_flow in windows, one clock read more read +10..+45 and failed 2 of 3
-    by its ns (WINDOWED_BUDGET_NS)."""
+    by its ns (WINDOWED_BUDGET_NS). With --windows off ft_skb_hint is held beyond floor_skb_hint
+    (its work frozen) since 2026-12-01: one clock read more read +39 and +49 (the least of four
+    windows, 2 runs) against a budget of +20, and failed both."""
     windowed = mode == "sampled-windows"
     parts, res, sizes, steal = measure(mode, SECONDS, windows=2 if windowed else WINDOWS)
     assert res.error is None, res.error
