@@ -152,6 +152,8 @@ struct cpu_state {
 	__u64 clock_ns;		/* sampled timing: bpf_ktime_get_ns() at the last sample, a clock
 				 * good to one period for last_seen_ns (tracing programs may not
 				 * call bpf_ktime_get_coarse_ns) */
+	__u64 task_sample_ns;	/* and at the last sample on a task (not the idle task's): what a
+				 * task's weight is capped by (sample_begin) */
 	struct ft_flow_key cur;
 	__u8 ctx;		/* CTX_* */
 	__u8 cur_valid;		/* cur holds the flow of the last skb */

@@ -26,7 +26,8 @@
  * late (interrupts off, or a virtual CPU woken late from a halt, where the kernel forwards the
  * timer and drops the periods it missed) would otherwise lose that time, and a task that shares
  * its CPU with others would be charged theirs. But never for more than SAMPLE_WEIGHT_CPU_PERIODS
- * (4) times the time since the previous sample on its CPU: where tasks take turns on a busy
+ * (4) times the time since the previous sample on a task on its CPU (the idle task's samples,
+ * one period each, and the expiries counted on it do not count): where tasks take turns on a busy
  * CPU, a task's run time since its own previous sample spans periods that other tasks' samples
  * stand for, and charging all of it to where this one sample landed only adds noise (a busy CPU
  * is sampled every period, so one period each is the unbiased count there). A sample taken on
@@ -75,14 +76,16 @@ static __always_inline __u64 task_clock_lag(struct task_struct *task)
 #define MAX_SAMPLE_WEIGHT_PERIODS	100
 #define SAMPLE_WEIGHT_CPU_PERIODS	4
 
-static __always_inline __u64 sample_weight(__u64 period, __u64 now, __u64 cpu_elapsed)
+static __always_inline __u64 sample_weight(__u64 period, __u64 now, struct cpu_state *s)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sampled_runtime *last;
-	__u64 runtime, w;
+	__u64 runtime, w, cpu_elapsed;
 
 	if (!task->pid)
 		return period;
+	cpu_elapsed = s->task_sample_ns && s->task_sample_ns < now ? now - s->task_sample_ns : period;
+	s->task_sample_ns = now;
 	last = bpf_task_storage_get(&sampled_runtime, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!last)
 		return period;
@@ -443,9 +446,13 @@ static __always_inline void sample_begin(__u64 period, struct cpu_state *s,
 	events_since_sample(s, x->dev);
 	tot->samples++;
 	now = bpf_ktime_get_ns();
-	/* the first sample on this CPU: as if the previous one were a period ago */
-	x->weight = sample_weight(period, now,
-				  s->clock_ns && s->clock_ns < now ? now - s->clock_ns : period);
+	/* a task's weight is capped by the time since the CPU's previous sample on a task, not on
+	 * the idle task: a task that runs in bursts between idle spells (a cpumap kthread) has its
+	 * samples' weights add up to its run time only if the idle samples between them (or the
+	 * expiries ft_sample_withheld counts there, each period) do not reset the cap; they read
+	 * its kthread -10% to -12% of schedstat when they did (the first sample on this CPU: as if
+	 * the previous one were a period ago) */
+	x->weight = sample_weight(period, now, s);
 	s->clock_ns = now;
 }
 
