@@ -159,7 +159,8 @@ struct cpu_state {
 	__u8 cur_valid;		/* cur holds the flow of the last skb */
 	__u8 skb_counted;	/* the last event counted an rx_skb for cur on this CPU */
 	__u8 resume_ctx;	/* the receive kthread's context the running softirq interrupted */
-	__u8 pad[4];
+	__u8 sample_ran;	/* ft_sample ran for the clock expiry now ending (withheld.bpf.h) */
+	__u8 pad[3];
 	/* sampled timing in windows: the window (its seq) of this CPU's hints and of its running
 	 * interrupt handler's start; what is from an earlier one is stale */
 	__u32 hint_window;

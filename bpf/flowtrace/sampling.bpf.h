@@ -599,6 +599,7 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	x.cpu = bpf_get_smp_processor_id();
 	sample_begin(ctx->sample_period, s, tot, &x);
+	s->sample_ran = 1;	/* for ft_sample_withheld, at this expiry's end */
 	if (sampled_user_mode(ctx))
 		return 0;
 	tot->samples_kernel_mode++;
