@@ -324,7 +324,8 @@ def test_what_the_tracer_could_not_count_is_exported():
 
 def test_the_samplers_clock_expiries_are_exported_by_outcome():
     """Sampled timing: each CPU's expiries that ran the sampler's program, those the kernel
-    ran none for (samples_withheld, of samples, but those it could not charge) and those."""
+    ran none for (samples_withheld, of samples) and, of those, the ones it could not charge
+    (samples_withheld_unknown, not in samples)."""
     cpus = (CpuSample(0, samples=100), CpuSample(1, samples=90, samples_withheld=60,
                                                    samples_withheld_unknown=5))
     tracer = fakes.FakeTracer([_sample(0, []), TraceSample(S, {}, cpus, 0, 1024)],
