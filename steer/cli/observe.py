@@ -143,10 +143,13 @@ def cmd_flows(args) -> int:
     lat0 = lat1 = None
     try:
         before = tracer.sample()
+        began = time.time()
         lat0 = tracer.latency_totals() if args.latency else None
         workloads.prime()   # a container that ends within the window is still named
         time.sleep(args.duration)
-        snap = build_snapshot(before, tracer.sample(), topo, tracer.capabilities)
+        after = tracer.sample()
+        ended = time.time()
+        snap = build_snapshot(before, after, topo, tracer.capabilities)
         lat1 = tracer.latency_totals() if args.latency else None
     finally:
         tracer.stop()
@@ -154,7 +157,10 @@ def cmd_flows(args) -> int:
     delays = interval_delays(lat0, lat1) if args.latency else None
     snap = attach_delays(snap, delays)
     if args.json:
-        print(json.dumps(snap.as_json(), indent=2))
+        # the window in wall-clock time, to line it up with another record of the same
+        # traffic (a Prometheus range, a benchmark's log): its reads end at these instants
+        print(json.dumps({**snap.as_json(), "window": {"start": round(began, 3),
+                                                       "end": round(ended, 3)}}, indent=2))
     else:
         console = make_console()
         console.print(render(snap, topo, args.limit, console.width, view_state(args)))

@@ -394,6 +394,7 @@ def test_flows_json_shape(timing):
     copy held its slot for good, one run in four had 5-70, which this catches."""
     with Lab([LabFlow(CPU_A, CPU_A)], seconds=2) as lab:
         lab.start_servers()
+        started = time.time()
         p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json", *timing],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
@@ -406,6 +407,10 @@ def test_flows_json_shape(timing):
     assert p.returncode == 0, err
     j = json.loads(out)
     assert j["duration"] == pytest.approx(3, abs=0.2)
+    # the window in wall-clock time: its reads ended within this run, as far apart as its duration
+    w = j["window"]
+    assert started < w["start"] < w["end"] < time.time()
+    assert w["end"] - w["start"] == pytest.approx(j["duration"], abs=0.05)
     assert set(j["capabilities"]) >= {"llc", "app_side", "kernel_side"}
     keys = {"proto", "src", "sport", "dst", "dport", "rx_bytes", "rx_packets", "kernel_cpu",
             "kernel_seconds", "app_cpu", "app_seconds", "app_pid", "app_comm", "class",
