@@ -2,7 +2,7 @@
 qemu guest of tests/guest/vm/run.py --cores 8 (tests/guest/test_guest_live.py boots it). The
 tracer on 16 CPUs, steer top at 80x24 with 16 CPUs above the flows, the sweep's default CPU
 selection planned and three of its CPUs swept, steer auto's llc-peer policy on a cross-socket flow, and the exporter
-scraped by Prometheus. Each test runs wherever its condition holds (a real server too) and is
+folded by socket. Each test runs wherever its condition holds (a real server too) and is
 skipped elsewhere."""
 import json
 import os
@@ -22,7 +22,7 @@ from steer.model.flows import build_snapshot
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
 from witness import TraceEvents
-from web import free_port, prometheus, query, stop_all, wait_http
+from web import free_port, http_get, stop_all, wait_http
 
 pytestmark = live
 TOPO = read_topology()
@@ -213,47 +213,50 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
         assert any(e.get("event") == "undo" for e in events), events
 
 
+def _scrape(url: str) -> tuple[float, dict]:
+    """One scrape of the exporter at URL, parsed: (when it was asked, families by name). A minute
+    to answer: under TCG 16 vCPUs share the host's 2 with iperf3 and the other tier's guest."""
+    from prometheus_client.parser import text_string_to_metric_families
+    asked = time.monotonic()
+    body = http_get(url, timeout=60).decode()
+    return asked, {f.name: f for f in text_string_to_metric_families(body)}
+
+
 @big_host
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
-def test_exporter_folded_by_socket_scraped_by_prometheus(tmp_path):
-    """steer export --cpu-labels socket on 16 CPUs, scraped every 4 s by a real Prometheus: a
-    per-CPU series per socket, not per CPU, and the cross-socket flow's bytes in its class. Half
-    the scrapes, not each, must succeed: under TCG 16 vCPUs share this host's 2 while iperf3 runs,
-    and a scrape can outlast its timeout (the interval). Alone in its guest the slowest scrape
-    took 1.92 and 2.03 s (2026-11-30); beside the other tier's guest, which the suite runs at the
-    same time on the same two CPUs, longer: clean clone 148 had 29% of 2 s scrapes up (and
-    2026-11-26, the last of a 1 s interval). So 4 s, twice the slowest seen alone. What one
-    costs on 16 CPUs is measured idle: tests/guest/kernel_scale.py, ~0.15 s in this guest."""
-    p_export, p_prom = free_port(), free_port()
-    procs = []
+def test_exporter_folded_by_socket_on_sixteen_cpus(tmp_path):
+    """steer export --cpu-labels socket on 16 CPUs, scraped twice 8 s apart while a cross-socket
+    flow runs: a per-CPU series per socket, not per CPU, and the flow's bytes in its class.
+    Scraped here as Prometheus would, not by a Prometheus server: under TCG a scrape's time is
+    the emulation's (the slowest took 2-4.6 s beside the other guest, so a server's timeouts
+    failed half the scrapes in clean clone 148 and CI on 2026-12-01), and the host's suite runs
+    a real Prometheus against the exporter (tests/live/test_exporter_live.py). What a scrape
+    costs on 16 CPUs is measured idle: tests/guest/kernel_scale.py, ~0.15-0.2 s in this guest."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
     with Lab([LabFlow(SENDER, READER)], seconds=40) as lab:
         lab.start_servers()
+        exporter = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}",
+                                     "--cpu-labels", "socket", "--sample-hz", "199"],
+                                    env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True)
         try:
-            exporter = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{p_export}",
-                                         "--cpu-labels", "socket", "--sample-hz", "199"],
-                                        env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
-            procs.append(exporter)
-            wait_http(f"http://127.0.0.1:{p_export}/metrics", exporter, timeout=120)   # TCG
-            prom = prometheus(tmp_path, [f"127.0.0.1:{p_export}"], p_prom, interval="4s")
-            procs.append(prom)
-            url = f"http://127.0.0.1:{p_prom}"
-            wait_http(f"{url}/-/ready", prom, timeout=120)
+            wait_http(url, exporter, timeout=120)   # TCG
             lab.start_clients()
-            time.sleep(24)   # rates need a few scrapes: four in the queries' 16 s
-            cross = query(url, 'sum(rate(steer_class_rx_bytes_total{class="cross-socket"}[16s]))')
-            cpus = {s["metric"]["cpu"] for s in
-                    query(url, "last_over_time(steer_cpu_kernel_seconds_total[16s])")}
-            up = query(url, 'avg_over_time(up{job="steer"}[16s])')
-            slowest = query(url, 'max_over_time(scrape_duration_seconds{job="steer"}[16s])')
+            time.sleep(4)
+            t0, first = _scrape(url)
+            time.sleep(8)
+            t1, second = _scrape(url)
         finally:
-            stop_all(procs, timeout=20)
+            stop_all([exporter], timeout=20)
             lab.stop_traffic()
-    rate = float(cross[0]["value"][1]) * 8 if cross else 0.0
-    ok = float(up[0]["value"][1]) if up else 0.0
-    print(f"Prometheus: cross-socket {rate / 1e9:.2f} Gbit/s; per-CPU series by {sorted(cpus)}; "
-          f"{ok:.0%} of scrapes up, the slowest {slowest[0]['value'][1] if slowest else '-'} s")
-    assert ok >= 0.5
+
+    def cross_bytes(families) -> float:
+        return sum(s.value for s in families["steer_class_rx_bytes"].samples
+                   if s.name.endswith("_total") and s.labels.get("class") == "cross-socket")
+
+    rate = (cross_bytes(second) - cross_bytes(first)) * 8 / (t1 - t0)
+    cpus = {s.labels["cpu"] for s in second["steer_cpu_kernel_seconds"].samples}
+    print(f"scrapes: cross-socket {rate / 1e9:.2f} Gbit/s; per-CPU series by {sorted(cpus)}")
     assert rate > 1e6
     assert cpus == {f"socket{s}" for s in SOCKETS}
 

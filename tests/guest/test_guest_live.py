@@ -135,7 +135,7 @@ def test_guest_tier_passes_in_a_two_socket_61_guest(guests):
 @pytest.mark.timeout(GUEST_TIMEOUT + 180)
 def test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores(guests):
     """The tracer, steer top at 80x24, the sweep's default selection, steer auto and the
-    exporter under Prometheus on 16 CPUs in two sockets (tests/guest/test_big_host_live.py);
+    exporter folded by socket on 16 CPUs in two sockets (tests/guest/test_big_host_live.py);
     and the 6.1 kernel's fallback hooks (APP_HOOKS)."""
     if why := _can_boot():
         pytest.skip(why)
