@@ -20,7 +20,9 @@ next one SCALE window-lengths after the last opened: so each window's counts, ti
 for exactly the time from its opening to the next one's. A late wake-up leaves a gap, which the
 next window covers by running longer. A read between windows (the tracer's reads wait for one)
 then finds the cycles before it each counted whole; the figures of a flow that changes between
-windows are the window's sample of it. Counts from the sockets' own counters (TCP bytes) and
+windows are the window's sample of it. A read asked for within FIRST_READ_WAIT of the start is
+taken before the first window opens (nothing is counted in windows yet), so that a command's
+first read, its baseline, does not wait out a cycle. Counts from the sockets' own counters (TCP bytes) and
 the per-connection programs are exact as before.
 """
 from __future__ import annotations
@@ -31,6 +33,10 @@ from dataclasses import dataclass
 
 DEFAULT_WINDOW = 0.05
 DEFAULT_CYCLE = 0.5
+# how long the first window waits for a first read (a command reads its baseline right after
+# the tracer starts): ~0.5 s a command of steer flows, top, sweep where it waited for the first
+# boundary; the windows stand for the time from their first opening on, after the baseline
+FIRST_READ_WAIT = 0.25
 
 
 class WindowsError(ValueError):
@@ -177,6 +183,8 @@ class WindowRunner(threading.Thread):
         closes it and detaches, returning its closing. Attaching takes milliseconds: the thread
         starts it that much before the window is due."""
         lead, next_open = 0, None
+        with self._cv:
+            self._cv.wait_for(lambda: self._requests or self._halt.is_set(), FIRST_READ_WAIT)
         try:
             while not self._halt.is_set():
                 if next_open is not None:

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from steer.trace.windows import Schedule, WindowRunner, Windows, WindowsError, parse_windows
+from steer.trace.windows import (FIRST_READ_WAIT, Schedule, WindowRunner, Windows, WindowsError,
+                                 parse_windows)
 
 MS = 1_000_000
 
@@ -103,6 +104,33 @@ def test_the_runner_alternates_and_reads_only_between_windows():
     assert [e[0] for e in events] == ["open", "close"] * len(opens)
     with pytest.raises(RuntimeError):
         r.between_windows(lambda: None, timeout=1)
+
+
+def test_a_first_read_is_taken_before_the_first_window_at_once():
+    """A command reads its baseline right after the tracer starts: that read is served before
+    any window opens (nothing counted in windows yet), not at the end of the first cycle; with
+    no read, the first window opens FIRST_READ_WAIT after the start."""
+    events = []
+
+    def open_window(seq, scale):
+        events.append(("open", time.monotonic()))
+        return time.monotonic_ns()
+
+    cycle = Windows(0.1, 0.5)
+    r = WindowRunner(cycle, open_window, lambda: time.monotonic_ns())
+    started = time.monotonic()
+    r.start()
+    seen = r.between_windows(lambda: list(events), timeout=2)
+    took = time.monotonic() - started
+    r.stop()
+    assert seen == [] and took < FIRST_READ_WAIT, (seen, took)
+    quiet = WindowRunner(cycle, open_window, lambda: time.monotonic_ns())
+    events.clear()
+    started = time.monotonic()
+    quiet.start()
+    time.sleep(FIRST_READ_WAIT + 0.2)
+    quiet.stop()
+    assert events and events[0][1] - started >= FIRST_READ_WAIT * 0.9, events
 
 
 def test_a_failing_window_is_said_to_the_readers():
