@@ -12,8 +12,7 @@ import pytest
 
 TIERS = ("unit", "artifacts", "live", "guest")
 # the order the tiers run in: the guests boot with the session and run beside the first two
-# (guests_from_the_start) and the live tests that time nothing (marked beside_guests); the rest
-# of the live tier, which times real traffic, has the host to itself
+# (guests_from_the_start); the live tier, which times real traffic, has the host to itself
 TIER_ORDER = ("artifacts", "unit", "guest", "live")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))   # helpers, sysfs
@@ -73,13 +72,9 @@ def pytest_collection_modifyitems(config, items):
         rel = os.path.relpath(str(item.path), here).split(os.sep)
         if rel[0] not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")
-    # stable: each module's tests stay together and in their order; the live tests marked
-    # beside_guests before the guest tier's, while its guests run
-    def place(item) -> float:
-        tier = TIER_ORDER.index(os.path.relpath(str(item.path), here).split(os.sep)[0])
-        beside = tier == TIER_ORDER.index("live") and item.get_closest_marker("beside_guests")
-        return TIER_ORDER.index("guest") - 0.5 if beside else tier
-    items.sort(key=place)
+    # stable: each module's tests stay together and in their order
+    items.sort(key=lambda item: TIER_ORDER.index(
+        os.path.relpath(str(item.path), here).split(os.sep)[0]))
 
 
 @pytest.fixture
@@ -177,10 +172,8 @@ def daemonset_image(debian_package):
 def guests_from_the_start(request, tmp_path_factory):
     """The guest tier's qemu guests boot with the session, when it holds their tests, and run
     beside the tiers ordered before theirs (TIER_ORDER): artifacts and unit, which keep one of
-    this host's two CPUs busy at most and time nothing, and the live tests marked beside_guests
-    (faults, kills, hostile names, the unit and the image: what they check is what is left
-    behind, not how fast; idle half their time), while each guest's TCG thread takes what is
-    left. The rest of the live tier, whose bounds time real traffic, starts after both guests
+    this host's two CPUs busy at most and time nothing, while each guest's TCG thread takes
+    what is left. The live tier, whose bounds time real traffic, starts after both guests
     ended."""
     names = {item.originalname for item in request.session.items
              if item.path.parent.name == "guest"}

@@ -24,8 +24,7 @@ from steer.steering.xdp import pin_root, pinned_state
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
 
-# what these check is what is left behind, not how fast: they run beside the guests
-pytestmark = [live, pytest.mark.beside_guests]
+pytestmark = live
 # Kill moments are stratified, not drawn at random: the time a command is given before its
 # SIGKILL is split into KILLS equal slices and each slice gets one moment at random within it,
 # so every window of 2/KILLS of that time holds a kill in every run (and one of 1/KILLS does at
@@ -67,26 +66,14 @@ def _leftover_pins() -> list[str]:
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
 
 
-def _guest_nic_namespaces() -> set[int]:
-    """The network namespaces (inodes) of the guest tier's NIC feeders, whose iperf3 runs
-    beside these tests (tests/guest/vm/run.py, nic_netns)."""
-    try:
-        names = [n for n in os.listdir("/run/netns") if n.startswith("steer-vm-nic")]
-    except OSError:
-        return set()
-    return {os.stat(f"/run/netns/{n}").st_ino for n in names}
-
-
 def _iperf3_pids() -> list[int]:
-    """Live iperf3 processes but the guests' feeders (a zombie waiting for init to reap it is
-    dead already)."""
+    """Live iperf3 processes (a zombie waiting for init to reap it is dead already)."""
     out = subprocess.run(["pgrep", "-x", "iperf3"], capture_output=True, text=True).stdout
-    feeders, alive = _guest_nic_namespaces(), []
+    alive = []
     for pid in map(int, out.split()):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z" and \
-                        os.stat(f"/proc/{pid}/ns/net").st_ino not in feeders:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
                     alive.append(pid)
         except OSError:
             pass

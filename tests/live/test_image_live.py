@@ -17,7 +17,7 @@ from helpers import CPU_A, CPU_B, ROOT, assert_unprivileged, image_tools_missing
 from web import metric_sum
 from steer.experiment.lab import Lab, LabFlow
 
-pytestmark = [live, pytest.mark.beside_guests, pytest.mark.skipif(image_tools_missing() is not None,
+pytestmark = [live, pytest.mark.skipif(image_tools_missing() is not None,
                                        reason=str(image_tools_missing()))]
 DAEMONSET = os.path.join(ROOT, "dashboards", "fleet", "daemonset.yaml")
 

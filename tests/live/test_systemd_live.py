@@ -14,7 +14,7 @@ import pytest
 
 from helpers import ROOT, live
 
-pytestmark = [live, pytest.mark.beside_guests, pytest.mark.skipif(
+pytestmark = [live, pytest.mark.skipif(
     not (shutil.which("podman") and shutil.which("runc") and os.path.exists("/lib/systemd/systemd")),
     reason="podman, runc and systemd not installed (scripts/setup.sh installs them)")]
 UNIT = os.path.join(ROOT, "dashboards", "fleet", "steer-exporter.service")
