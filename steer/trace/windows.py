@@ -22,8 +22,8 @@ next window covers by running longer. A read between windows (the tracer's reads
 then finds the cycles before it each counted whole; the figures of a flow that changes between
 windows are the window's sample of it. A read asked for within FIRST_READ_WAIT of the start is
 taken before the first window opens (nothing is counted in windows yet), so that a command's
-first read, its baseline, does not wait out a cycle. Counts from the sockets' own counters (TCP bytes) and
-the per-connection programs are exact as before.
+first read, its baseline, does not wait out a cycle. Counts from the sockets' own counters (TCP
+bytes) and the per-connection programs are exact as before.
 """
 from __future__ import annotations
 
