@@ -2,6 +2,7 @@
 measurements themselves are `python -m bench.NAME` without --smoke (docs/performance.md)."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -272,3 +273,23 @@ def test_the_per_cpu_net_rx_truth_counts_every_softirq_and_knows_its_own_cost():
     print(f"gap {gap:.0f} ns a softirq; a program more that reads the clock adds {added:.0f} ns")
     assert 10 < gap < 2000
     assert 0.5 * gap < added < 2 * gap
+
+
+def test_the_unseen_bytes_instance_traces_pid_1s_threads_and_leaves_nothing():
+    """bench.unseen's ftrace instance: net:netif_receive_skb on, filtered to PID 1's threads (where
+    this VM kind runs no BPF program), stamped on CLOCK_MONOTONIC, and gone after close(), so the
+    matrix's byte bounds widen by a measured amount, never by a silent zero."""
+    from bench.unseen import INSTANCE, UnseenReceive, agent_threads
+    u = UnseenReceive()
+    try:
+        assert u.error is None and u.dir.endswith(INSTANCE)
+        event = os.path.join(u.dir, "events/net/netif_receive_skb")
+        assert open(os.path.join(event, "enable")).read().strip() == "1"
+        pids = set(int(p) for p in re.findall(r"common_pid == (\d+)",
+                                                open(os.path.join(event, "filter")).read()))
+        assert 1 in pids and pids & set(agent_threads())
+        assert "[mono]" in open(os.path.join(u.dir, "trace_clock")).read()
+        assert isinstance(u.events(), list)
+    finally:
+        u.close()
+    assert not os.path.exists(u.dir or os.path.join("/sys/kernel/tracing/instances", INSTANCE))

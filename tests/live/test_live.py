@@ -484,8 +484,10 @@ def test_demo_runs_and_tears_down(refuse):
         how = figures["tcp_rx_bytes"]["how"]
         # per skb, where the kernel refused the socket programs: what net:netif_receive_skb
         # handed up, to the byte of bpftrace's count, which a reader now and then exceeds by
-        # whole 64 KB skbs that no event carried (1 to 8 of ~60,000 in 4 of 20 runs, with no
-        # steer loaded, 2026-11-26); by the sockets' counters, at least what iperf3 read.
+        # whole 64 KB skbs that no BPF program saw (1 to 8 of ~60,000 in 4 of 20 runs, with no
+        # steer loaded, 2026-11-26: taken in on top of PID 1's threads, where this VM kind runs
+        # no BPF program, docs/how-it-measures.md); by the sockets' counters, at least what
+        # iperf3 read.
         # Counted per skb in the default's windows, each window's count stands for its cycle:
         # a flow that starts or ends within a cycle counts as if it ran all of it there, or
         # none of it, a cycle's bytes at most at each end (+5% for the rate's ups and downs
