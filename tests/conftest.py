@@ -54,6 +54,18 @@ def pytest_configure(config):
     config.pluginmanager.register(Recorder(), "steer-record")
 
 
+def pytest_sessionstart(session):
+    """The checkout's own modules byte-compiled once, before any test or guest starts: each steer
+    a test starts (hundreds in the live tier, and under TCG in the guests) then reads them, where
+    it compiled its imports again each time under PYTHONDONTWRITEBYTECODE, as the guests run
+    (tests/guest/vm/guest.sh): ~0.2 CPU-s a start here. __pycache__ is ignored by git, and a
+    source newer than its cache is compiled as before."""
+    import compileall
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for tree in ("steer", "bench", os.path.join("tests", "support")):
+        compileall.compile_dir(os.path.join(root, tree), quiet=2)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """A test marked live is skipped, with the reason, where the live tier cannot run: before its
