@@ -49,8 +49,9 @@ MODES = ("sampled", "exact")
 READER_PORT = 5299
 
 # the share of the sampler's expiries inside NET_RX that steer does not count as NET_RX, at
-# most, by scenario (BOUNDS' "the clock's expiries in NET_RX")
-LANDING_MISSED = 0.065
+# most, by scenario (the brackets' own share and the rest: BOUNDS' "the clock's expiries in
+# NET_RX"), for the binomial spread of a row's count
+LANDING_MISSED = 0.095
 
 # (truth, mode) -> (low, high) of steer / truth - 1. From the live tests' measurements (their
 # comments say how): the exact mode brackets kthreads and readers from switch in to switch out
@@ -127,15 +128,16 @@ BOUNDS = {
     # from where the clock lands, which in this VM at 9,973 Hz is 1-25% short of NET_RX's share
     # of the time (the timer interrupt's own cost; ~1% at 997 Hz: docs/testing.md). What steer
     # leaves out is the samples in a NET_RX softirq before net_rx_action takes its
-    # bpf_net_context and after it lets go: the brackets' own programs (2.8-3.8% of the
-    # brackets' time by their measured cost, which their time rightly leaves out and their count
-    # of expiries does not) and handle_softirqs' own code around the action (the rest):
-    # -4.8% to -6.5% by scenario (means of 6 runs each, every scenario of the matrix with
-    # brackets, 2026-12-01; sd 0.2-0.8%, a binomial share's on 2,000-10,000 expiries, about
-    # twice over), so these bounds are those means' range and LANDING_MISSED's binomial spread
-    # on the row's expiries at the suite's odds: -10%..-1% on the matrix's fewest, where a
-    # figure 0.85x off reads -19% and 1.15x +8%, and fails
-    ("the clock's expiries in NET_RX", "sampled"): (-0.065, -0.048),
+    # bpf_net_context and after it lets go: the brackets' own programs, whose share of the
+    # brackets' time each run measures (NetRxBrackets' raw less ns: 4.4% to 6.9% of it here,
+    # 245-517 ns a softirq, where 2.8-3.8% had been taken as fixed: the UDP scenario then read
+    # -8.6% to -9.0% against a -8.6% bound, clean clones 169, 171 and 172), and handle_softirqs'
+    # own code around the action, the rest. Each row's bounds are its own brackets' share
+    # (landing_rows' shift) beyond these, the rest's range over the matrix's scenarios: 1.0% to
+    # 3.0% of the expiries over 15 figures of 3 runs (2026-12-01), per-scenario means 1.2% to
+    # 2.4%, with LANDING_MISSED's binomial spread on the row's expiries at the suite's odds
+    # beside them. A figure 0.85x off reads ~-20% and fails; 1.15x, ~+6%, fails
+    ("the clock's expiries in NET_RX", "sampled"): (-0.025, -0.011),
     # a UDP reader's: its connect datagram (4 bytes) too; where the kernel refuses fexit, the
     # reads of the moment before the tracepoint program is attached (a datagram or so) not
     ("iperf3 reader bytes", "sampled"): (-0.001, 0.0001),
@@ -290,7 +292,8 @@ def _bound_text(b: float) -> str:
 def bounds(truth: str, mode: str, samples: float | None, figures: int = 1,
            extra_high: float = 0.0, bias: tuple[float, float] | None = None,
            truth_spread: float = 0.0, extra_low: float = 0.0,
-           partial: float | None = None, expiries: float | None = None) -> tuple[float, float]:
+           partial: float | None = None, expiries: float | None = None,
+           shift: float = 0.0) -> tuple[float, float]:
     """What steer / truth - 1 is held to: BOUNDS (in windows, BOUNDS' windowed entry where it
     has one), or BIAS for a sampled time that has its own (and EXTRA_HIGH above, what the truth
     itself knows it left out, EXTRA_LOW below, what it knows it counted beyond the figure's
@@ -299,11 +302,12 @@ def bounds(truth: str, mode: str, samples: float | None, figures: int = 1,
     times are held at once at the suite's odds (bench.odds): as a count, or, where the time is
     a task's whole run time but for PARTIAL of those samples, as bench.odds.whole_task_spread;
     for steer's samples held count for count to EXPIRIES of the clock, the binomial spread of
-    the share it leaves out (bench.odds.classified_spread)."""
+    the share it leaves out (bench.odds.classified_spread). SHIFT moves both ends: what the
+    run's own truth measured of the figure's systematic part (a landing row's brackets' cost)."""
     key = (truth, "windows" if WINDOWS and mode == "sampled" else mode)
     low, high = bias if bias and mode == "sampled" and samples is not None \
         else BOUNDS.get(key, BOUNDS[(truth, mode)])
-    low, high = low - truth_spread - extra_low, high + extra_high + truth_spread
+    low, high = low - truth_spread - extra_low + shift, high + extra_high + truth_spread + shift
     if mode == "sampled" and samples is not None:
         spread = sampled_spread(samples, figures) if partial is None \
             else whole_task_spread(samples, partial, figures)
@@ -671,11 +675,14 @@ def landing_rows(sc: Scenario, mode: str, win, by_cpu: dict[int, dict], span: fl
         value = sum(c.net_rx_samples * sample_period(hz, c.cpu) for c in ours) / 1e9 / span
         truth = sum(by_cpu[c]["landed"] * sample_period(hz, c) for c in cpus) / 1e9 / elapsed
         brackets = sum(by_cpu[c]["ns"] for c in cpus) / 1e9 / elapsed
+        raw = sum(by_cpu[c]["raw"] for c in cpus)
+        # the brackets' own programs' share of their time: expiries in it are no NET_RX of steer's
+        own = (raw - sum(by_cpu[c]["ns"] for c in cpus)) / raw if raw else 0.0
         return {"scenario": sc.name, "mode": mode, "figure": figure,
                 "truth": "the clock's expiries in NET_RX", "steer": value, "truth_value": truth,
                 "ratio": value / truth if truth else None, "samples": None,
                 "landing": truth / brackets - 1 if brackets else None,
-                "expiries": sum(by_cpu[c]["landed"] for c in cpus)}
+                "expiries": sum(by_cpu[c]["landed"] for c in cpus), "shift": -own}
     cpus = sorted(by_cpu)
     if per_cpu:
         return [row(f"CPU {c}: NET_RX samples, seconds a second", [c]) for c in cpus]
@@ -826,7 +833,7 @@ def main(argv=None) -> int:
         r["bounds"] = bounds(r["truth"], r["mode"], r.get("samples"), figures,
                              r.get("extra_high", 0.0), r.pop("sampled_bias", None),
                              r.get("truth_spread", 0.0), r.get("extra_low", 0.0),
-                             r.get("partial_samples"), r.get("expiries"))
+                             r.get("partial_samples"), r.get("expiries"), r.get("shift", 0.0))
         r["ok"] = _check(r)
     per_packet = (f", the per-packet programs {WINDOWS.window * 1e3:g} ms of every "
                   f"{WINDOWS.cycle * 1e3:g}") if WINDOWS else ", the per-packet programs always on"
