@@ -453,9 +453,10 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     # the harness's clock at each read: the middle of its truths' reads on either side
     span = (before1[2] + after1[2]) / 2 - (before0[2] + after0[2]) / 2
     if udp_pid:
+        mid_flow = (before0[2] * 1e9, after1[2] * 1e9)
         rows += udp_window_rows(sc, mode, win, ports, lab.flows[0].udp_size,
                                 (before0[0], after0[0]), (before1[0], after1[0]),
-                                sum(n for t, n in blind if before0[2] * 1e9 <= t <= after1[2] * 1e9))
+                                sum(n for t, n in blind if mid_flow[0] <= t <= mid_flow[1]))
     if sc.kernel_truth == "NET_RX per CPU":
         rows += per_cpu_rows(sc, mode, win, results, by_cpu, brackets.elapsed, hz)
         return rows + (landing_rows(sc, mode, win, by_cpu, span, brackets.elapsed, hz, True)

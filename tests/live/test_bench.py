@@ -168,9 +168,9 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     of their time in that run (4.4% to 6.9% here): -4.5% to -8.2% within bounds of about
     -11%..-2% (`--modes sampled --scenarios 1,2,6,7,8,9`, 2026-12-01, after the UDP row read
     -8.6% to -9.0% against a fixed -8.6% three clean clones running), and with --mutate 0.85
-    and 1.15 every such figure fails (-20.0% .. -21.9%, +6.3% .. +9.6%). Nor does the exact mode's agreement
-    with the peer tool, libbpf-tools `softirqs`, over a window of its own (-25%..+25%: a gross
-    disagreement): the exact NET_RX is held closely to the brackets (2026-11-29; against
+    and 1.15 every such figure fails (-20.0% .. -21.9%, +6.3% .. +9.6%). Nor does the exact
+    mode's agreement with the peer tool, libbpf-tools `softirqs`, over a window of its own
+    (-25%..+25%: a gross disagreement): the exact NET_RX is held closely to the brackets (2026-11-29; against
     `softirqs` it once read -10.25%, 5 spreads out, and failed the matrix)."""
     r = subprocess.run([sys.executable, "-m", "bench.accuracy", "--seconds", "3", "--sample-hz",
                         str(ACCURACY_HZ), "--windows", "off", "--out", str(tmp_path)],

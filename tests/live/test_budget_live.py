@@ -105,24 +105,30 @@ def test_the_default_modes_per_packet_work_stays_in_its_budget(mode, held):
     parts, res, sizes, steal = measure(mode, SECONDS, windows=2 if windowed else WINDOWS)
     assert res.error is None, res.error
     beyond = [beyond_floor(p, floors_of(mode)) for p in parts]
-    calm = [b for b, s in zip(beyond, steal) if s <= CALM]
-    insns = (WINDOWED_BUDGET_INSNS if windowed else BUDGET_INSNS).get(_kernel())
     budgets = WINDOWED_BUDGET_NS if windowed else BUDGET_NS
+    # judged: the windows the host left calm that hold enough events for their mean (a window
+    # the host slowed holds fewer: clean clone 173, whose host took 28 CPU-s over the run, had
+    # 4,770 skbs in one, where 7,500-9,500 is usual)
+    calm = [b for b, s, p in zip(beyond, steal, parts)
+            if s <= CALM and all(p[prog]["runs"] > MIN_EVENTS for prog in budgets)]
+    insns = (WINDOWED_BUDGET_INSNS if windowed else BUDGET_INSNS).get(_kernel())
     for prog, budget in budgets.items():
         runs = [p[prog]["runs"] for p in parts]
         print(f"{prog}: {sizes[prog][0]} instructions, {sizes[prog][1]} bytes jited; {runs} runs, "
               f"beyond {floors_of(mode)[prog]} {', '.join(f'{b[prog]:+.1f}' for b in beyond)} ns "
               f"(budget {budget:g}); the host took {', '.join(f'{s:.1%}' for s in steal)}")
-        # a window's mean over thousands of events: the lab ran (a clean clone whose host took
+        # the lab ran: thousands of events in a window at least (a clean clone whose host took
         # 217 CPU-s over the run had 8,530 polls in a 1 s window, where 10,000-24,000 is usual)
-        assert min(runs) > MIN_EVENTS, (prog, runs)
+        assert max(runs) > MIN_EVENTS, (prog, runs)
         if insns:
             assert sizes[prog][0] <= insns[prog], (
                 f"{prog} grew to {sizes[prog][0]} instructions (budget {insns[prog]}): measure "
                 "its cost with python -m bench.event_cost and raise BUDGET_INSNS with it")
     if not calm:
-        pytest.skip(f"the host took {min(steal):.1%} or more of the CPUs in every window "
-                    f"(steal; calm: {CALM:.1%}): ns per event not judged, instructions held")
+        took = ", ".join(f"{x:.1%}" for x in steal)
+        pytest.skip(f"no window both calm and full: the host took {took} of the CPUs (calm: "
+                    f"{CALM:.1%}), and a window needs {MIN_EVENTS:,} events of each program: "
+                    "ns per event not judged, instructions held")
     for prog, budget in budgets.items():
         floor = floors_of(mode)[prog]
         held(f"{prog}{' in windows' if windowed else ''}: ns per event beyond "
