@@ -37,7 +37,7 @@ from .odds import (DISPERSION, ODDS, SAMPLE_WEIGHT_CPU_PERIODS, classified_sprea
                    sampled_spread, whole_task_spread, z_for)
 from .peer import (NetRxBrackets, PeerStartError, runtime_between, schedstat_runtime,
                    softirqs_net_rx, softirqs_tool, steal_seconds, task_pids, udp_datagrams)
-from .unseen import UnseenReceive
+from .unseen import UnseenReceive, bytes_between
 
 SETTLE = 1.0        # seconds of traffic before a window opens
 # seconds of traffic after the window: the softirqs peer's window runs from its attach (~0.1-0.3 s
@@ -437,12 +437,13 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     # UDP datagrams that reached the stack and were then dropped at a full socket are counted by
     # steer, never read by iperf3: its own count of lost datagrams bounds them
     lost = sum(udp_lost_datagrams(r) * r.flow.udp_size for r in whole if r.flow.udp_rate)
+    unseen_total = bytes_between(blind)
     rows = [{"scenario": sc.name, "mode": mode, "figure": "received bytes",
              "truth": "iperf3 bytes", "steer": got, "truth_value": want,
              "ratio": got / want if want else None,
              "extra_high": lost / want if want else 0.0,
-             "extra_low": sum(n for _, n in blind) / want if want else 0.0,
-             "unseen_bytes": sum(n for _, n in blind)}] if whole else []
+             "extra_low": unseen_total / want if want else 0.0,
+             "unseen_bytes": unseen_total}] if whole else []
     if all(r.flow.udp_rate for r in results) and not windowed:
         # TCP readers' bytes are the sockets' own counts; UDP's are counted read by read
         read = sum(f.app_bytes or 0 for f in ours)
@@ -453,10 +454,9 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
     # the harness's clock at each read: the middle of its truths' reads on either side
     span = (before1[2] + after1[2]) / 2 - (before0[2] + after0[2]) / 2
     if udp_pid:
-        mid_flow = (before0[2] * 1e9, after1[2] * 1e9)
         rows += udp_window_rows(sc, mode, win, ports, lab.flows[0].udp_size,
                                 (before0[0], after0[0]), (before1[0], after1[0]),
-                                sum(n for t, n in blind if mid_flow[0] <= t <= mid_flow[1]))
+                                bytes_between(blind, before0[2] * 1e9, after1[2] * 1e9))
     if sc.kernel_truth == "NET_RX per CPU":
         rows += per_cpu_rows(sc, mode, win, results, by_cpu, brackets.elapsed, hz)
         return rows + (landing_rows(sc, mode, win, by_cpu, span, brackets.elapsed, hz, True)

@@ -27,6 +27,12 @@ EVENT = "events/net/netif_receive_skb"
 _LINE = re.compile(r"\s(\d+)\.(\d+): netif_receive_skb: dev=\S+ skbaddr=\S+ len=(\d+)")
 
 
+def bytes_between(events: list[tuple[int, int]], since_ns: int = 0,
+                  until_ns: int | None = None) -> int:
+    """The bytes of EVENTS (UnseenReceive.events()) from SINCE_NS to UNTIL_NS, CLOCK_MONOTONIC."""
+    return sum(n for t, n in events if t >= since_ns and (until_ns is None or t <= until_ns))
+
+
 def agent_threads() -> list[int]:
     """PID 1's threads, where this VM kind runs no BPF program."""
     try:
@@ -72,9 +78,7 @@ class UnseenReceive:
                     for m in map(_LINE.search, f) if m]
 
     def bytes(self, since_ns: int = 0, until_ns: int | None = None) -> int:
-        """The bytes of the events between SINCE_NS and UNTIL_NS (CLOCK_MONOTONIC)."""
-        return sum(n for t, n in self.events()
-                   if t >= since_ns and (until_ns is None or t <= until_ns))
+        return bytes_between(self.events(), since_ns, until_ns)
 
     def close(self) -> None:
         if not self.dir:
@@ -88,9 +92,3 @@ class UnseenReceive:
         except OSError:
             pass
         self.dir = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
