@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from helpers import (CPU_A, CPU_B, ROOT, hold_accuracy_rows, live, settled, tracer_programs,
@@ -208,3 +209,44 @@ def test_windows_hold_kernel_threads_to_the_matrix_bounds(tmp_path, held):
     failed = hold_accuracy_rows(held, rows, "windows, ")
     assert r.returncode == 0 and not failed and all(row["ok"] for row in rows), \
         failed or r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_a_program_taken_off_is_off_while_another_namespaces_sysfs_is_read():
+    """What the windows take off their hooks is off at once, even while steer reads a device of
+    another namespace (a flow's device name, steer rps or irq on a lab). That read forked a child
+    once, which held a copy of the tracer's BPF links until it exited: the program stayed on
+    meanwhile, and a 6.1 kernel refused to attach it again (EEXIST; steer auto made no move in
+    the big host's guest). Here the read takes a second; the program's link must be gone, by
+    bpftool (the kernel's own list), within 0.3 s of the detach."""
+    from helpers import bpftool_objects
+    from steer.kernel.links import prog_id
+    from steer.kernel.namespaces import call_with_netns_sysfs
+    from steer.kernel.objects import BpfObject, bpf_dir
+
+    def links(pid: int) -> list[dict]:
+        return [l for l in bpftool_objects("link") if l.get("prog_id") == pid]
+
+    def slowly(sysfs: str) -> list[str]:
+        time.sleep(1.0)
+        return sorted(os.listdir(os.path.join(sysfs, "class/net")))
+
+    ns = f"steer-test-sysfs-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    obj = BpfObject(str(bpf_dir() / "floor.bpf.o"), only={"floor_clock"}, no_pin=True)
+    try:
+        obj.attach("floor_clock")
+        pid = prog_id(obj.prog_fd("floor_clock"))
+        assert len(links(pid)) == 1
+        seen = []
+        reader = threading.Thread(target=lambda: seen.append(
+            call_with_netns_sysfs(f"/run/netns/{ns}", slowly)))
+        reader.start()
+        time.sleep(0.3)
+        obj.detach("floor_clock")
+        left = settled(lambda: links(pid), 0.3)
+        reader.join()
+    finally:
+        obj.close()
+        subprocess.run(["ip", "netns", "del", ns], check=True)
+    assert seen == [["lo"]], seen   # the namespace's own devices: its sysfs was read
+    assert not left, f"still attached during the read: {left}"
