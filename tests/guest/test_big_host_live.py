@@ -38,6 +38,9 @@ def _on(socket: int, nth: int = 0) -> int:
 
 
 READER, SENDER = (_on(SOCKETS[0]), _on(SOCKETS[-1], 1)) if BIG else (0, 0)
+# iperf3's pace for the flows of tests that time no throughput: under TCG a flow at full rate
+# takes all of the guest's one emulation thread, and steer's start and every read behind it
+PACED = ("-b", "200M")
 
 
 def _flow(flows: list[dict], r) -> dict:
@@ -50,7 +53,7 @@ def _traced(seconds: float, flows: list[LabFlow], before_traffic=None):
     FLOWS: the lab's results and the snapshot of the whole run, as JSON dicts."""
     tracer = Tracer(sample_hz=199).start()
     try:
-        with Lab(flows, seconds=seconds) as lab:
+        with Lab(flows, seconds=seconds, client_args=PACED) as lab:
             lab.start_servers()
             a = tracer.sample()
             lab.start_clients()
@@ -83,7 +86,7 @@ def test_top_shows_the_flow_at_80x24_below_sixteen_cpus():
     session = f"steerbig{os.getpid()}"
     cmd = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {' '.join(STEER)} top --interval 1 "
            "--sample-hz 199; sleep 60")
-    with Lab([LabFlow(SENDER, READER)], seconds=40) as lab:
+    with Lab([LabFlow(SENDER, READER)], seconds=40, client_args=PACED) as lab:
         lab.start_servers()
         tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd)
         try:
@@ -154,7 +157,7 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
     before any verdict. No tracer of the test's own runs beside auto's: with one at 199 Hz on
     the 16 vCPUs, no move came within 90 s once (CI, 2026-11-27; the cause not shown: auto
     logged nothing after its first line), and without one the guest has less to emulate."""
-    with Lab([LabFlow(SENDER, READER)], seconds=300) as lab:
+    with Lab([LabFlow(SENDER, READER)], seconds=300, client_args=PACED) as lab:
         lab.start_servers()
         lab.start_clients()
         p = subprocess.Popen([*STEER, "auto", "--dev", "veth-rx", "--netns", lab.rx,
@@ -236,7 +239,7 @@ def test_exporter_folded_by_socket_on_sixteen_cpus(tmp_path):
     costs on 16 CPUs is measured idle: tests/guest/kernel_scale.py, ~0.15-0.2 s in this guest."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    with Lab([LabFlow(SENDER, READER)], seconds=40) as lab:
+    with Lab([LabFlow(SENDER, READER)], seconds=40, client_args=PACED) as lab:
         lab.start_servers()
         exporter = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}",
                                      "--cpu-labels", "socket", "--sample-hz", "199"],

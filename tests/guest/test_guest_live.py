@@ -65,13 +65,13 @@ def _can_boot() -> str | None:
 
 
 # each tier's guest: the test that waits for it, its files' name, run.py's arguments. The two
-# run together and the later one's end is the tier's: the fallback hooks' test (a 6.1 kernel's,
-# as the big host's is) runs in the big host, which had ~50 s less to do
-APP_HOOKS = "tests/guest/test_vm_live.py::test_app_hook_fallback_matches_iperf3"
+# run together and the later one's end is the tier's: the big host's (~370 s beside the other
+# and the host's tiers, 2026-12-01) where the 6.1 guest's flows, paced since, end it ~60 s sooner;
+# so the fallback hooks' test (a 6.1 kernel's, as the big host's is) runs in the 6.1 guest
 GUESTS = {"6.1": ("test_guest_tier_passes_in_a_two_socket_61_guest", "6.1",
-                  ("tests/guest/test_vm_live.py", "--deselect", APP_HOOKS)),
+                  ("tests/guest/test_vm_live.py",)),
           "big host": ("test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores", "big",
-                       ("--cores", "8", "tests/guest/test_big_host_live.py", APP_HOOKS))}
+                       ("--cores", "8", "tests/guest/test_big_host_live.py"))}
 RUNS: dict[str, GuestRun] = {}
 
 
@@ -135,8 +135,7 @@ def test_guest_tier_passes_in_a_two_socket_61_guest(guests):
 @pytest.mark.timeout(GUEST_TIMEOUT + 180)
 def test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores(guests):
     """The tracer, steer top at 80x24, the sweep's default selection, steer auto and the
-    exporter folded by socket on 16 CPUs in two sockets (tests/guest/test_big_host_live.py);
-    and the 6.1 kernel's fallback hooks (APP_HOOKS)."""
+    exporter folded by socket on 16 CPUs in two sockets (tests/guest/test_big_host_live.py)."""
     if why := _can_boot():
         pytest.skip(why)
     _passed_whole(guests["big host"].wait())

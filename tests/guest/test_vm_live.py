@@ -34,6 +34,9 @@ def _cpu_on(socket, other_than=()):
 
 
 two_sockets = pytest.mark.skipif(len(_sockets()) < 2, reason="needs two sockets (make test-vm)")
+# iperf3's pace for the flows of tests that time no throughput: under TCG a flow at full rate
+# takes all of the guest's one emulation thread, and steer's start and every read behind it
+PACED = ("-b", "200M")
 
 
 def _traced(snap, result):
@@ -138,7 +141,7 @@ def test_cross_socket_flow_seen_live():
     near, far = _cpu_on(s0, other_than=(reader,)), _cpu_on(s1)
     with Tracer(timing="exact") as tracer:
         for target, want in ((far, "cross-socket"), (near, "same-socket"), (reader, "same-core")):
-            with Lab([LabFlow(reader, reader)], seconds=2) as lab:
+            with Lab([LabFlow(reader, reader)], seconds=2, client_args=PACED) as lab:
                 lab.start_servers()
                 r = steer("rps", "--dev", "veth-rx", "--netns", lab.rx, "--cpu", str(target))
                 assert r.returncode == 0, r.stderr
@@ -192,7 +195,7 @@ def test_pinned_rule_whose_cpu_goes_offline(offline):
     """Traffic goes on (the kernel moves the cpumap thread of an offline CPU), and steer rules
     says the rule's CPU is offline."""
     cpu = HOTPLUG_CPU
-    with Tracer(timing="exact") as tracer, Lab([LabFlow(0, 0)], seconds=8) as lab:
+    with Tracer(timing="exact") as tracer, Lab([LabFlow(0, 0)], seconds=8, client_args=PACED) as lab:
         lab.start_servers()
         r = steer("pin", "proto=tcp,dport=5201", "--cpu", str(cpu), "--dev", "veth-rx",
                   "--netns", lab.rx)
@@ -228,7 +231,7 @@ def test_auto_drops_a_rule_whose_cpu_goes_offline(offline, private_tmp):
     policy.write_text(f'[[rule]]\nflow = "proto=tcp,dport=5201"\ncpu = {cpu}\n')
     # the flow lasts longer than auto can take to start and place it under TCG (in one CI run,
     # beside the host's unit tier, more than the minute the flow had then), and stops with the test
-    with Lab([LabFlow(0, 0)], seconds=400) as lab:
+    with Lab([LabFlow(0, 0)], seconds=400, client_args=PACED) as lab:
         lab.start_servers()
         lab.start_clients()
         auto = subprocess.Popen([*STEER, "auto", "--policy", str(policy), "--dev", "veth-rx",
