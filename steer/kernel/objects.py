@@ -3,7 +3,9 @@ attached with BPF links held by this process."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import time
 from pathlib import Path
 
 from steer.kernel.errors import KernelError, fail, failed_map, failed_program, libbpf_log
@@ -132,11 +134,22 @@ class BpfObject:
     def prog_fd(self, name: str) -> int:
         return libbpf().bpf_program__fd(self._prog_handle(name))
 
-    def attach(self, name: str) -> None:
+    def attach(self, name: str, exists_for: float = 0.0) -> None:
+        """Attach NAME; while the kernel answers EEXIST, try again for up to EXISTS_FOR seconds.
+        Before Linux 6.10 a raw tracepoint refuses a program already on it, and a link this
+        process destroyed stays on while another holds a copy of it (a child between fork and
+        exec, bpftool listing links), which it lets go within milliseconds."""
         lib = libbpf()
-        link = lib.bpf_program__attach(self._prog_handle(name))
-        if not link:
-            raise fail(f"cannot attach {name}", ctypes.get_errno(), name)
+        deadline = time.monotonic() + exists_for
+        while not (link := lib.bpf_program__attach(self._prog_handle(name))):
+            err = ctypes.get_errno()
+            if err != errno.EEXIST or time.monotonic() >= deadline:
+                e = fail(f"cannot attach {name}", err, name)
+                if err == errno.EEXIST and exists_for:
+                    raise KernelError(f"{e} (its last link still held open elsewhere after "
+                                      f"{exists_for} s)", err, name)
+                raise e
+            time.sleep(0.01)
         self._links.append((name, link))
 
     def attach_all(self) -> None:

@@ -45,6 +45,10 @@ _EVENT_BITS = {"llc_references": abi.FT_EVENT_REFERENCES, "instructions": abi.FT
                "cycles": abi.FT_EVENT_CYCLES}
 
 
+# how long a program put back on its hook (the windows', the UDP reads') is tried again while
+# the link that took it off is still held elsewhere (BpfObject.attach): under half the default
+# windows' gap (450 ms)
+REATTACH_SECONDS = 0.2
 REFUSE_ENV = "STEER_TEST_REFUSE"   # programs to treat as refused by the kernel (tests)
 # kernel functions whose frames tell the sampler where a CPU is (ft_text in flowtrace.h); each
 # group in order of preference: the first that the running kernel has
@@ -317,7 +321,7 @@ class Tracer:
             if rang:
                 self._udp_last = now
                 if not on:
-                    self._obj.attach(UDP_READS_FALLBACK)
+                    self._obj.attach(UDP_READS_FALLBACK, exists_for=REATTACH_SECONDS)
                     self.udp_reads_attachments += 1
             elif on and now - self._udp_last > max(UDP_READS_IDLE, 2 * UDP_READS_REARM):
                 # (the ring rings once a rearm at most: a shorter wait would take a steady
@@ -588,7 +592,7 @@ class Tracer:
         with self._lock:
             for name in sorted(self._windowed_programs):
                 if name not in self._obj.attached:
-                    self._obj.attach(name)
+                    self._obj.attach(name, exists_for=REATTACH_SECONDS)
             opened = time.monotonic_ns()
             self._obj.map("windows").update(_ZERO_KEY, bytes(abi.Window(opened, seq, scale)))
             self._window_seq = seq

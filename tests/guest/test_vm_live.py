@@ -130,6 +130,62 @@ def test_default_counts_udp_reads_by_fexit_where_the_kernel_allows_it():
     assert udp_bytes == got and tcp_bytes == tcp == 123_456
 
 
+def _kernel_before(major: int, minor: int) -> bool:
+    return tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (major, minor)
+
+
+@pytest.mark.skipif(not _kernel_before(6, 10), reason="from Linux 6.10 a raw tracepoint takes a "
+                    "program twice (each link its own probe): nothing to wait for")
+def test_a_program_goes_back_on_its_hook_once_a_copy_of_its_last_link_is_let_go():
+    """Before 6.10 a raw tracepoint refuses a program already on it (EEXIST), and a link stays
+    on while any process holds a copy of it. A forked child that described a device of another
+    namespace held one for its whole life, and the big host's `steer auto` made no move, its
+    windows stopped on `failed to attach: File exists` (clean clone 173; a thread does that
+    since). A child of steer's between fork and exec, or bpftool listing links, still holds one
+    for milliseconds: the windows put their programs back with BpfObject.attach(exists_for),
+    which tries again meanwhile. Here a child holds the copy for 0.3 s: a plain attach is
+    refused, and one that may wait is on once the child let go, with one link."""
+    import errno
+    from helpers import bpftool_objects
+    from steer.kernel.errors import KernelError
+    from steer.kernel.links import prog_id
+    from steer.kernel.objects import BpfObject, bpf_dir
+    obj = BpfObject(str(bpf_dir() / "floor.bpf.o"), only={"floor_clock"}, no_pin=True)
+    child = None
+    try:
+        obj.attach("floor_clock")
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:   # holds a copy of every file of the parent's, its link among them
+            os.close(r)
+            os.write(w, b"x")
+            time.sleep(0.3)
+            os._exit(0)
+        os.close(w)
+        assert os.read(r, 1) == b"x"   # the child runs, with its copy
+        os.close(r)
+        obj.detach("floor_clock")
+        t0 = time.monotonic()
+        refused = None
+        try:
+            obj.attach("floor_clock")
+        except KernelError as e:
+            refused = e
+            obj.attach("floor_clock", exists_for=30)
+        waited = time.monotonic() - t0
+        os.waitpid(child, 0)
+        child = None
+        links = [l for l in bpftool_objects("link")
+                 if l.get("prog_id") == prog_id(obj.prog_fd("floor_clock"))]
+    finally:
+        if child:
+            os.waitpid(child, 0)
+        obj.close()
+    print(f"plain attach: {refused}; attached after {waited:.2f} s; links: {links}")
+    assert refused is not None and refused.errno == errno.EEXIST, refused
+    assert 0.05 < waited < 30 and len(links) == 1, (waited, links)
+
+
 @two_sockets
 def test_cross_socket_flow_seen_live():
     """Reader pinned on socket 0, the flow's kernel processing steered (`steer rps`) to a CPU of
