@@ -24,7 +24,7 @@ def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
 
 def enter_netns(path: str) -> None:
     """The calling thread into the network namespace at PATH for good: in a child before exec,
-    or in one that exits after its work (netns_of goes there and back)."""
+    or in a thread that ends after its work (netns_of goes there and back)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:

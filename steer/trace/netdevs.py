@@ -18,7 +18,7 @@ from steer.model.topology import nic_place, read_text
 NETNS_DIR = "/run/netns"
 CACHE_SECONDS = 30.0   # a device renamed or recreated shows within this
 # Bounds, as on the other per-flow state: a host whose containers come and go leaves a device
-# behind in each namespace, and each new one is looked up in a child that enters its namespace.
+# behind in each namespace, and each new one is looked up by a thread that enters its namespace.
 MAX_DEVICES = 4096          # described devices kept; past it, those past CACHE_SECONDS go, then
                             # the older half
 NEW_PER_SECOND = 32         # new devices looked up a second at most (a burst of as many); the
@@ -77,8 +77,9 @@ def _nic_under(sysfs: str, name: str, depth: int = 0) -> dict | None:
 
 def devices_by_index(sysfs: str, indexes: list[int]) -> dict[str, dict]:
     """{ifindex: {"dev", "nic", "numa_node", "local_cpus", "rx_irqs"}} of the devices of the
-    namespace whose sysfs is at SYSFS (JSON keys: it crosses a process boundary); rx_irqs: the
-    NIC's receive IRQs, [{"queue", "irq"}] (a queue of None: the IRQ's name does not tell)."""
+    namespace whose sysfs is at SYSFS (JSON keys: call_with_netns_sysfs returns it as JSON
+    gives it); rx_irqs: the NIC's receive IRQs, [{"queue", "irq"}] (a queue of None: the IRQ's
+    name does not tell)."""
     want = set(indexes)
     out: dict[str, dict] = {}
     root = os.path.join(sysfs, "class/net")
