@@ -11,7 +11,7 @@ import time
 import pytest
 
 from autolog import AutoLog
-from helpers import ROOT, STEER, assert_one_line_error, live, steer
+from helpers import KERNEL_RELEASE, ROOT, STEER, assert_one_line_error, links_of, live, steer
 from kernel_scale import in_a_guest, measure_and_check
 from steer.model.flows import build_snapshot
 from steer.kernel.btf import vmlinux_has_type
@@ -130,11 +130,7 @@ def test_default_counts_udp_reads_by_fexit_where_the_kernel_allows_it():
     assert udp_bytes == got and tcp_bytes == tcp == 123_456
 
 
-def _kernel_before(major: int, minor: int) -> bool:
-    return tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2]) < (major, minor)
-
-
-@pytest.mark.skipif(not _kernel_before(6, 10), reason="from Linux 6.10 a raw tracepoint takes a "
+@pytest.mark.skipif(KERNEL_RELEASE >= (6, 10), reason="from Linux 6.10 a raw tracepoint takes a "
                     "program twice (each link its own probe): nothing to wait for")
 def test_a_program_goes_back_on_its_hook_once_a_copy_of_its_last_link_is_let_go():
     """Before 6.10 a raw tracepoint refuses a program already on it (EEXIST), and a link stays
@@ -148,7 +144,6 @@ def test_a_program_goes_back_on_its_hook_once_a_copy_of_its_last_link_is_let_go(
     attach is refused, and one that may wait is on once the child let go, with one link."""
     HELD = 2.0
     import errno
-    from helpers import bpftool_objects
     from steer.kernel.errors import KernelError
     from steer.kernel.links import prog_id
     from steer.kernel.objects import BpfObject, bpf_dir
@@ -177,8 +172,7 @@ def test_a_program_goes_back_on_its_hook_once_a_copy_of_its_last_link_is_let_go(
         waited = time.monotonic() - t0
         os.waitpid(child, 0)
         child = None
-        links = [l for l in bpftool_objects("link")
-                 if l.get("prog_id") == prog_id(obj.prog_fd("floor_clock"))]
+        links = links_of({prog_id(obj.prog_fd("floor_clock"))})
     finally:
         if child:
             os.waitpid(child, 0)

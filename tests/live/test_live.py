@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 
 from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool, steal_seconds
-from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, live,
-                     save_screenshot, screen_until, steer, tmux)
+from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, links_of,
+                     live, save_screenshot, screen_until, steer, tmux)
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import BASE_PORT, RECEIVER_DEV, Lab, LabFlow, lab_namespaces
@@ -258,10 +258,6 @@ def _our_programs() -> dict[int, str]:
     return {p["id"]: p["name"] for p in bpftool_objects("prog") if p.get("name", "").startswith("ft_")}
 
 
-def _links_of(prog_ids) -> list:
-    return [l for l in bpftool_objects("link") if l.get("prog_id") in prog_ids]
-
-
 def _wait_for(cond, timeout=10.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -280,14 +276,14 @@ def test_kill_9_of_top_leaves_nothing_attached():
         # the socket programs, the sampler with one link per CPU; wait for the links, which come
         # after every program loaded
         want = 1 + len(SOCKET_PROGRAMS) + len(online_cpus())
-        assert _wait_for(lambda: len(_links_of(_our_programs())) >= want), \
+        assert _wait_for(lambda: len(links_of(_our_programs())) >= want), \
             p.stderr.read() if p.poll() else ""
         progs = _our_programs()
-        assert len(progs) >= 4 and len(_links_of(progs)) >= want
+        assert len(progs) >= 4 and len(links_of(progs)) >= want
     finally:
         p.kill()
         p.wait()
-    assert _wait_for(lambda: not _our_programs() and not _links_of(progs)), _our_programs()
+    assert _wait_for(lambda: not _our_programs() and not links_of(progs)), _our_programs()
 
 
 def _flow_rows(screen: str) -> list[str]:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, ROOT, SAMPLE_HZ, STEER, assert_one_line_error, assert_unprivileged,
-                     bpftool_objects, live, steer, two_cpus)
+from helpers import (CPU_A, CPU_B, KERNEL_RELEASE, ROOT, SAMPLE_HZ, STEER, assert_one_line_error,
+                     assert_unprivileged, bpftool_objects, live, steer, two_cpus)
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from bench.peer import runtime_between, schedstat_runtime, task_pids, widened
 from steer.model.classify import classify
@@ -396,8 +396,7 @@ def test_irq_on_a_virtual_device_says_why():
 # bpf_net_context lives (6.11+; flowtrace/maps.bpf.h, HINT_*): 100% in five runs (2026-11-26).
 # Before 6.11 there is one hint, as before.
 KEPT = {"exact": 0.95, "sampled": 0.90}
-_RELEASE = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
-ONE_HINT = pytest.mark.skipif(_RELEASE < (6, 11), reason="before Linux 6.11 the sampled mode keeps "
+ONE_HINT = pytest.mark.skipif(KERNEL_RELEASE < (6, 11), reason="before Linux 6.11 the sampled mode keeps "
                               "one hint per CPU: the ACKs' softirq takes the kthread's samples")
 
 

@@ -218,13 +218,10 @@ def test_a_program_taken_off_is_off_while_another_namespaces_sysfs_is_read():
     meanwhile, and a 6.1 kernel refused to attach it again (EEXIST; steer auto made no move in
     the big host's guest). Here the read takes a second; the program's link must be gone, by
     bpftool (the kernel's own list), within 0.3 s of the detach."""
-    from helpers import bpftool_objects
+    from helpers import links_of
     from steer.kernel.links import prog_id
     from steer.kernel.namespaces import call_with_netns_sysfs
     from steer.kernel.objects import BpfObject, bpf_dir
-
-    def links(pid: int) -> list[dict]:
-        return [l for l in bpftool_objects("link") if l.get("prog_id") == pid]
 
     def slowly(sysfs: str) -> list[str]:
         time.sleep(1.0)
@@ -236,14 +233,14 @@ def test_a_program_taken_off_is_off_while_another_namespaces_sysfs_is_read():
     try:
         obj.attach("floor_clock")
         pid = prog_id(obj.prog_fd("floor_clock"))
-        assert len(links(pid)) == 1
+        assert len(links_of({pid})) == 1
         seen = []
         reader = threading.Thread(target=lambda: seen.append(
             call_with_netns_sysfs(f"/run/netns/{ns}", slowly)))
         reader.start()
         time.sleep(0.3)
         obj.detach("floor_clock")
-        left = settled(lambda: links(pid), 0.3)
+        left = settled(lambda: links_of({pid}), 0.3)
         reader.join()
     finally:
         obj.close()

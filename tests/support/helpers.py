@@ -101,6 +101,15 @@ def bpftool_objects(kind: str) -> list[dict]:
     raise AssertionError(f"bpftool {kind} show failed 20 times: {r.stdout.strip()} {r.stderr.strip()}")
 
 
+def links_of(prog_ids) -> list[dict]:
+    """The BPF links of the programs PROG_IDS (a collection of ids), by bpftool."""
+    return [l for l in bpftool_objects("link") if l.get("prog_id") in prog_ids]
+
+
+# this kernel's (major, minor), for tests that hold only before or after a release
+KERNEL_RELEASE = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+
+
 def hold_accuracy_rows(held, rows: list[dict], prefix: str = "") -> list[str]:
     """Each row of a bench.accuracy run that has a ratio, recorded with its bounds by HELD (the
     conftest fixture) and judged: the failures, to assert on after all are recorded."""
