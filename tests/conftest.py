@@ -12,8 +12,10 @@ import pytest
 
 TIERS = ("unit", "artifacts", "live", "guest")
 # the order the tiers run in: the guests boot with the session and run beside the first two
-# (guests_from_the_start); the live tier, which times real traffic, has the host to itself
-TIER_ORDER = ("artifacts", "unit", "guest", "live")
+# (guests_from_the_start); the live tier, which times real traffic, starts once the 6.1 guest
+# ended. The big host's guest runs on in the background (at idle priority, stopped for each
+# live test marked alone), and its test, marked beside_live, waits for it at the end
+TIER_ORDER = ("artifacts", "unit", "guest", "live", "beside_live")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))   # helpers, sysfs
 # a test module may use another's helpers (the dashboards' expressions, a free port, a fixture
@@ -66,17 +68,6 @@ def pytest_sessionstart(session):
         compileall.compile_dir(os.path.join(root, tree), quiet=2)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """A test marked live is skipped, with the reason, where the live tier cannot run: before its
-    fixtures, which bring up labs and tracers."""
-    if item.get_closest_marker("live"):
-        from helpers import live_skip_reason
-        why = live_skip_reason()
-        if why:
-            pytest.skip(why)
-
-
 def pytest_collection_modifyitems(config, items):
     """A test outside the tier folders is an error: a new file goes where its tier is."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +77,36 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")
     # stable: each module's tests stay together and in their order
     items.sort(key=lambda item: TIER_ORDER.index(
-        os.path.relpath(str(item.path), here).split(os.sep)[0]))
+        "beside_live" if item.get_closest_marker("beside_live")
+        else os.path.relpath(str(item.path), here).split(os.sep)[0]))
+
+
+_PAUSED = pytest.StashKey[tuple]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test marked live is skipped, with the reason, where the live tier cannot run: before its
+    fixtures, which bring up labs and tracers. One marked alone runs with every guest in the
+    background stopped, from its fixtures' setup to their teardown (a guest that runs on and
+    does not answer fails the test's setup)."""
+    if item.get_closest_marker("live"):
+        from helpers import live_skip_reason
+        why = live_skip_reason()
+        if why:
+            pytest.skip(why)
+    guests = sys.modules.get("test_guest_live")   # imported where the session has guests
+    if guests and item.get_closest_marker("alone"):
+        import time
+        item.stash[_PAUSED] = (guests.pause_background_guests(), time.monotonic())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    paused, since = item.stash.get(_PAUSED, ((), 0))
+    if paused:
+        sys.modules["test_guest_live"].resume_guests(paused, since)
 
 
 @pytest.fixture

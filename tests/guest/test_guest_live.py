@@ -17,36 +17,61 @@ pytestmark = live
 
 BOOT_TIMEOUT = 120      # seconds; a boot takes ~10 s here
 GUEST_TIMEOUT = 900     # a whole guest run: 5.5 min here with both guests at once (2026-11-27)
+# a guest in the background runs from the session's start to past the live tier's middle, and
+# stands still while the live tier's tests that need the host alone run
+BACKGROUND_TIMEOUT = 2400
 
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "guest", "vm"))
-from run import EXIT_GUEST_LOCKUP, LOCKUP_MARKER  # noqa: E402
+from run import EXIT_GUEST_LOCKUP, LOCKUP_MARKER, qmp_command  # noqa: E402
 
 
 class GuestRun:
     """tests/guest/vm/run.py started now, its output in files (a pipe nobody reads would fill
-    and stop the guest while another test waits for its own)."""
+    and stop the guest while another test waits for its own). A guest in the background
+    (run.py --background) has a QMP socket, by which the live tier's tests that need the host
+    alone stop it (pause) and let it go on (resume)."""
 
-    def __init__(self, tmp, name: str, *args: str):
+    def __init__(self, tmp, name: str, *args: str, background: bool = False):
         self.out, self.err = open(tmp / f"{name}.out", "w+"), open(tmp / f"{name}.err", "w+")
         self.started = time.monotonic()
+        self.timeout = BACKGROUND_TIMEOUT if background else GUEST_TIMEOUT
+        self.qmp = str(tmp / f"{name}.qmp") if background else None
+        extra = ("--background", "--qmp", self.qmp) if background else ()
         self.p = subprocess.Popen([sys.executable, "tests/guest/vm/run.py", "--timeout",
-                                   str(GUEST_TIMEOUT), "--boot-timeout", str(BOOT_TIMEOUT), *args],
+                                   str(self.timeout), "--boot-timeout", str(BOOT_TIMEOUT), *extra,
+                                   *args],
                                   cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self.out,
                                   stderr=self.err, text=True)
+        self.paused = 0.0   # seconds, for the record
 
     def wait(self) -> subprocess.CompletedProcess:
         # run.py's own --timeout fails first, with the guest's console; this is for a run.py hung
-        left = GUEST_TIMEOUT + 60 - (time.monotonic() - self.started)
+        left = self.timeout + 60 - (time.monotonic() - self.started)
         try:
             self.p.wait(timeout=max(left, 1))
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
-        print(f"the guest's run took {time.monotonic() - self.started:.0f} s")
+        print(f"the guest's run took {time.monotonic() - self.started:.0f} s"
+              + (f", {self.paused:.0f} s of them paused" if self.qmp else ""))
         self.out.seek(0), self.err.seek(0)
         return subprocess.CompletedProcess(self.p.args, self.p.returncode, self.out.read(),
                                            self.err.read())
+
+    def qmp_command(self, command: str) -> bool:
+        """COMMAND sent to the guest's qemu while it runs; False where it has ended (or not
+        opened its socket yet: it is booting, at the host's pace). A guest that runs on and does
+        not answer is an error: a test that needs the host alone would run beside it."""
+        if self.p.poll() is not None or not os.path.exists(self.qmp):
+            return False
+        try:
+            qmp_command(self.qmp, command)
+        except OSError:
+            if self.p.poll() is not None:
+                return False
+            raise
+        return True
 
     def stop(self) -> None:
         if self.p.poll() is None:
@@ -64,29 +89,30 @@ def _can_boot() -> str | None:
     return None
 
 
-# each tier's guest: the test that waits for it, its files' name, run.py's arguments. The two
-# run together and the later one's end is the tier's: the big host's (~370 s beside the other
-# and the host's tiers, 2026-12-01) where the 6.1 guest's flows, paced since, end it ~60 s sooner;
-# so the fallback hooks' test (a 6.1 kernel's, as the big host's is) runs in the 6.1 guest
+# each tier's guest: the test that waits for it, its files' name, run.py's arguments, whether it
+# runs in the background. The 6.1 guest runs beside the unit and artifacts tiers and the live tier
+# starts once it ended: its NIC's feeder sends from this host, and its tests end ~130 s after
+# those tiers (2026-12-01). The big host's guest has no NIC and runs in the background from the
+# session's start to its end (the test that waits for it is ordered after the live tier): at
+# SCHED_IDLE once booted, on CPU time the other tiers leave, and stopped (QMP) for each live
+# test marked `alone`. Two guests at once took as long as the longer alone (one TCG thread
+# each, 2026-11-27); beside the 6.1 guest and the host's tiers the big host's ended ~450 s in
 GUESTS = {"6.1": ("test_guest_tier_passes_in_a_two_socket_61_guest", "6.1",
-                  ("tests/guest/test_vm_live.py",)),
+                  ("tests/guest/test_vm_live.py",), False),
           "big host": ("test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores", "big",
-                       ("--cores", "8", "tests/guest/test_big_host_live.py"))}
+                       ("--no-nic", "--cores", "8", "tests/guest/test_big_host_live.py"), True)}
 RUNS: dict[str, GuestRun] = {}
 
 
 def start_guests(tmp_path_factory, tests: set[str]) -> None:
-    """Boots the guest of each of TESTS (test names) not booted yet. Both tiers' guests run
-    together: each runs its vCPUs on one TCG thread, so on this host's two CPUs they take about
-    as long together as the longer alone (2026-11-27: 300 s and 245 s one after the other, 332 s
-    together, both passing), and their tests' timeouts allow for TCG's pace already. The suite
-    starts them with the session (tests/conftest.py), beside the unit and artifacts tiers."""
+    """Boots the guest of each of TESTS (test names) not booted yet. The suite starts them with
+    the session (tests/conftest.py); their tests' timeouts allow for TCG's pace already."""
     wanted = {k: v for k, v in GUESTS.items() if v[0] in tests and k not in RUNS}
     if _can_boot() or not wanted:
         return
     tmp = tmp_path_factory.mktemp("guests")
-    for key, (_, name, args) in wanted.items():
-        RUNS[key] = GuestRun(tmp, name, *args)
+    for key, (_, name, args, background) in wanted.items():
+        RUNS[key] = GuestRun(tmp, name, *args, background=background)
 
 
 def stop_guests() -> None:
@@ -95,14 +121,24 @@ def stop_guests() -> None:
     RUNS.clear()
 
 
+def pause_background_guests() -> list[GuestRun]:
+    """Stops each guest in the background that still runs; the ones stopped."""
+    return [r for r in RUNS.values() if r.qmp and r.qmp_command("stop")]
+
+
+def resume_guests(paused: list[GuestRun], since: float) -> None:
+    for r in paused:
+        r.paused += time.monotonic() - since
+        r.qmp_command("cont")
+
+
 @pytest.fixture(scope="module")
 def guests(tmp_path_factory):
-    """The tiers' guests, booted now if the session did not boot them already."""
-    start_guests(tmp_path_factory, {test for test, _, _ in GUESTS.values()})
-    try:
-        yield RUNS
-    finally:
-        stop_guests()
+    """The tiers' guests, booted now if the session did not boot them already; stopped at the
+    session's end (tests/conftest.py), not the module's: the big host's test comes after the
+    live tier."""
+    start_guests(tmp_path_factory, {test for test, *_ in GUESTS.values()})
+    return RUNS
 
 
 def _passed_whole(r) -> str:
@@ -132,7 +168,8 @@ def test_guest_tier_passes_in_a_two_socket_61_guest(guests):
     _passed_whole(guests["6.1"].wait())
 
 
-@pytest.mark.timeout(GUEST_TIMEOUT + 180)
+@pytest.mark.beside_live
+@pytest.mark.timeout(BACKGROUND_TIMEOUT + 180)
 def test_big_host_tier_passes_in_a_guest_of_two_sockets_of_eight_cores(guests):
     """The tracer, steer top at 80x24, the sweep's default selection, steer auto and the
     exporter folded by socket on 16 CPUs in two sockets (tests/guest/test_big_host_live.py)."""

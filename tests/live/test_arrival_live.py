@@ -13,13 +13,13 @@ import time
 import pytest
 
 from bench.peer import runtime_between, schedstat_runtime, widened
-from helpers import CPU_A, CPU_B, SAMPLE_HZ, live, two_cpus
+from helpers import CPU_A, CPU_B, SAMPLE_HZ, alone, live, two_cpus
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import Lab, LabFlow
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer, net_rx_softirqs
 
-pytestmark = live
+pytestmark = [live, alone]
 
 
 def _window(lab, tracer, truth, settle: float, seconds: float):

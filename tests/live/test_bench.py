@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from helpers import ROOT, hold_accuracy_rows, live
+from helpers import ROOT, alone, hold_accuracy_rows, live
 
-pytestmark = live
+pytestmark = [live, alone]
 BENCHES = ["overhead", "bulk", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
            "scale_cpus", "peer", "fuzz"]   # and soak, below
 

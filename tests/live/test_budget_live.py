@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from helpers import live
+from helpers import alone, live
 from bench.event_cost import beyond_floor, floors_of, measure
 
-pytestmark = live
+pytestmark = [live, alone]
 
 SECONDS, WINDOWS = 4, 4
 # Instructions as the verifier leaves them (xlated), on the kernel they were counted on: any

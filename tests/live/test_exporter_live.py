@@ -13,12 +13,12 @@ import pytest
 
 from bench.odds import sampled_spread
 from cgroups import made_cgroup, move
-from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, assert_unprivileged, live, steer
+from helpers import CPU_A, CPU_B, CPUS, ROOT, STEER, alone, assert_unprivileged, live, steer
 from steer.experiment.lab import Lab, LabFlow
 from test_dashboards import DASH, panel_exprs
 from web import free_port, http_get, metric_sum, prometheus, query, stop_all, wait_http
 
-pytestmark = [live, pytest.mark.skipif(shutil.which("prometheus") is None,
+pytestmark = [live, alone, pytest.mark.skipif(shutil.which("prometheus") is None,
                                        reason="prometheus not installed (Debian package)")]
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 # the exporter's and steer flows' sampling rate: at the default 99 Hz the kernel CPU of a 10 s

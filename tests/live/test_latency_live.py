@@ -20,12 +20,12 @@ import pytest
 
 from bench.odds import DISPERSION, z_for
 from bench.peer import steal_seconds
-from helpers import ROOT, live, steer
+from helpers import ROOT, alone, live, steer
 from steer.experiment.lab import RECEIVER_ADDR, Lab, usable_cpus
 from steer.model.latency import BUCKETS, bucket_of, delays, quantile, since
 from steer.trace.tracer import Tracer
 
-pytestmark = live
+pytestmark = [live, alone]
 
 STAMPED = f"{ROOT}/tests/support/stamped.py"
 # ms the reader sleeps before each burst of reads: one length, whose delays spread evenly from

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool, steal_seconds
-from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, assert_one_line_error, bpftool_objects, links_of,
+from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, alone, assert_one_line_error, bpftool_objects, links_of,
                      live, save_screenshot, screen_until, steer, tmux)
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
@@ -26,7 +26,7 @@ from steer.trace.tracer import Tracer
 from steer.trace.windows import DEFAULT_CYCLE
 from witness import ReceivedTcpBytes, matches_witness
 
-pytestmark = live
+pytestmark = [live, alone]
 
 TRAFFIC_SECONDS = 5
 MID_WINDOW = (1.0, 4.0)   # seconds after the clients start: steady traffic for CPU-time checks

@@ -14,12 +14,12 @@ import os
 import subprocess
 
 from autolog import AutoLog
-from helpers import CPU_A, CPU_B, ROOT, STEER, assert_one_line_error, live, steer, two_cpus
+from helpers import CPU_A, CPU_B, ROOT, STEER, alone, assert_one_line_error, live, steer, two_cpus
 from witness import TraceEvents
 from steer.experiment.lab import Lab, LabFlow
 from steer.kernel.namespaces import call_with_netns_sysfs
 
-pytestmark = [live, two_cpus]
+pytestmark = [live, alone, two_cpus]
 SHARE = 0.95      # of the skbs on the CPU a queue was moved to
 # at most, of those on CPU B before the move and after the reset: 1% to 12% here (2026-11-27,
 # seven runs); more, it seems, when the sender's CPU is busy with something else (its segments

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from helpers import CPUS, live, sampling_bound, steer
+from helpers import CPUS, alone, live, sampling_bound, steer
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import Lab, LabFlow
 from steer.defaults import PROFILE_HZ
@@ -13,7 +13,7 @@ from steer.trace.profile import CATEGORIES, run_profile
 from steer.model.topology import read_topology
 from steer.trace.tracer import Tracer
 
-pytestmark = live
+pytestmark = [live, alone]
 
 READER_CPU, SENDER_CPU = CPUS[-1], CPUS[0]
 SECONDS = 6

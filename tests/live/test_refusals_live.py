@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, assert_one_line_error, assert_tcp_rx, live,
+from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, alone, assert_one_line_error, assert_tcp_rx, live,
                      steer, two_cpus)
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
@@ -23,7 +23,7 @@ from steer.model.topology import read_topology
 from witness import ReceivedTcpBytes
 from steer.trace.tracer import REFUSE_ENV, Tracer
 
-pytestmark = [live, two_cpus]
+pytestmark = [live, alone, two_cpus]
 
 SECONDS = 2
 UDP_RATE = "200M"

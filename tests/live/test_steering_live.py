@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, KERNEL_RELEASE, ROOT, SAMPLE_HZ, STEER, assert_one_line_error,
+from helpers import (CPU_A, CPU_B, KERNEL_RELEASE, ROOT, SAMPLE_HZ, STEER, alone, assert_one_line_error,
                      assert_unprivileged, bpftool_objects, live, steer, two_cpus)
 from bench.packets import FUZZ_SPECS, fuzz_packets, reference_tuple
 from bench.peer import runtime_between, schedstat_runtime, task_pids, widened
@@ -24,7 +24,7 @@ from steer.trace.tracer import Tracer
 from web import free_port, http_get, metric_sum, wait_http
 from witness import TraceEvents
 
-pytestmark = live
+pytestmark = [live, alone]
 XDP_PASS, XDP_REDIRECT = 2, 4
 FUZZ_PACKETS = 12000
 

@@ -18,14 +18,14 @@ import time
 import pytest
 
 from bench.odds import z_for
-from helpers import CPUS, SAMPLE_DISPERSION, SAMPLE_HZ, live, sampling_bound
+from helpers import CPUS, SAMPLE_DISPERSION, SAMPLE_HZ, alone, live, sampling_bound
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import BASE_PORT, NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow, listening
 from steer.model.topology import read_topology
 from steer.trace.programs import HOOKS as APP_HOOKS, SYSCALL_PROGRAMS
 from steer.trace.tracer import Tracer
 
-pytestmark = live
+pytestmark = [live, alone]
 
 HZ = os.sysconf("SC_CLK_TCK")
 PORT = 5301

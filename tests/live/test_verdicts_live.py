@@ -19,12 +19,12 @@ from datetime import datetime
 
 import pytest
 
-from helpers import CPU_A, CPU_B, ROOT, STEER, steer, two_cpus
+from helpers import CPU_A, CPU_B, ROOT, STEER, alone, steer, two_cpus
 from witness import TraceEvents
 from bench.verdicts import mean_rate, median_rate
 from steer.experiment.lab import Lab, LabFlow
 
-pytestmark = [two_cpus]
+pytestmark = [alone, two_cpus]
 
 # Single seconds of the lab flow spread by ~4-8% and dip by a third now and then with nothing moved.
 # A harmful move (-19% to -39% here, -28% typically) is judged on 1.5 s intervals, five a side, and

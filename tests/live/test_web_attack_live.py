@@ -19,10 +19,10 @@ import subprocess
 import threading
 import time
 
-from helpers import ROOT, STEER, live
+from helpers import ROOT, STEER, alone, live
 from web import free_port
 
-pytestmark = [live]
+pytestmark = [live, alone]
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 KEPT_ALIVE, SLOW, WRONG_PER_SECOND, GUESSERS = 50, 50, 100, 8
 SECONDS = 20

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from helpers import (CPU_A, CPU_B, ROOT, hold_accuracy_rows, live, settled, tracer_programs,
+from helpers import (CPU_A, CPU_B, ROOT, alone, hold_accuracy_rows, live, settled, tracer_programs,
                      two_cpus)
 from bench.accuracy import BOUNDS
 from bench.peer import NetRxBrackets, steal_seconds, udp_datagrams
@@ -20,7 +20,7 @@ from steer.kernel.links import prog_run_stats
 from steer.trace.tracer import Tracer
 from steer.trace.windows import parse_windows
 
-pytestmark = [live, two_cpus]
+pytestmark = [live, alone, two_cpus]
 
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 HZ, SETTLE, SECONDS = 997, 2.0, 6

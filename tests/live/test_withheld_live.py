@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import CPU_A, CPU_B, live, two_cpus
+from helpers import CPU_A, CPU_B, alone, live, two_cpus
 from bench.accuracy import BOUNDS
 from bench.odds import sampled_spread
 from bench.peer import NetRxBrackets, perf_hrtimer_address, truth_object
@@ -17,7 +17,7 @@ from steer.experiment.lab import Lab, LabFlow
 from steer.kernel.links import prog_recursion_misses
 from steer.trace.tracer import Tracer
 
-pytestmark = [live, two_cpus]
+pytestmark = [live, alone, two_cpus]
 
 HZ = 9973
 SECONDS = 3.0

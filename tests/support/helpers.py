@@ -165,6 +165,10 @@ def live_skip_reason():
 # the live tier: `pytest -m "not live"` leaves it out; conftest skips it, saying why, where it
 # cannot run (live_skip_reason)
 live = pytest.mark.live
+# a live test whose figures time CPU work, idle CPUs or throughput: it needs the host's CPUs to
+# itself, and a guest the suite runs in the background (tests/guest/test_guest_live.py) is stopped
+# while it runs
+alone = pytest.mark.alone
 
 
 SCREENSHOTS = os.path.join(ROOT, "build", "screenshots")

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -309,8 +310,49 @@ def nic_qemu_args() -> list[str]:
             "-device", f"virtio-net-pci,netdev=nic0,bus=rp1,mq=on,vectors={vectors}"]
 
 
+def to_idle_priority(pid: int) -> None:
+    """Every thread of PID at SCHED_IDLE (threads it starts later inherit it): it runs only when
+    no other task of the host wants the CPU."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+        except ProcessLookupError:
+            pass   # a thread that ended meanwhile
+
+
+def qmp_command(path: str, command: str, timeout: float = 10.0) -> dict:
+    """COMMAND (`stop`, `cont`) sent to a guest's QMP socket at PATH (--qmp); the reply's
+    `return`. `stop` halts the vCPUs and the guest's clocks with them: the guest sees no time
+    pass while it is stopped, so its timeouts and watchdogs do not count it."""
+    import socket
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        f = s.makefile("rw")
+        json.loads(f.readline())   # the greeting
+        for cmd in ("qmp_capabilities", command):
+            f.write(json.dumps({"execute": cmd}) + "\n")
+            f.flush()
+            while "return" not in (reply := json.loads(f.readline())):   # events come between
+                if "error" in reply:
+                    raise RuntimeError(f"qmp {cmd}: {reply['error'].get('desc', reply)}")
+    return reply["return"]
+
+
+@dataclass
+class Machine:
+    """How a guest runs beyond its kernel and tests: its size, its NIC (the tap's namespace, or
+    None for no NIC), and whether it runs in the background (SCHED_IDLE once booted, with a QMP
+    socket to pause it by)."""
+    cores: int = CORES
+    netns: str | None = NIC_NETNS
+    background: bool = False
+    qmp: str | None = None
+
+
 def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], timeout: float,
-         log: Path, boot_timeout: float = 120.0, cores: int = CORES, netns: str = NIC_NETNS) -> int:
+         log: Path, boot_timeout: float = 120.0, machine: Machine = Machine()) -> int:
+    cores, netns = machine.cores, machine.netns
     # a socket of this run's own: one a killed earlier run left behind cannot be in the way
     sock = Path(tempfile.mkdtemp(prefix="vfs-", dir=WORK)) / "virtiofsd.sock"
     vfs_log = log.with_suffix(".virtiofsd.log")   # console-6.1.virtiofsd.log: a run's own
@@ -338,6 +380,11 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
                f"STEER_VM_PYTEST={args} STEER_VM_NIC_ADDR={NIC_GUEST_ADDR}/{NIC_PREFIXLEN} "
                f"STEER_VM_NIC_PEER={NIC_HOST_ADDR} STEER_VM_FEEDER_PORT={FEEDER_PORT} "
                f"STEER_VM_NIC_NODE={NIC_NUMA_NODE}")
+    if machine.background:
+        # a guest in the background is starved while the host is busy, and its clock runs on
+        # meanwhile: its watchdogs would take a starved half minute for a lockup (the soft
+        # lockup's 20 s: twice watchdog_thresh, which is at most 60)
+        cmdline += " watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300"
     mem = "2G"
     # a plain CPU model: with `-cpu max` the 6.1 guest stalled on every vCPU (soft lockups) in
     # two runs out of six; the SSE4 flags are what the host's numpy and Python builds expect
@@ -347,7 +394,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
     # missed the wake-up of an IPI now and then and slept on, and the vCPU that sent it waited in
     # smp_call_function_many_cond until the guest's watchdog saw a soft lockup (twice in a row on
     # a fresh VM). In turn, a halted vCPU's pending interrupt is seen at its next turn
-    qemu = ["ip", "netns", "exec", netns, "qemu-system-x86_64", "-machine", "q35",
+    qemu = [*(["ip", "netns", "exec", netns] if netns else []), "qemu-system-x86_64", "-machine", "q35",
             "-accel", "tcg,thread=single",
             "-cpu", "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt",
             "-smp", f"{2 * cores},sockets=2,cores={cores},threads=1", "-m", "4G",
@@ -358,15 +405,17 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
             "-chardev", f"socket,id=vfs,path={sock}",
             "-device", "vhost-user-fs-pci,chardev=vfs,tag=hostroot,queue-size=1024",
             "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
-            *nic_qemu_args(),
+            *(nic_qemu_args() if netns else []),
+            *(["-qmp", f"unix:{machine.qmp},server=on,wait=off"] if machine.qmp else []),
             "-nographic", "-no-reboot", "-serial", "mon:stdio"]
     status, seen, booted, why = None, b"", False, None
     started = time.monotonic()
     vm = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, start_new_session=True,
                           preexec_fn=_die_with_parent)
-    feeder = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", FEEDER],
-                              start_new_session=True, preexec_fn=_die_with_parent)
+    feeder = netns and subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c",
+                                         FEEDER], start_new_session=True,
+                                        preexec_fn=_die_with_parent)
     try:
         with open(log, "wb") as out:
             os.set_blocking(vm.stdout.fileno(), False)
@@ -377,7 +426,11 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
                     sys.stdout.buffer.write(chunk)
                     sys.stdout.flush()
                     seen = seen[-64:] + chunk     # a marker may straddle two reads
-                    booted = booted or BOOTED_MARKER in seen
+                    if not booted and BOOTED_MARKER in seen:
+                        booted = True
+                        if machine.background:   # booted at the host's pace, then yields
+                            for p in (vm, feeder, vfs):
+                                p and to_idle_priority(p.pid)
                     m = EXIT_MARKER.search(seen)
                     if m:
                         status = int(m.group(1))
@@ -398,7 +451,7 @@ def boot(vmlinuz: Path, initrd: Path, modules: Path, pytest_args: list[str], tim
                     why = f"timed out after {timeout:.0f} s"
                     break
     finally:
-        for p in (vm, feeder, vfs):
+        for p in filter(None, (vm, feeder, vfs)):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL) if p is not vfs else p.kill()
             p.wait()
@@ -425,6 +478,15 @@ def main(argv=None) -> int:
     p.add_argument("--cores", type=int, default=CORES,
                    help="cores per socket, of the guest's two (default: %(default)s; "
                         "tests/guest/test_big_host_live.py takes 8)")
+    p.add_argument("--no-nic", action="store_true",
+                   help="no NIC, no tap and no feeder (tests/guest/test_big_host_live.py uses none)")
+    p.add_argument("--background", action="store_true",
+                   help="once booted, qemu, virtiofsd and the feeder run at SCHED_IDLE: the guest "
+                        "takes only the CPU time no other task of the host wants (the suite runs "
+                        "the big-host guest beside its live tier so)")
+    p.add_argument("--qmp", metavar="PATH",
+                   help="a QMP socket at PATH, through which another process may stop the guest "
+                        "(its clocks with it) and let it go on: qmp_command(PATH, 'stop')")
     args, rest = p.parse_known_args(argv)
     if not 1 <= args.cores <= 64:
         fail(f"--cores: from 1 to 64, not {args.cores}")
@@ -444,18 +506,20 @@ def main(argv=None) -> int:
         vmlinuz, modules, version = prepare_kernel(args.kernel)
         initrd = build_initramfs(modules, version)
     instance = instance_of(args.kernel, args.cores)
-    netns = nic_netns(instance)
+    netns = None if args.no_nic else nic_netns(instance)
+    nic = (f"a {NIC_QUEUES}-queue virtio-net on node {NIC_NUMA_NODE}, its tap in the host's "
+           f"namespace {netns}" if netns else "no NIC")
     print(f"test-vm: booting {version} ({2 * args.cores} vCPUs as 2 sockets x {args.cores} cores, "
-          f"TCG; a {NIC_QUEUES}-queue "
-          f"virtio-net on node {NIC_NUMA_NODE}, its tap in the host's namespace {netns})",
-          flush=True)
-    nic_up(netns)
+          f"TCG; {nic}{'; in the background' if args.background else ''})", flush=True)
+    if netns:
+        nic_up(netns)
     log = WORK / f"console-{instance}.log"
     try:
         status = boot(vmlinuz, initrd, modules, rest or DEFAULT_TESTS, args.timeout, log,
-                      args.boot_timeout, args.cores, netns)
+                      args.boot_timeout, Machine(args.cores, netns, args.background, args.qmp))
     finally:
-        nic_down(netns)
+        if netns:
+            nic_down(netns)
     if (kept := keep_check(log, args.kernel)) is not None:
         print(f"test-vm: the guest's steer check is in {kept}")
     for kept in keep_results(log):
