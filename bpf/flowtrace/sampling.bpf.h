@@ -119,8 +119,12 @@ static __always_inline void note_udp(void)
 	__u32 zero = 0, *seen = bpf_map_lookup_elem(&udp_seen, &zero);
 
 	if (seen && !*seen) {
+		/* the datagram's time: where the reads' program is off, userspace counts from it
+		 * to the attach the time whose reads go uncounted (udp_reads_unwatched_ns) */
+		__u64 now = bpf_ktime_get_ns();
+
 		*seen = 1;
-		bpf_ringbuf_output(&udp_ring, &zero, sizeof(zero), 0);
+		bpf_ringbuf_output(&udp_ring, &now, sizeof(now), 0);
 	}
 }
 

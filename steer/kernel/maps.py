@@ -40,15 +40,17 @@ class _ObjGetOpts(ctypes.Structure):
 
 
 class BpfRing:
-    """A BPF ring buffer read for its wake-ups alone: poll() sleeps (without the GIL) until the
-    programs put records in it, TIMEOUT_MS pass, or another thread calls wake(), and says how
-    many records it took. The sleep is a poll(2) of libbpf's epoll descriptor beside an eventfd of
-    our own, so a stop does not wait out the timeout."""
+    """A BPF ring buffer read for its wake-ups and its latest record: poll() sleeps (without the
+    GIL) until the programs put records in it, TIMEOUT_MS pass, or another thread calls wake(),
+    and says how many records it took; `last` is the latest of them. The sleep is a poll(2) of
+    libbpf's epoll descriptor beside an eventfd of our own, so a stop does not wait out the
+    timeout."""
 
     def __init__(self, bpf_map: "BpfMap"):
         lib = libbpf()
         self.name = bpf_map.name
-        self._count = RING_FN(lambda ctx, data, size: 0)   # kept: libbpf holds the pointer
+        self.last = b""
+        self._count = RING_FN(self._keep)   # kept: libbpf holds the pointer
         self._rb = lib.ring_buffer__new(bpf_map.fd, self._count, None, None)
         if not self._rb:
             raise fail(f"cannot read the ring buffer {self.name}", ctypes.get_errno())
@@ -56,6 +58,10 @@ class BpfRing:
         self._poll = select.poll()
         self._poll.register(lib.ring_buffer__epoll_fd(self._rb), select.POLLIN)
         self._poll.register(self._wake, select.POLLIN)
+
+    def _keep(self, ctx, data, size) -> int:
+        self.last = ctypes.string_at(data, size)
+        return 0
 
     def poll(self, timeout_ms: int) -> int:
         """Records taken: 0 after the timeout or a wake()."""

@@ -193,6 +193,9 @@ class Tracer:
         self._udp_ring: BpfRing | None = None
         self._udp_watch_stop = threading.Event()
         self.udp_reads_attachments = 0  # how often the UDP reads' program went on its hook
+        # from the datagram that rang to each of those attachments: the time whose reads went
+        # uncounted (ns, CLOCK_MONOTONIC, bpf_ktime_get_ns's clock)
+        self.udp_reads_unwatched_ns = 0
         self.udp_reads_error = ""       # why the thread that puts it there stopped, if it did
         self._runner: WindowRunner | None = None   # the windows' thread (sampled, windows)
         # per reading thread: how long its last read waited for the gap between two windows
@@ -323,6 +326,10 @@ class Tracer:
                 if not on:
                     self._obj.attach(UDP_READS_FALLBACK, exists_for=REATTACH_SECONDS)
                     self.udp_reads_attachments += 1
+                    rang_at = self._udp_ring.last[:8]
+                    if len(rang_at) == 8:
+                        self.udp_reads_unwatched_ns += max(
+                            0, time.monotonic_ns() - struct.unpack("@Q", rang_at)[0])
             elif on and now - self._udp_last > max(UDP_READS_IDLE, 2 * UDP_READS_REARM):
                 # (the ring rings once a rearm at most: a shorter wait would take a steady
                 # flow for ended)
