@@ -263,10 +263,14 @@ def test_offloads_axis_in_the_lab(tmp_path):
               f"B a packet, {got / run['rx_skbs']:.1f} B an skb, NAPI polls on "
               f"{c['measured_poll_cpu']}, kernel CPU-s/GB {c['kernel_seconds_per_gb']:.3f}")
         assert run["device_state"]["offloads"] == dict(found, gro=_gro(c)), run["device_state"]
-        assert 0.97 * MSS <= got / run["rx_packets"] <= 1.001 * MSS, run
+        # wire-sized: none bigger than an MSS, and more than half of one on average (a packet
+        # counted twice reads half or less). How full they are is the sender's pushes', no
+        # figure of steer's: with GRO off a run whose host stole 7% of the CPUs read 1,400 B a
+        # packet (clean clone 179) where 0.97 MSS had been the bound, others 1,422-1,442 B
+        assert 0.5 * MSS < got / run["rx_packets"] <= 1.001 * MSS, run
         assert abs(run["app_bytes"] - got) < 0.005 * got
         if _gro(c) == "off":
-            assert got / run["rx_skbs"] <= 1.001 * MSS and c["measured_poll_cpu"] is None, run
+            assert run["rx_packets"] == run["rx_skbs"] and c["measured_poll_cpu"] is None, run
         else:
             assert got / run["rx_skbs"] > 4 * MSS and c["measured_poll_cpu"] is not None, run
     md = open(f"{out}/report.md").read()
