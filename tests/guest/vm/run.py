@@ -313,7 +313,11 @@ def nic_qemu_args() -> list[str]:
 def to_idle_priority(pid: int) -> None:
     """Every thread of PID at SCHED_IDLE (threads it starts later inherit it): it runs only when
     no other task of the host wants the CPU."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return   # it ended (the guest's exit is read on)
+    for tid in tids:
         try:
             os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
         except ProcessLookupError:
