@@ -141,7 +141,7 @@ BOUNDS = {
     # a UDP reader's: its connect datagram (4 bytes) too; where the kernel refuses fexit, the
     # sampled mode's reads of the moment from the first datagram to the tracepoint program's
     # attach not: the tracer measures that moment, and the lower bound widens by what the flows'
-    # rates let arrive in it (unwatched_share). Before it did, the row read 0 to -0.09% in 20
+    # rates let arrive in it (unwatched_bytes). Before it did, the row read 0 to -0.09% in 20
     # clean clones and -0.12% in one whose host stole 12-25% of the CPUs (clone 178)
     ("iperf3 reader bytes", "sampled"): (-0.001, 0.0001),
     ("iperf3 reader bytes", "exact"): (-0.001, 0.0001),
@@ -295,16 +295,16 @@ def _bound_text(b: float) -> str:
 IPERF3_PACING_TICK = 0.001   # s: a UDP sender's burst at most (iperf3 --pacing-timer's default)
 
 
-def unwatched_share(tracer: Tracer, results, want: int) -> float:
-    """Of WANT bytes read, the share the reads of the UDP flows of RESULTS may hold that no
-    program counted: those of the time from a datagram to the UDP reads' program's attach where
-    it was off (Tracer.udp_reads_unwatched_ns), at most what the senders' rates (iperf3 -b) let
-    arrive in it and a pacing burst."""
+def unwatched_bytes(tracer: Tracer, results) -> float:
+    """What the reads of the UDP flows of RESULTS may hold that no program counted: those of the
+    time from a datagram to the UDP reads' program's attach where it was off
+    (Tracer.udp_reads_unwatched_ns), at most what the senders' rates (iperf3 -b) let arrive in
+    it and a pacing burst."""
     unwatched = tracer.udp_reads_unwatched_ns / 1e9
-    if not unwatched or not want:
+    if not unwatched:
         return 0.0
     rate = sum(udp_rate_bytes(r.flow.udp_rate) for r in results if r.flow.udp_rate)
-    return rate * (unwatched + IPERF3_PACING_TICK) / want
+    return rate * (unwatched + IPERF3_PACING_TICK)
 
 
 def udp_rate_bytes(rate: str) -> float:
@@ -474,7 +474,7 @@ def lab_scenario(sc: Scenario, mode: str, seconds: float, a: int, b: int, hz: in
         rows.append({"scenario": sc.name, "mode": mode, "figure": "bytes the reader got",
                      "truth": "iperf3 reader bytes", "steer": read, "truth_value": want,
                      "ratio": read / want if want and any(f.app_bytes for f in ours) else None,
-                     "extra_low": unwatched_share(tracer, whole, want)})
+                     "extra_low": unwatched_bytes(tracer, whole) / want if want else 0.0})
     win = build_snapshot(w0, w1, topo, tracer.capabilities)
     # the harness's clock at each read: the middle of its truths' reads on either side
     span = (before1[2] + after1[2]) / 2 - (before0[2] + after0[2]) / 2

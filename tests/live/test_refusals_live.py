@@ -14,7 +14,7 @@ import pytest
 
 from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, alone, assert_one_line_error, assert_tcp_rx, live,
                      steer, two_cpus)
-from bench.accuracy import unwatched_share
+from bench.accuracy import unwatched_bytes
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import BASE_PORT, Lab, LabFlow
@@ -347,7 +347,7 @@ def test_udp_reads_where_fexit_is_refused_come_on_with_datagrams_and_go_off_afte
         # the reads from the first datagram to the program's attach go uncounted: the tracer
         # measures that time, and no more than the sender's rate let arrive in it is missing
         unwatched = tracer.udp_reads_unwatched_ns / 1e9
-        missing = unwatched_share(tracer, [r], r.received_bytes) * r.received_bytes
+        missing = unwatched_bytes(tracer, [r])
         print(f"UDP iperf3 {r.received_bytes} B, steer rx {udp['rx_bytes']} app "
               f"{udp['app_bytes']} ({udp['app_bytes'] / r.received_bytes - 1:+.3%}); reader "
               f"{udp['app_pid']} on {udp['app_cpu']} ({r.receiver_pid} pinned to {CPU_A}); "

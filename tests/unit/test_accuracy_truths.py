@@ -155,13 +155,13 @@ def test_the_reads_before_the_udp_reads_program_came_on_widen_the_reader_row_by_
     flow = SimpleNamespace(flow=SimpleNamespace(udp_rate="2G"))
     want = 750_000_000
     tracer = SimpleNamespace(udp_reads_unwatched_ns=3_000_000)
-    share = accuracy.unwatched_share(tracer, [flow], want)
+    share = accuracy.unwatched_bytes(tracer, [flow]) / want
     assert share == pytest.approx(250e6 * 0.004 / want)
     low, high = bounds("iperf3 reader bytes", "sampled", None, extra_low=share)
     assert low <= -0.0012 and high == pytest.approx(0.0001)
     assert not low <= 0.85 - 1
     # no gap (fexit, or the program already on): the row's own bounds
     idle = SimpleNamespace(udp_reads_unwatched_ns=0)
-    assert accuracy.unwatched_share(idle, [flow], want) == 0.0
+    assert accuracy.unwatched_bytes(idle, [flow]) == 0.0
     assert bounds("iperf3 reader bytes", "sampled", None,
-                  extra_low=accuracy.unwatched_share(idle, [flow], want))[0] == pytest.approx(-0.001)
+                  extra_low=accuracy.unwatched_bytes(idle, [flow]) / want)[0] == pytest.approx(-0.001)
