@@ -164,31 +164,48 @@ RECEIVER_TCP = {
 }
 
 
-def parse_netstat(text: str) -> dict[str, int]:
-    """TcpExt name -> value from a /proc/net/netstat (pairs of header and value lines)."""
+def parse_netstat(text: str, table: str = "TcpExt") -> dict[str, int]:
+    """TABLE's name -> value from a /proc/net/netstat or /proc/net/snmp (pairs of header and value
+    lines, each opening with the table's name)."""
     out: dict[str, int] = {}
     lines = text.splitlines()
     for head, vals in zip(lines[::2], lines[1::2]):
         names, values = head.split(), vals.split()
-        if names and names[0] == "TcpExt:" and values and values[0] == "TcpExt:":
+        if names and names[0] == f"{table}:" and values and values[0] == f"{table}:":
             out.update(zip(names[1:], map(int, values[1:])))
     return out
 
 
-def receiver_tcp(netns: str | None) -> dict[str, int] | None:
-    """RECEIVER_TCP's counters in network namespace NETNS (a name under /run/netns or a path;
-    None: this one), or None where it cannot be read; a name this kernel lacks counts 0."""
+def _netns_table(netns: str | None, name: str, table: str) -> dict[str, int] | None:
+    """TABLE of /proc/net/NAME in network namespace NETNS (a name under /run/netns or a path;
+    None: this one), or None where it cannot be read."""
     from steer.kernel.errors import KernelError
     from steer.kernel.namespaces import netns_of
     from steer.steering.xdp import SteerError, netns_path
     try:
         with netns_of(netns_path(netns)):
             # thread-self: /proc/net follows the process's first thread, not this one
-            with open("/proc/thread-self/net/netstat") as f:
-                ext = parse_netstat(f.read())
+            with open(f"/proc/thread-self/net/{name}") as f:
+                return parse_netstat(f.read(), table)
     except (OSError, ValueError, KernelError, SteerError):
         return None
+
+
+def receiver_tcp(netns: str | None) -> dict[str, int] | None:
+    """RECEIVER_TCP's counters in network namespace NETNS, or None where they cannot be read; a
+    name this kernel lacks counts 0."""
+    ext = _netns_table(netns, "netstat", "TcpExt")
+    if ext is None:
+        return None
     return {k: sum(ext.get(n, 0) for n in names) for k, names in RECEIVER_TCP.items()}
+
+
+def tcp_retransmits(netns: str | None) -> int | None:
+    """The segments TCP sent again in network namespace NETNS since it was made (Tcp RetransSegs:
+    every socket's, timeouts, fast retransmits and tail loss probes alike), or None where it
+    cannot be read."""
+    tcp = _netns_table(netns, "snmp", "Tcp")
+    return None if tcp is None or "RetransSegs" not in tcp else tcp["RetransSegs"]
 
 
 def counter_delta(before: dict | None, after: dict | None) -> dict | None:

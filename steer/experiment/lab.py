@@ -345,6 +345,11 @@ class Lab:
         """The receiving namespace's path, as steering and RPS take it."""
         return _ns_path(self.rx)
 
+    @property
+    def tx_netns(self) -> str:
+        """The sending namespace's path."""
+        return _ns_path(self.tx)
+
     def recreate_link(self, namespace: bool = False) -> None:
         """Remove the veth pair, and with NAMESPACE the receiving namespace, and create them again
         under the same names: what a driver reload (a new ifindex) or a container restart does."""

@@ -40,7 +40,7 @@ from steer.model.flowspec import FlowSpec
 from steer.model.flows import build_snapshot
 from steer.model.topology import Topology, format_cpulist, nic_local, nic_sockets
 from steer.trace.tracer import Tracer
-from steer.experiment.hostconfig import counter_delta, irq_method_problems, receiver_tcp
+from steer.experiment.hostconfig import counter_delta, irq_method_problems, receiver_tcp, tcp_retransmits
 from steer.model.irqs import busiest_cpu, interrupt_counts, queue_irq
 from steer.model.latency import WAIT_KEYS, since, summed, wait_figures
 from steer.experiment.report import COUNTER_KEYS, PAPER_PRESET, paper_text
@@ -476,7 +476,7 @@ class LabRunner:
                 lab.start_servers()
                 window: dict = {}
 
-                tcp0 = receiver_tcp(lab.rx_netns)
+                tcp0, sent0 = receiver_tcp(lab.rx_netns), tcp_retransmits(lab.tx_netns)
 
                 def traffic():
                     if omit:
@@ -494,6 +494,8 @@ class LabRunner:
                 prof = _profiled(self.profiler, traffic)
                 before, after, results = window["before"], window["after"], window["results"]
                 tcp1 = receiver_tcp(lab.rx_netns)   # while the lab's namespace is still there
+                # after the receiver's: each duplicate it counted was sent again before
+                sent1 = tcp_retransmits(lab.tx_netns)
             finally:
                 if steering:
                     steering.close()
@@ -512,6 +514,9 @@ class LabRunner:
         run["iperf3_received_bytes"] = sum(r.received_bytes for r in results)
         run["retransmits"] = _total(e["sum_sent"].get("retransmits") for e in ends)
         run["receiver_tcp"] = counter_delta(tcp0, tcp1)
+        # iperf3's count ends at its last reading of the data sockets: a tail loss probe after it,
+        # or a segment of its control connection sent again, is in the namespace's count only
+        run["sender_retransmits"] = None if None in (sent0, sent1) else sent1 - sent0
         if flows > 1:
             run["throughput_per_flow_bps"] = [e["sum_received"]["bits_per_second"] for e in ends]
         if state:

@@ -193,3 +193,15 @@ def test_receiver_tcp_reads_this_namespace():
     assert counts is not None and set(counts) == set(RECEIVER_TCP)
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())
     assert receiver_tcp("no-such-namespace-xyz") is None
+
+
+def test_tcp_retransmits_from_snmp():
+    """The Tcp table of /proc/net/snmp, not its TcpExt-like neighbours; this namespace's reads"""
+    from steer.experiment.hostconfig import parse_netstat, tcp_retransmits
+    text = ("Udp: InDatagrams RetransSegs\nUdp: 5 6\n"
+            "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 100 7\n")
+    assert parse_netstat(text, "Tcp") == {"RtoAlgorithm": 1, "OutSegs": 100, "RetransSegs": 7}
+    assert parse_netstat(text) == {}
+    n = tcp_retransmits(None)
+    assert isinstance(n, int) and n >= 0
+    assert tcp_retransmits("no-such-namespace-xyz") is None
