@@ -171,8 +171,9 @@ def test_steered_flow_kthread_time_against_schedstat(timing, held):
     # what the kthread ran while the tracer read is the truth's own spread, not steer's error
     low, high = widened(KTHREAD_BOUND[timing], spread, truth)
     print(f"{timing}: cpumap kthread on CPU {CPU_B} {total:.3f} s, the flow {flow:.3f} s, unattributed "
-          f"{unattributed:.3f} s, NET_RX {net_rx:.3f} s (outside it {net_rx_outside:.3f} s), other softirqs {other:.3f} s; schedstat "
-          f"{truth:.3f} s ({(total + net_rx + other) / truth - 1:+.1%}, bounds {low:+.0%} {high:+.0%})")
+          f"{unattributed:.3f} s, NET_RX {net_rx:.3f} s (on CPU {CPU_B} outside it {net_rx_outside:.3f} s), "
+          f"other softirqs {other:.3f} s; schedstat {truth:.3f} s "
+          f"({(total + net_rx + other) / truth - 1:+.1%}, bounds {low:+.0%} {high:+.0%})")
     held("kthread + NET_RX vs schedstat", (total + net_rx + other) / truth - 1, low, high)
     assert flow > 0.95 * total and unattributed < 0.05 * total
     # where its protocol stack ran: the kthread's CPU, though its arrival CPU (XDP, and generic
