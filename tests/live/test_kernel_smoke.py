@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, COOKIE, ROOT, STEER, bpftool_objects, live, steer, tcp_rx_bound,
-                     two_cpus)
+from helpers import (CPU_A, CPU_B, COOKIE, ROOT, STEER, beside_guest, bpftool_objects, live, steer,
+                     tcp_rx_bound, two_cpus)
 from steer.experiment.lab import Lab, LabFlow
 from steer.model.topology import online_cpus
 
-pytestmark = [live, two_cpus]
+pytestmark = [live, beside_guest, two_cpus]
 
 
 

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from helpers import live
+from helpers import beside_guest, live
 from steer.kernel.btf import kvm_steal_offset
 from bench.peer import truth_object
 
-pytestmark = live
+pytestmark = [live, beside_guest]
 
 USER_HZ = os.sysconf("SC_CLK_TCK")
 

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from helpers import ROOT, live
+from helpers import ROOT, beside_guest, live
 
-pytestmark = [live, pytest.mark.skipif(
+pytestmark = [live, beside_guest, pytest.mark.skipif(
     not (shutil.which("podman") and shutil.which("runc") and os.path.exists("/lib/systemd/systemd")),
     reason="podman, runc and systemd not installed (scripts/setup.sh installs them)")]
 UNIT = os.path.join(ROOT, "dashboards", "fleet", "steer-exporter.service")

@@ -169,6 +169,10 @@ live = pytest.mark.live
 # itself, and a guest the suite runs in the background (tests/guest/test_guest_live.py) is stopped
 # while it runs
 alone = pytest.mark.alone
+# a live test that times nothing, checks no rate and counts no host-wide figure (not every iperf3,
+# not every flow: the 6.1 guest's feeder runs an iperf3 here): it runs beside the 6.1 guest, on the
+# CPU its TCG thread leaves (tests/conftest.py, TIER_ORDER)
+beside_guest = pytest.mark.beside_guest
 
 
 SCREENSHOTS = os.path.join(ROOT, "build", "screenshots")
