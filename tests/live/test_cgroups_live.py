@@ -11,13 +11,12 @@ import time
 import pytest
 
 from cgroups import made_cgroup, made_cgroups, move
-from helpers import CPU_A, ROOT, STEER, beside_guest, live
+from helpers import CPU_A, ROOT, STEER, live
 from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.trace.cgroups import as_text, cgroup2_mount
 
 MOUNT = cgroup2_mount()
-pytestmark = [live, beside_guest,
-              pytest.mark.skipif(MOUNT is None, reason="no cgroup2 hierarchy mounted")]
+pytestmark = [live, pytest.mark.skipif(MOUNT is None, reason="no cgroup2 hierarchy mounted")]
 
 
 @pytest.fixture
