@@ -143,13 +143,15 @@ def _run(tmp_path, pattern: str, window: float, modes=MODES, every_us: int = SEN
             # the readers' counts just before and just after each of steer's reads: what they
             # slept while steer read is the truth's own spread (a read takes tens of ms, longer
             # when the host steals, and each reader sleeps ~3,000 times a second)
-            counts0 = {port: _reader_counts(pid) for port, pid in readers.items()}
+            def reader_counts():
+                return {port: _reader_counts(pid) for port, pid in readers.items()}
+            counts0 = reader_counts()
             before = {m: t.latency_totals() for m, t in tracers.items()}
-            counts0_after = {port: _reader_counts(pid) for port, pid in readers.items()}
+            counts0_after = reader_counts()
             time.sleep(window)
-            counts1_before = {port: _reader_counts(pid) for port, pid in readers.items()}
+            counts1_before = reader_counts()
             after = {m: t.latency_totals() for m, t in tracers.items()}
-            counts1 = {port: _reader_counts(pid) for port, pid in readers.items()}
+            counts1 = reader_counts()
             t1, stolen = time.monotonic_ns(), steal_seconds(cpus[:2]) - stolen
             for p in procs:
                 p.wait(timeout=seconds + 30)
