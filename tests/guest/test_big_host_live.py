@@ -146,7 +146,7 @@ def test_sweep_default_selection_is_bounded_covers_every_class_and_runs():
 
 @big_host
 def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
-    """steer auto (llc-peer) on a flow received on the other socket from its reader: the move goes
+    """steer auto (llc-peer) on a flow sent from the other socket than its reader's: the move goes
     to another core of the reader's socket, and while it stands the flow's skbs go up the stack
     there, by tracefs (net:netif_receive_skb, a witness that shares no code with steer; where
     steer's own snapshot puts a steered flow's stack is tested on the host, test_steering_live).
@@ -167,6 +167,7 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
                              stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
         log = AutoLog(p)
         events = log.events
+        witness = TraceEvents("veth-rx")
         try:
             # under TCG auto takes 5 to 20 s to start alone, and the move needs three intervals
             # of the flow (the window before it, and one to see it). With the host's faults and
@@ -174,18 +175,17 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
             # after 150 s and 270 s: the waits are for a move at all, not for its speed, and
             # the flow outlasts them
             started = log.wait_for(lambda e: True, timeout=120)
+            witness.start()
             move = log.wait_for(lambda e: e.get("event") == "move", timeout=150)
+            before = witness.stop()
             running = [c.poll() is None for c in lab._clients.values()]
             assert move, (started, events, f"iperf3 clients running: {running}")
-            witness = TraceEvents("veth-rx")
-            try:
-                skbs = witness.count(2)
-            finally:
-                witness.close()
+            skbs = witness.count(2)
             counted = time.monotonic()
             verdict = log.wait_for(lambda e: e.get("event") == "verdict", timeout=60)
             time.sleep(1)   # an undo follows its verdict
         finally:
+            witness.close()
             p.terminate()
             p.wait(timeout=60)
             log.join()
@@ -194,7 +194,17 @@ def test_auto_llc_peer_moves_a_cross_socket_flow_to_the_readers_socket():
         print(json.dumps({k: v for k, v in e.items() if k != "seen"}))
     target = move["new_cpu"]
     socket_of = {c.cpu: c.socket for c in TOPO.cpus.values()}
-    assert move["old_cpu"] in (SENDER, None), move
+    # the CPU auto moved the flow from is one where its skbs went up the stack before the move,
+    # by tracefs. Not always the sender's: the reader's ACKs make the sender transmit from the
+    # softirq that takes them, on the reader's CPU, and what it sends there goes up the stack
+    # there too (CI 2026-12-01: auto moved the flow from the reader's CPU 0, not the sender's 9).
+    # auto's stack CPU is its last interval's (most skbs), which may not be the span's; a CPU
+    # with under 5% of the span's skbs (the floor of "elsewhere" below) is a misreading: one
+    # calm run had 2,773 on the sender's CPU, 78 on the target's (its first redirects), 7 on
+    # the reader's
+    print(f"the veth's skbs up the stack by CPU before the move (tracefs): {before}")
+    if move["old_cpu"] is not None:
+        assert before.get(move["old_cpu"], 0) > 0.05 * sum(before.values()), (move, before)
     assert socket_of[target] == socket_of[READER] and target != READER, move
     assert classify(target, READER, TOPO).cls == "same-socket"
     undone = [e for e in events if e.get("event") == "undo" and e["seen"] <= counted]

@@ -30,15 +30,23 @@ class TraceEvents:
             out[int(cpu[3:])] = n
         return out
 
-    def count(self, seconds):
+    def start(self):
+        """Counting from now (counts of an earlier span cleared)."""
         with open(f"{self.base}/trace", "w"):
             pass   # clear
         with open(f"{self.ev}/enable", "w") as f:
             f.write("1")
-        time.sleep(seconds)
+
+    def stop(self):
+        """The skbs counted per CPU since start()."""
         with open(f"{self.ev}/enable", "w") as f:
             f.write("0")
         return self._stats()
+
+    def count(self, seconds):
+        self.start()
+        time.sleep(seconds)
+        return self.stop()
 
     def close(self):
         os.rmdir(self.base)
