@@ -11,7 +11,7 @@ import time
 import pytest
 
 from cgroups import made_cgroup, made_cgroups, move
-from helpers import CPU_A, ROOT, STEER, live
+from helpers import CPU_A, ROOT, STEER, attached, live
 from steer.experiment.lab import NETNS_DIR, RECEIVER_ADDR, Lab, LabFlow
 from steer.trace.cgroups import as_text, cgroup2_mount
 
@@ -40,7 +40,7 @@ def test_a_readers_cgroup_is_in_flows_json(cgroup, env, timing):
         p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json", *timing],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, PYTHONPATH=ROOT, **env), cwd=ROOT)
-        time.sleep(0.8)
+        attached(p)
         lab.start_clients()
         out, err = p.communicate(timeout=60)
         (res,) = lab.wait(timeout=30)
@@ -121,7 +121,7 @@ def layout_run(tmp_path_factory):
         for (_, path), pid in zip(cgroups, pids):
             move(path, pid)
         p = _steer(["flows", "--duration", "3", "--json"], logs)
-        time.sleep(0.8)
+        attached(p)
         lab.start_clients()
         out, err = p.communicate(timeout=60)
         results = lab.wait(timeout=30)
@@ -182,7 +182,7 @@ def test_steer_top_names_the_readers_pod(kubelet_logs):
         lab.start_servers()
         move(path, lab.receiver_pid(lab.flows[0].port))
         p = _steer(["top", "--interval", "1", "--duration", "4"], kubelet_logs)
-        time.sleep(0.8)
+        attached(p)
         lab.start_clients()
         out, err = p.communicate(timeout=60)
         lab.wait(timeout=30)
@@ -222,7 +222,7 @@ def test_a_reader_in_a_real_podman_container_is_named_by_its_container():
             p = subprocess.Popen([*STEER, "flows", "--duration", "4", "--json"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
-            time.sleep(0.8)
+            attached(p)
             client = subprocess.run(["ip", "netns", "exec", lab.tx, "taskset", "-c", str(CPU_A),
                                      "iperf3", "-c", RECEIVER_ADDR, "-p", "5201", "-t", "2", "-J"],
                                     capture_output=True, text=True, timeout=60)

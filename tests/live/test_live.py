@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 
 from bench.peer import PeerStartError, softirqs_net_rx, softirqs_tool, steal_seconds
-from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, alone, assert_one_line_error, bpftool_objects, links_of,
-                     live, save_screenshot, screen_until, steer, tmux)
+from helpers import (CPU_A, CPU_B, CPUS, ROOT, STEER, alone, assert_one_line_error, attached,
+                     bpftool_objects, links_of, live, save_screenshot, screen_until, steer, tmux)
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
 from steer.experiment.lab import BASE_PORT, RECEIVER_DEV, Lab, LabFlow, lab_namespaces
@@ -366,7 +366,7 @@ def test_live_view_off_a_terminal_is_plain_text(tmp_path):
         p = subprocess.Popen([*STEER, "top", "--interval", "1", "--duration", "3", "--latency"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, PYTHONPATH=ROOT, COLUMNS="200"), cwd=ROOT)
-        time.sleep(0.8)
+        attached(p)
         lab.start_clients()
         out, err = p.communicate(timeout=60)
         lab.wait(timeout=30)
@@ -394,7 +394,7 @@ def test_flows_json_shape(timing):
         p = subprocess.Popen([*STEER, "flows", "--duration", "3", "--json", *timing],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
-        time.sleep(0.8)
+        attached(p)
         lab.start_clients()
         link = json.loads(subprocess.run(["ip", "-n", lab.rx, "-j", "link", "show", RECEIVER_DEV],
                                          capture_output=True, text=True, check=True).stdout)[0]

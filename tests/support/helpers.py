@@ -131,6 +131,32 @@ def tracer_programs() -> list[str]:
             if p.get("name", "").startswith("ft_")]
 
 
+# the share of a CPU the host may take (steal, /proc/stat) in a window where a test judges the
+# ns a program costs: the kernel times a BPF program, and the spans around it, by a clock that
+# runs on while the host has the CPU, so a preemption inside one run is that run's time
+# (tests/live/test_budget_live.py has the measurements)
+CALM = 0.005
+
+
+def attached(proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Returns once PROC, a steer command just started, holds a BPF link (its programs are
+    loaded and on their hooks): its window opens with its first read of the maps, right after.
+    Traffic started then falls in the window; after a fixed sleep it raced steer's start, which
+    takes ~1 s here and took several under a host's steal (clean clones 184 and 187, whose
+    2 s flows were over before the window opened)."""
+    deadline = time.monotonic() + timeout
+    fds = f"/proc/{proc.pid}/fd"
+    while True:
+        assert proc.poll() is None, f"steer exited ({proc.returncode}) before it attached"
+        try:
+            if any(os.readlink(f"{fds}/{fd}") == "anon_inode:bpf_link" for fd in os.listdir(fds)):
+                return
+        except FileNotFoundError:
+            pass   # an fd closed between the listing and its reading
+        assert time.monotonic() < deadline, f"steer attached nothing in {timeout:.0f} s"
+        time.sleep(0.02)
+
+
 def settled(probe, timeout=5.0):
     """PROBE() once it is empty, or what it still returns after TIMEOUT: the kernel frees a
     detached program after an RCU grace period, so bpftool can list it a moment longer."""
