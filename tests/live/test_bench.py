@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, alone, hold_accuracy_rows, live
+from helpers import CALM, ROOT, alone, hold_accuracy_rows, live
 
 pytestmark = [live, alone]
 BENCHES = ["overhead", "bulk", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
@@ -233,8 +233,11 @@ def test_the_per_cpu_net_rx_truth_counts_every_softirq_and_knows_its_own_cost():
       (3 runs, 2026-11-29; an empty program adds 0.45x: the dispatch alone, without the clock);
       taking the slices' noise as 0.15 of the ratio (the 3 runs spread 0.1), 0.5x-2x lies over
       3.5 spreads from them either way (a false failure under 1 in 5,000), and fails a gap that
-      timed the dispatch alone (2.4x: the truth would then read ~5% high here)."""
-    from bench.peer import NetRxBrackets
+      timed the dispatch alone (2.4x: the truth would then read ~5% high here). Judged where the
+      host left the CPUs calm (helpers.CALM) over both: a preemption inside a bracket or a gap
+      is its time (clean clone 187, with the host taking up to 23% of the CPUs, read a gap of
+      272 ns and 120 ns added), and otherwise shown and skipped, the counts still held."""
+    from bench.peer import NetRxBrackets, steal_seconds
     from steer.experiment.lab import Lab, LabFlow
     from steer.kernel.objects import BpfObject, bpf_dir
 
@@ -247,6 +250,7 @@ def test_the_per_cpu_net_rx_truth_counts_every_softirq_and_knows_its_own_cost():
         floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), only={"floor_clock"}, no_pin=True)
         try:
             c0 = _net_rx_counts()
+            s0, t0 = steal_seconds(), time.monotonic()
             truth.measure()
             time.sleep(2.0)
             whole = truth.measure()[cpu]
@@ -266,13 +270,18 @@ def test_the_per_cpu_net_rx_truth_counts_every_softirq_and_knows_its_own_cost():
                     floor.detach("floor_clock")
                 sums[extra][0] += part["raw"]
                 sums[extra][1] += part["count"]
+            stolen = (steal_seconds() - s0) / ((time.monotonic() - t0) * os.cpu_count())
         finally:
             floor.close()
             truth.close()
         lab.wait(timeout=30)
     gap = whole["overhead"]
     added = sums[True][0] / sums[True][1] - sums[False][0] / sums[False][1]
-    print(f"gap {gap:.0f} ns a softirq; a program more that reads the clock adds {added:.0f} ns")
+    print(f"gap {gap:.0f} ns a softirq; a program more that reads the clock adds {added:.0f} ns; "
+          f"the host took {stolen:.1%} of the CPUs")
+    if stolen > CALM:
+        pytest.skip(f"the host took {stolen:.1%} of the CPUs (calm: {CALM:.1%}): the gap "
+                    f"({gap:.0f} ns) and what a program adds ({added:.0f} ns) not judged")
     assert 10 < gap < 2000
     assert 0.5 * gap < added < 2 * gap
 

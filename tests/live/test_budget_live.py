@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from helpers import alone, live
+from helpers import CALM, alone, live
 from bench.event_cost import beyond_floor, floors_of, measure
 
 pytestmark = [live, alone]
@@ -77,10 +77,9 @@ BUDGET_NS = {"ft_skb_hint": 20.0, "ft_napi_poll": 35.0}
 # ft_napi_poll +43..+47 ns in all four windows, where 12-25 is usual; clean clone 144, on a VM
 # whose calm hours read ft_skb_hint +205..+245 in windows, read +289 and +338 in two 2 s windows
 # where the host took 4.0% and 1.5% (runs at two thirds of their usual rate). Windows where the
-# host took more than CALM of the CPUs (a /proc/stat tick of steal a CPU-second) are shown, not
-# judged; where every window was so, the times are not judged (a skip that says why) and the
-# instructions still are.
-CALM = 0.005
+# host took more than CALM of the CPUs (helpers.CALM, 0.5%: a /proc/stat tick of steal a second
+# of the two CPUs) are shown, not judged; where every window was so, the times are not judged
+# (a skip that says why) and the instructions still are.
 # events a window needs: the mean cost of 5,000 events moves by 1.4 ns for a spread of 100 ns
 # an event between them, well inside the budget's 11 ns margin
 MIN_EVENTS = 5_000
