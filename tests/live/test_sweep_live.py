@@ -251,11 +251,20 @@ def test_offloads_axis_in_the_lab(tmp_path):
     showing it (ethtool, read back) and the rest as found. The sender's packets come wire-sized
     (iperf3's bytes over the tracer's packets: one MSS each) and GRO on aggregates them (several
     MSS per skb that went up the stack, taken in by the veth's NAPI); GRO off sends every packet
-    up alone, through the backlog."""
+    up alone, through the backlog. The bytes the kernel took in where no BPF program runs on
+    this VM kind (bench.unseen, counted by ftrace over the whole sweep) reach iperf3 in packets
+    steer cannot count, so they are taken off iperf3's bytes before the division."""
+    from bench.unseen import UnseenReceive
     out = str(tmp_path / "sweep")
-    r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", str(A), "--seconds", "2",
-                        "--offloads", "gro=off,gro=on", "--no-figures"], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
+    witness = UnseenReceive()
+    try:
+        r = subprocess.run([*STEER, "sweep", "--out", out, "--cpus", str(A), "--seconds", "2",
+                            "--offloads", "gro=off,gro=on", "--no-figures"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=300)
+        unseen = witness.bytes()
+    finally:
+        witness.close()
+    print(f"unseen by any BPF program: {unseen:,} B ({witness.error or 'ftrace'})")
     assert r.returncode == 0, r.stderr
     res = json.load(open(f"{out}/results.json"))
     found = {f: v.split()[0] for f, v in res["host"]["config"]["device"]["offloads"].items()}
@@ -270,8 +279,12 @@ def test_offloads_axis_in_the_lab(tmp_path):
         # wire-sized: none bigger than an MSS, and more than half of one on average (a packet
         # counted twice reads half or less). How full they are is the sender's pushes', no
         # figure of steer's: with GRO off a run whose host stole 7% of the CPUs read 1,400 B a
-        # packet (clean clone 179) where 0.97 MSS had been the bound, others 1,422-1,442 B
-        assert 0.5 * MSS < got / run["rx_packets"] <= 1.001 * MSS, run
+        # packet (clean clone 179) where 0.97 MSS had been the bound, others 1,422-1,442 B. The
+        # packets steer saw carried all but the unseen bytes (an unseen skb's length counts its
+        # headers too: the bound only loosens); with them counted whole, clean clone 187 read
+        # 1,449.6 B a packet against 1,449.4
+        assert 0.5 * MSS < got / run["rx_packets"], run
+        assert (got - unseen) / run["rx_packets"] <= 1.001 * MSS, (run, unseen)
         assert abs(run["app_bytes"] - got) < 0.005 * got
         if _gro(c) == "off":
             assert run["rx_packets"] == run["rx_skbs"] and c["measured_poll_cpu"] is None, run
