@@ -122,9 +122,12 @@ def test_the_default_modes_per_packet_work_stays_in_its_budget(mode, held):
         print(f"{prog}: {sizes[prog][0]} instructions, {sizes[prog][1]} bytes jited; {runs} runs, "
               f"beyond {floors_of(mode)[prog]} {', '.join(f'{b[prog]:+.1f}' for b in beyond)} ns "
               f"(budget {budget:g}); the host took {', '.join(f'{s:.1%}' for s in steal)}")
-        # the lab ran: thousands of events in a window at least (a clean clone whose host took
-        # 217 CPU-s over the run had 8,530 polls in a 1 s window, where 10,000-24,000 is usual)
-        assert max(runs) > MIN_EVENTS, (prog, runs)
+        # the lab ran: a thousand events in a window at least, which a host's steal does not
+        # take away (a clean clone whose host took 217 CPU-s over the run had 8,530 polls in a
+        # 1 s window, where 10,000-24,000 is usual; clean clone 188, the host taking 27% and
+        # 40% of the CPUs, 4,486 and 2,925 skbs in windows, where 7,500-9,500 is usual). Whether
+        # a window holds enough for its mean to be judged is MIN_EVENTS, above
+        assert max(runs) > MIN_EVENTS / 5, (prog, runs)
         if insns:
             assert sizes[prog][0] <= insns[prog], (
                 f"{prog} grew to {sizes[prog][0]} instructions (budget {insns[prog]}): measure "
