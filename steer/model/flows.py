@@ -148,7 +148,8 @@ def build_snapshot(before: TraceSample | None, after: TraceSample, topo: Topolog
                     flow_failures=sum(c.flow_failures for c in after.cpus),
                     lost={k: sum(getattr(c, k) for c in after.cpus) for k in LOST_COUNTS},
                     untimed_skbs=sum(c.untimed_skbs - before_cpus.get(c.cpu, CpuSample(c.cpu)).untimed_skbs
-                                     for c in after.cpus))
+                                     for c in after.cpus),
+                    ended=after.monotonic_ns / NS)
 
 
 def _interval_parts(before: TraceSample | None,

@@ -307,6 +307,7 @@ class Snapshot:
     untimed_skbs: int
     lost: dict[str, int] = field(default_factory=dict)   # counts full maps and queues dropped
     napi: dict | None = None   # NapiId -> CPU -> NapiCounts in the interval (instances that polled)
+    ended: float | None = None   # CLOCK_MONOTONIC seconds of the read that ended the interval
 
     def as_json(self) -> dict:
         return {

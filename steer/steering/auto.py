@@ -31,7 +31,7 @@ from steer.model.reports import FlowReport, Snapshot
 from steer.steering.policies import Decision, Policy, stack_cpu_of
 from steer.steering.expectations import Expectation, SweepExpectations
 from steer.steering.verdict import (CONFIDENCE, INCONCLUSIVE, REVERTED, TOLERANCE, Figures,
-                                    Trial, confirm, figures_of, judge)
+                                    Trial, confirm, figures_of, judge, spans)
 from steer.model.topology import Topology, online_cpus, read_topology
 from steer.model.samples import FlowId
 
@@ -257,8 +257,12 @@ class AutoSteer:
             revert = v.outcome == REVERTED or (v.outcome == INCONCLUSIVE
                                                 and self.on_inconclusive == "revert")
             self.outcomes[v.outcome] += 1
+            # the intervals compared, on the wall clock (as `steer flows --json`'s window)
+            wall = time.time() - time.monotonic()
             record = {"flow": str(flow), "from_cpu": t.from_cpu, "to_cpu": t.to_cpu,
-                      "reason": t.reason, **v.as_json(), "undone": revert}
+                      "reason": t.reason, **v.as_json(), "undone": revert,
+                      "intervals": {"before": spans(t.before, flow, wall),
+                                    "after": spans(t.after, flow, wall)}}
             self.judged.append(record)
             undo = (f"; putting it back, CPU {t.to_cpu} not tried again for it for "
                     f"{self.revert_hold:g} s") if revert else ""

@@ -98,18 +98,32 @@ def compare(before: list[float], after: list[float],
 @dataclass(frozen=True)
 class Figures:
     """What one interval says of one flow: the bytes its reader took (else those that reached its
-    socket), its receive CPU seconds (kernel and reader) and the interval's length."""
+    socket), its receive CPU seconds (kernel and reader), the interval's length and when it
+    ended (CLOCK_MONOTONIC seconds of the read that ended it, where known)."""
     bytes: int
     cpu_seconds: float
     seconds: float
+    ended: float | None = None
 
     @staticmethod
-    def of(f: FlowReport) -> "Figures":
-        return Figures(f.app_bytes or f.rx_bytes, f.kernel_seconds + f.app_seconds, f.duration)
+    def of(f: FlowReport, ended: float | None = None) -> "Figures":
+        return Figures(f.app_bytes or f.rx_bytes, f.kernel_seconds + f.app_seconds, f.duration,
+                       ended)
 
 
 def figures_of(snap: Snapshot) -> dict[FlowId, Figures]:
-    return {f.flow: Figures.of(f) for f in snap.flows if f.duration > 0}
+    return {f.flow: Figures.of(f, snap.ended) for f in snap.flows if f.duration > 0}
+
+
+def spans(window: list[dict[FlowId, Figures]], flow: FlowId,
+          offset: float) -> list[list[float]] | None:
+    """Each interval of WINDOW as [start, end] on the clock that is CLOCK_MONOTONIC + OFFSET (the
+    wall clock, for a log line), from FLOW's figures; None where an interval's end is unknown.
+    What a verdict compared, to be lined up with another record of the same traffic."""
+    if any(i[flow].ended is None for i in window if flow in i):
+        return None
+    return [[round(i[flow].ended - i[flow].seconds + offset, 3), round(i[flow].ended + offset, 3)]
+            for i in window if flow in i]
 
 
 @dataclass(frozen=True)

@@ -108,14 +108,16 @@ class World:
 
     def __init__(self):
         self.steerer, self.rng = Recorder(), random.Random(7)
+        self.reads = 0   # each snapshot's interval ends at 100 + its number, monotonic seconds
 
     def snapshot(self):
+        self.reads += 1
         pinned = {c[1]: c[2] for c in self.steerer.calls if c[0] == "pin"}
         unpinned = self.steerer.calls and self.steerer.calls[-1][0] == "unpin"
         on0 = bool(pinned) and not unpinned and self.steerer.calls[-1][2] == 0
         rate = (1.35e9 if on0 else 1.8e9) * (1 + self.rng.gauss(0, 0.01))
         f = replace(flow(1, 1, 1), rx_bytes=int(rate), app_bytes=int(rate))
-        return snap([f])
+        return replace(snap([f]), ended=100.0 + self.reads)
 
 
 def test_auto_reverts_a_move_that_hurt_and_does_not_try_it_again():
@@ -140,6 +142,12 @@ def test_auto_reverts_a_move_that_hurt_and_does_not_try_it_again():
     verdict = next(kw for kw in fields if kw.get("event") == "verdict")
     assert verdict["verdict"] == REVERTED and verdict["undone"] is True
     assert verdict["goodput_bytes_per_second"]["change"] < -0.2
+    # the intervals it compared, on the wall clock: the before window's (the steps at 0, 1 and 2,
+    # the 2nd to 4th reads) and the confirming window's (7, 8 and 9), each a second long
+    spans = verdict["intervals"]
+    assert len(spans["before"]) == len(spans["after"]) == 3
+    assert all(end - start == pytest.approx(1.0) for start, end in spans["before"] + spans["after"])
+    assert [a[1] - b[1] for b, a in zip(spans["before"], spans["after"])] == pytest.approx([7.0] * 3)
     assert any("is reverted: the flow's goodput fell" in m and "as in the window before" in m
                and "putting it back" in m and "not tried again" in m for m in lines)
     assert eng.outcomes == {REVERTED: 1} and eng.moves == 1
