@@ -164,3 +164,54 @@ class ReceivedTcpBytes:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class ReaderBytes:
+    """The bytes a reader took, by the kernel's count of what its read() calls returned (rchar,
+    /proc/PID/io; iperf3 reads its data sockets with read()), stamped on the wall clock every
+    PERIOD seconds by a thread of its own from start() to stop(): the reader's goodput over any
+    span of that time, interpolated between the stamps."""
+
+    def __init__(self, pid: int, period: float = 0.05):
+        import threading
+        self.pid, self.period = pid, period
+        self.stamps: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _rchar(self) -> int | None:
+        try:
+            with open(f"/proc/{self.pid}/io") as f:
+                return int(next(line.split()[1] for line in f if line.startswith("rchar:")))
+        except (OSError, StopIteration):
+            return None   # the reader has ended
+
+    def _run(self):
+        while not self._stop.is_set():
+            n = self._rchar()
+            if n is None:
+                return
+            self.stamps.append((time.time(), n))
+            self._stop.wait(self.period)
+
+    def start(self) -> "ReaderBytes":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def at(self, when: float) -> float:
+        """The reader's bytes at WHEN, between the stamps around it (which must exist)."""
+        import bisect
+        i = bisect.bisect_left(self.stamps, (when, -1))
+        if i == 0 or i == len(self.stamps):
+            raise ValueError(f"{when:.3f} is outside the stamps "
+                             f"({self.stamps[0][0]:.3f} .. {self.stamps[-1][0]:.3f})")
+        (t0, n0), (t1, n1) = self.stamps[i - 1], self.stamps[i]
+        return n0 + (n1 - n0) * (when - t0) / (t1 - t0)
+
+    def rate(self, start: float, end: float) -> float:
+        """Bytes a second read from START to END (wall clock)."""
+        return (self.at(end) - self.at(start)) / (end - start)
