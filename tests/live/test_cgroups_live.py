@@ -162,7 +162,7 @@ def test_a_static_rule_naming_a_pod_steers_that_pods_flows_only(kubelet_logs, pr
         p = _steer(["auto", "--dry-run", "--policy", str(policy), "--dev", "veth-rx",
                     "--netns", lab.rx, "--interval", "1", "--duration", "7", "--confirm", "1"],
                    kubelet_logs)
-        time.sleep(1)
+        attached(p)
         lab.start_clients()
         out, err = p.communicate(timeout=60)
         lab.wait(timeout=30)

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from helpers import (CPU_A, CPU_B, COOKIE, SAMPLE_HZ, alone, assert_one_line_error, assert_tcp_rx, live,
-                     steer, two_cpus)
+from helpers import (CPU_A, CPU_B, COOKIE, ROOT, SAMPLE_HZ, STEER, alone, assert_one_line_error,
+                     assert_tcp_rx, attached, live, steer, two_cpus)
 from bench.accuracy import unwatched_bytes
 from steer.model.classify import classify
 from steer.model.flows import build_snapshot
@@ -185,12 +185,12 @@ def test_flows_on_a_refusing_kernel_shows_bytes_reader_and_class_and_names_the_r
     `--windows off`'s, every skb counted."""
     env = {REFUSE_ENV: refuse}
     flows = subprocess.Popen(
-        [*__import__("helpers").STEER, "flows", "--duration", str(SECONDS + 4), "--json",
+        [*STEER, "flows", "--duration", str(SECONDS + 4), "--json",
          "--sample-hz", str(SAMPLE_HZ), *(["--windows", "off"] if refuse == "optional" else [])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONPATH=__import__("helpers").ROOT, **env))
+        env=dict(os.environ, PYTHONPATH=ROOT, **env))
     try:
-        time.sleep(1.5)   # the tracer is loaded before the traffic starts
+        attached(flows)   # the tracer is loaded before the traffic starts
         with Lab([LabFlow(CPU_B, CPU_A)], seconds=SECONDS) as lab:
             lab.start()
             (r,) = lab.wait(timeout=SECONDS + 30)
@@ -285,7 +285,6 @@ def test_auto_falls_back_to_exact_and_counts_and_says_why(monkeypatch):
 
 def test_the_exporter_serves_what_the_kernel_refused():
     from test_exporter_live import ENV, free_port, http_get, wait_http
-    from helpers import ROOT, STEER
     port = free_port()
     p = subprocess.Popen([*STEER, "export", "--listen", f"127.0.0.1:{port}"],
                          env=dict(ENV, **{REFUSE_ENV: "ft_flush_socks,ft_napi_poll"}), cwd=ROOT,
