@@ -1,6 +1,8 @@
 """Witnesses that share no code with steer, for the live tests to hold its figures to."""
+import bisect
 import os
 import re
+import threading
 import time
 
 from steer.kernel.mounts import ensure_tracefs
@@ -173,7 +175,6 @@ class ReaderBytes:
     span of that time, interpolated between the stamps."""
 
     def __init__(self, pid: int, period: float = 0.05):
-        import threading
         self.pid, self.period = pid, period
         self.stamps: list[tuple[float, int]] = []
         self._stop = threading.Event()
@@ -204,7 +205,6 @@ class ReaderBytes:
 
     def at(self, when: float) -> float:
         """The reader's bytes at WHEN, between the stamps around it (which must exist)."""
-        import bisect
         i = bisect.bisect_left(self.stamps, (when, -1))
         if i == 0 or i == len(self.stamps):
             raise ValueError(f"{when:.3f} is outside the stamps "
