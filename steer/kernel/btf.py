@@ -1,8 +1,10 @@
 """What the running kernel's BTF says it has: a function's parameters, a type, a redirect path."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import threading
 
 from steer.kernel.libbpf import _BtfType, libbpf
 
@@ -14,16 +16,60 @@ class _VarSecinfo(ctypes.Structure):   # struct btf_var_secinfo, after a DATASEC
                 ("size", ctypes.c_uint32)]
 
 
+_shared = threading.local()   # .btf: the parse a shared_vmlinux_btf() block of this thread holds
+
+
+@contextlib.contextmanager
+def shared_vmlinux_btf():
+    """Inside the block, this thread's queries of the kernel's BTF read one parse of it: a parse
+    takes ~16 ms and ~6 MB (a 5.5 MB vmlinux BTF), and a tracer's start asks a dozen questions.
+    Outside one, each query parses and frees it, so that a long-running process keeps none."""
+    if getattr(_shared, "btf", None):
+        yield
+        return
+    lib = libbpf()
+    _shared.btf = lib.btf__load_vmlinux_btf()
+    try:
+        yield
+    finally:
+        btf, _shared.btf = _shared.btf, None
+        if btf:
+            lib.btf__free(btf)
+
+
+@contextlib.contextmanager
+def _vmlinux():
+    """The kernel's parsed BTF (None where it has none): the shared parse, else one of its own."""
+    held = getattr(_shared, "btf", None)
+    if held:
+        yield held
+        return
+    lib = libbpf()
+    btf = lib.btf__load_vmlinux_btf()
+    try:
+        yield btf
+    finally:
+        if btf:
+            lib.btf__free(btf)
+
+
+def vmlinux_type_id(name: str, kind: int = BTF_KIND_TYPEDEF) -> int | None:
+    """The BTF id of NAME of KIND in the kernel's BTF (None: not there): what a program attached
+    by BTF names (an fexit its function, a tp_btf its tracepoint's btf_trace_<name>)."""
+    with _vmlinux() as btf:
+        tid = libbpf().btf__find_by_name_kind(btf, name.encode(), kind) if btf else 0
+        return tid if tid > 0 else None
+
+
 def percpu_distance(frm: str, to: str) -> int | None:
     """How far the per-CPU variable TO lies from FRM in every CPU's per-CPU area, in bytes, by
     the running kernel's BTF (their offsets in its .data..percpu section); None where either is
     not there. For the BPF side, which reaches FRM's copy through a pointer and would read TO's
     beside it: kallsyms lists per-CPU variables only with CONFIG_KALLSYMS_ALL."""
     lib = libbpf()
-    btf = lib.btf__load_vmlinux_btf()
-    if not btf:
-        return None
-    try:
+    with _vmlinux() as btf:
+        if not btf:
+            return None
         sid = lib.btf__find_by_name_kind(btf, b".data..percpu", BTF_KIND_DATASEC)
         if sid <= 0:
             return None
@@ -40,8 +86,6 @@ def percpu_distance(frm: str, to: str) -> int | None:
         if len(offsets) < 2:
             return None
         return offsets[to] - offsets[frm]
-    finally:
-        lib.btf__free(btf)
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,29 +101,17 @@ def vmlinux_func_params(name: str) -> int | None:
     """How many parameters the kernel function NAME takes by the running kernel's BTF (None: no
     such function there), so that a hook is only attached where it reads the arguments it means."""
     lib = libbpf()
-    btf = lib.btf__load_vmlinux_btf()
-    if not btf:
-        return None
-    try:
-        fid = lib.btf__find_by_name_kind(btf, name.encode(), BTF_KIND_FUNC)
-        if fid <= 0:
+    with shared_vmlinux_btf(), _vmlinux() as btf:
+        fid = vmlinux_type_id(name, BTF_KIND_FUNC)
+        if fid is None:
             return None
         proto = lib.btf__type_by_id(btf, lib.btf__type_by_id(btf, fid).contents.type)
         return proto.contents.info & 0xffff      # a FUNC_PROTO's vlen is its parameter count
-    finally:
-        lib.btf__free(btf)
 
 
 def vmlinux_has_type(name: str, kind: int = BTF_KIND_TYPEDEF) -> bool:
     """Whether the running kernel's BTF defines NAME (a tracepoint exists as btf_trace_<name>)."""
-    lib = libbpf()
-    btf = lib.btf__load_vmlinux_btf()
-    if not btf:
-        return False
-    try:
-        return lib.btf__find_by_name_kind(btf, name.encode(), kind) > 0
-    finally:
-        lib.btf__free(btf)
+    return vmlinux_type_id(name, kind) is not None
 
 
 def generic_xdp_redirects_to_cpumap() -> bool:

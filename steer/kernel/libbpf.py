@@ -133,6 +133,7 @@ def libbpf():
             ("bpf_obj_get_info_by_fd", i, [i, vp, ctypes.POINTER(u32)]),
             ("bpf_link_create", i, [i, i, ctypes.c_int, vp]),
             ("bpf_prog_test_run_opts", i, [i, vp]),
+            ("bpf_prog_load", i, [i, cp, cp, vp, sz, vp]),   # opts: probes._ProgLoadOpts
             ("ring_buffer__new", vp, [i, RING_FN, vp, vp]),
             ("ring_buffer__consume", i, [vp]),
             ("ring_buffer__epoll_fd", i, [vp]),

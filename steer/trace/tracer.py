@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
 from steer.trace.windows import WindowRunner, Windows
-from steer.kernel.btf import (BTF_KIND_ENUM, kvm_steal_offset, vmlinux_func_params,
-                              vmlinux_has_type)
+from steer.kernel.btf import (BTF_KIND_ENUM, kvm_steal_offset, shared_vmlinux_btf,
+                              vmlinux_func_params, vmlinux_has_type)
 from steer.kernel.errors import KernelError, errno_name
 from steer.kernel.maps import BpfRing, possible_cpus
 from steer.kernel.mounts import drop_reason_names
@@ -24,6 +24,7 @@ from steer.kernel.namespaces import netns_of, network_namespaces
 from steer.kernel.objects import BpfObject, bpf_dir
 from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, PerfCounter,
                                kernel_text_ranges)
+from steer.kernel.probes import fexit_errno
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED,
                                   HOOKS, LATENCY_MAPS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR,
                                   TIMING_CHOICES, UDP_READS_FALLBACK, WITHHELD, Plan, PlanError,
@@ -237,7 +238,8 @@ class Tracer:
             forced = forced_refusals(os.environ.get(REFUSE_ENV))
         except PlanError as e:
             raise TracerError(str(e)) from None
-        refused = self.refused = self._absent()   # filled in as the kernel answers
+        with shared_vmlinux_btf():   # a dozen questions, one parse
+            refused = self.refused = self._absent(forced)   # filled in as the kernel answers
         self._drop_reasons = {} if "ft_kfree_skb" in refused else drop_reason_names()
         ranges: list[tuple[int, int]] = []
         if self.profile:
@@ -383,9 +385,11 @@ class Tracer:
         raise TracerError("the kernel refused more programs than flowtrace has: "
                           + "; ".join(refused.values()))
 
-    def _absent(self) -> dict[str, str]:
-        """The programs this kernel has no hook for, by its BTF, each with why: left out before
-        the first load."""
+    def _absent(self, forced: set[str]) -> dict[str, str]:
+        """The programs this kernel has no hook for, by its BTF, and the fexit programs where it
+        refuses fexit (steer.kernel.probes), each with why: left out before the first load.
+        Where FORCED (REFUSE_ENV's) names an fexit program, the loads find what the kernel
+        refuses of them, one at a time, as without the probe."""
         out: dict[str, str] = {}
         if not vmlinux_has_type("btf_trace_sock_recv_length"):
             for prog in ("ft_sock_recv_length", UDP_READS_FALLBACK):
@@ -415,6 +419,12 @@ class Tracer:
             out["ft_lat_queued"] = "this kernel has no sock:sk_data_ready (Linux 6.5+)"
         if not vmlinux_has_type("skb_drop_reason", BTF_KIND_ENUM):
             out["ft_kfree_skb"] = "this kernel's skb:kfree_skb gives no drop reason (Linux 5.17+)"
+        # a kernel that refuses fexit (EPERM, as some VMs do) refuses a program of two
+        # instructions as it does ours: found so, not by a failed load of the whole object
+        fexit = [p for p in HOOKS["fexit"] if p not in out]
+        if fexit and not forced & set(fexit) and fexit_errno(HOOKED[fexit[0]]) == errno.EPERM:
+            for prog in fexit:
+                out[prog] = refusal(prog, KernelError(SECTIONS[prog], errno.EPERM))
         return out
 
     @staticmethod

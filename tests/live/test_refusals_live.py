@@ -373,3 +373,24 @@ def test_udp_reads_where_fexit_is_refused_come_on_with_datagrams_and_go_off_afte
         ring.close()
     finally:
         tracer.stop()
+
+
+@pytest.mark.parametrize("func", ["tcp_recvmsg", "udp_recvmsg"])
+def test_the_fexit_probe_answers_as_a_load_of_our_own_fexit_program(func):
+    """steer.kernel.probes, which a tracer's start asks whether fexit loads before it loads its
+    object: its tp_btf program loads (the encoding it shares with its fexit one is right, on a
+    kind of program every kernel here takes), and its fexit answer is the errno a load of
+    flowtrace's own fexit program on FUNC gets alone: EPERM on the VMs that refuse fexit, 0 on
+    those that take it, where a wrong EPERM would cost steer its fexit reads."""
+    from steer.kernel.errors import KernelError
+    from steer.kernel.objects import BpfObject, bpf_dir
+    from steer.kernel.probes import fexit_errno, tp_btf_errno
+    assert tp_btf_errno("netif_receive_skb") == 0
+    probe = fexit_errno(func)
+    try:
+        BpfObject(str(bpf_dir() / "flowtrace.bpf.o"), only={f"ft_{func}_exit"}, no_pin=True).close()
+        ours = 0
+    except KernelError as e:
+        ours = e.errno
+    print(f"fexit on {func}: the probe {probe}, flowtrace's program {ours}")
+    assert probe == ours
