@@ -11,7 +11,8 @@ import time
 import pytest
 
 from autolog import AutoLog
-from helpers import KERNEL_RELEASE, ROOT, STEER, assert_one_line_error, links_of, live, steer
+from helpers import (KERNEL_RELEASE, ROOT, STEER, assert_one_line_error, fexit_probe_and_our_load,
+                     links_of, live, steer)
 from kernel_scale import in_a_guest, measure_and_check
 from steer.model.flows import build_snapshot
 from steer.kernel.btf import vmlinux_has_type
@@ -80,6 +81,17 @@ def test_app_hook_fallback_matches_iperf3(hook):
     assert abs(f.app_bytes - res.received_bytes) <= 0.005 * res.received_bytes
     assert f.app_cpu == 1 and f.app_cpu_share > 0.95
     assert f.app_seconds > 0 and f.app_calls > 0
+
+
+@in_a_guest
+@pytest.mark.parametrize("func", ["tcp_recvmsg", "udp_recvmsg"])
+def test_the_fexit_probe_answers_as_a_load_of_our_own_fexit_program(func):
+    """steer.kernel.probes on a kernel that takes fexit (Debian's 6.1 does, this project's dev VM
+    does not: test_refusals_live holds the refusing side): 0, as a load of flowtrace's own fexit
+    program on FUNC, so that a tracer's start leaves steer its fexit reads here."""
+    probe, ours = fexit_probe_and_our_load(func)
+    print(f"fexit on {func}: the probe {probe}, flowtrace's program {ours}")
+    assert probe == ours
 
 
 @pytest.mark.skipif(HAS_TRACEPOINT, reason="this kernel has sock_recv_length: auto takes it")

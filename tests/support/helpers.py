@@ -263,3 +263,19 @@ def assert_unprivileged(pid: int, uid: int | None = None, gid: int | None = None
             assert st["Uid"].split() == [str(uid)] * 4 and st["Gid"].split() == [str(gid)] * 4, \
                 (st["Uid"], st["Gid"])
             assert st["Groups"].strip() == "", st["Groups"]
+
+
+def fexit_probe_and_our_load(func: str) -> tuple[int | None, int]:
+    """steer.kernel.probes' answer for an fexit program on FUNC, and the errno a load of
+    flowtrace's own fexit program on FUNC gets alone (0: it loads), after checking the probe's
+    encoding on a tp_btf program, which every kernel steer runs on takes."""
+    from steer.kernel.errors import KernelError
+    from steer.kernel.objects import BpfObject, bpf_dir
+    from steer.kernel.probes import fexit_errno, tp_btf_errno
+    assert tp_btf_errno("netif_receive_skb") == 0
+    try:
+        BpfObject(str(bpf_dir() / "flowtrace.bpf.o"), only={f"ft_{func}_exit"}, no_pin=True).close()
+        ours = 0
+    except KernelError as e:
+        ours = e.errno
+    return fexit_errno(func), ours
