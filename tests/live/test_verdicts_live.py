@@ -23,6 +23,7 @@ import pytest
 from helpers import CPU_A, CPU_B, ROOT, STEER, alone, steer, two_cpus
 from witness import ReaderBytes, TraceEvents
 from bench.verdicts import mean_rate, median_rate
+from steer.defaults import TOLERANCE
 from steer.experiment.lab import Lab, LabFlow
 
 pytestmark = [alone, two_cpus]
@@ -126,9 +127,9 @@ def _moves_and_verdicts(policy_text: str, private_tmp, rps: bool, interval: floa
     return events, rates, err, after_undo, reader
 
 
-def _agrees_with_the_reader(verdict: dict, reader: ReaderBytes) -> None:
+def _agrees_with_the_reader(verdict: dict, reader: ReaderBytes) -> float:
     """The verdict's goodput before and after, and its change, against what the reader read over
-    the same intervals (AGREE)."""
+    the same intervals (AGREE); the reader's change."""
     g, spans = verdict["goodput_bytes_per_second"], verdict["intervals"]
     truth = {side: sum(reader.rate(a, b) for a, b in spans[side]) / len(spans[side])
              for side in ("before", "after")}
@@ -139,6 +140,7 @@ def _agrees_with_the_reader(verdict: dict, reader: ReaderBytes) -> None:
     assert abs(g["before"] / truth["before"] - 1) <= AGREE, (g["before"], truth)
     assert abs(g["after"] / truth["after"] - 1) <= AGREE, (g["after"], truth)
     assert abs(g["change"] - change) <= 2 * AGREE, (g["change"], change)
+    return change
 
 
 def _rate(rates, start: float, end: float) -> float:
@@ -178,7 +180,7 @@ def test_a_move_that_hurts_is_undone_and_the_stack_goes_back(private_tmp):
           f"({g['change']:+.1%}, {g['interval']}); the veth's skbs up the stack after the "
           f"revert, by CPU (tracefs): {after_undo}")
     # the figures the verdict weighed are the reader's: each window's level, and the change
-    _agrees_with_the_reader(verdict, reader)
+    judged = _agrees_with_the_reader(verdict, reader)
     # the lab's premise, by iperf3 alone: the move hurt in the first window after it (past the
     # interval it straddles), where the verdict found the loss. Not in the verdict's own window:
     # when a second window confirms, the loss there can be smaller (one clean clone read -36% by
@@ -202,8 +204,19 @@ def test_a_move_that_hurts_is_undone_and_the_stack_goes_back(private_tmp):
         pytest.skip(f"the lab's move did not hurt this time (iperf3 {before * 1e-9:.1f} -> "
                     f"{first * 1e-9:.1f} Gbit/s), and steer's verdict ({verdict['verdict']}, "
                     f"{g['change']:+.1%}) agreed with iperf3: no revert to check")
-    # a loss: confirmed (reverted), or one the windows were too noisy to confirm (inconclusive,
-    # undone as asked); never kept
+    if judged > -(TOLERANCE + 2 * AGREE):
+        # The loss of the first window did not last into the one that confirms it, by the
+        # reader's own count (clean clone 196: -30% by iperf3 in the first, -3.1% by rchar in the
+        # second, the host taking 175 CPU-s over the suite): steer keeps a move whose loss only
+        # coincided with a window, by design (steer.steering.verdict). Only a loss beyond the
+        # tolerance by more than steer's figure may stray from the reader's (2 x AGREE) makes a
+        # kept verdict wrong; short of that the revert is not tested this run
+        assert verdict["verdict"] != "reverted" or judged < -(TOLERANCE - 2 * AGREE), verdict
+        pytest.skip(f"the move's loss did not last: {first / unmoved - 1:+.1%} in the first "
+                    f"window, {judged:+.1%} by the reader in the window steer judged; its "
+                    f"verdict: {verdict['verdict']}")
+    # a loss that lasted: confirmed (reverted), or one the windows were too noisy to confirm
+    # (inconclusive, undone as asked); never kept
     assert verdict["verdict"] in ("reverted", "inconclusive") and verdict["undone"] is True
     assert ("goodput fell" if verdict["verdict"] == "reverted" else "too noisy") in verdict["why"]
     (undo,) = undos
