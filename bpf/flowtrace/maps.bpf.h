@@ -172,6 +172,12 @@ struct cpu_state {
 	__u8 run_flow_valid;	/* run_flow holds the run's first skb's flow */
 	__u8 run_pad[3];
 	struct ft_flow_key run_flow;
+	/* exact timing: the receive kthread whose interval last closed on a flow here, and that
+	 * flow: where its next interval closes with no skb (after a softirq it ran, or a switch
+	 * back in), that interval is the tail of this flow's work (kthread.bpf.h) */
+	__u32 tail_pid;
+	__u32 tail_pad;
+	struct ft_flow_key tail_flow;
 	/* sampled timing in windows: the flows of this CPU's last POOL_SLOTS receive samples inside
 	 * windows (a ring), which the samples between windows, with no hint, are charged to
 	 * (sampling.bpf.h) */

@@ -120,7 +120,7 @@ static __always_inline __u64 wakeup_head(__s64 beyond)
 }
 
 /* a receive kthread's head: the kthread's, and the flow's of the run's first skb (as an
- * interval's head goes to its first skb), else unattributed */
+ * interval's head goes to its first skb), else of the kthread's last flow (close_kthread) */
 static __always_inline void charge_wakeup(struct cpu_state *s, struct ft_cpu_stats *tot,
 					  __u64 head)
 {
@@ -131,6 +131,8 @@ static __always_inline void charge_wakeup(struct cpu_state *s, struct ft_cpu_sta
 		return;
 	if (s->run_flow_valid)
 		st = flow_entry(&s->run_flow, bpf_get_smp_processor_id(), tot);
+	else if (s->tail_pid == s->run_pid)	/* a run with no skb: the tail of its last flow's */
+		st = flow_entry(&s->tail_flow, bpf_get_smp_processor_id(), tot);
 	charge_flow_time(st, tot, s->ctx, head);
 }
 

@@ -397,7 +397,9 @@ def test_irq_on_a_virtual_device_says_why():
 # on top of the kthread overwrote the kthread's own: 24-96% of the kthread stayed the flow's
 # (2026-11-25). Now a hint per receive context, told apart by where net_rx_action's
 # bpf_net_context lives (6.11+; flowtrace/maps.bpf.h, HINT_*): 100% in five runs (2026-11-26).
-# Before 6.11 there is one hint, as before.
+# Before 6.11 there is one hint, as before. The exact mode left a kthread's intervals with no skb
+# unattributed (after a softirq it ran, or switched back in): 1-2% here, 7% in a CI run under
+# steal (2026-12-02); they are its last flow's tail now (kthread.bpf.h, close_kthread): 100%.
 KEPT = {"exact": 0.95, "sampled": 0.90}
 ONE_HINT = pytest.mark.skipif(KERNEL_RELEASE < (6, 11), reason="before Linux 6.11 the sampled mode keeps "
                               "one hint per CPU: the ACKs' softirq takes the kthread's samples")
@@ -430,7 +432,8 @@ def test_a_flow_steered_to_its_readers_cpu_keeps_its_kthread_time(timing):
     acks = flows.get((5201, res.sender_port))
     ack_kthread = acks.kernel_kthread_seconds if acks else 0.0
     print(f"{timing}: cpumap kthread on CPU {CPU_B} {total:.3f} s: the flow {data.kernel_kthread_seconds:.3f} s, "
-          f"its ACKs {ack_kthread:.3f} s; stack CPU {data.stack_cpu}")
+          f"its ACKs {ack_kthread:.3f} s, unattributed {snap.cpus[CPU_B].kthread_unattributed_seconds:.3f} s; "
+          f"stack CPU {data.stack_cpu}")
     assert total > 0.1
     assert data.kernel_kthread_seconds >= KEPT[timing] * total
     assert ack_kthread <= (1 - KEPT[timing]) * total
