@@ -391,7 +391,9 @@ def _latency(programs, refused) -> Figure:
 
 
 def _flushed_by(tcp_walk: bool) -> str:
-    return ("flushed by a walk of iter/tcp in each network namespace before each read" if tcp_walk
+    # the walk finds the sockets in the TCP hash tables: one TCP has closed has left them
+    return ("flushed by a walk of iter/tcp in each network namespace before each read (what is "
+            "read from a connection TCP has closed: when its socket is closed)" if tcp_walk
             else "flushed before each read (iter/bpf_sk_storage_map)")
 
 

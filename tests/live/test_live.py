@@ -320,9 +320,10 @@ def test_live_view_in_a_terminal(width, height):
             assert re.search(r"^\s*\d+ [█▓▒ ]+ rx\s*\d", screen, re.M), "no per-CPU bar"
             for row in _flow_rows(screen):
                 # rate with its unit, kernel CPU and its share, app CPU and its share, class:
-                # whole, in this order
-                assert re.search(r"\d+\.\d\d [kMG]bit/s +\d+( \(\d+%\))? +[\d.]+% +\d+"
-                                 r"( \(\d+%\))? +[\d.]+% +(same-core|same-socket)\b", row), row
+                # whole, in this order; a share on fewer than FEW_SAMPLES samples is marked rough
+                # (~), as a 1 s frame can be where the host held the kernel's work back
+                assert re.search(r"\d+\.\d\d [kMG]bit/s +\d+( \(\d+%\))? +~?[\d.]+% +\d+"
+                                 r"( \(\d+%\))? +~?[\d.]+% +(same-core|same-socket)\b", row), row
             same_core = next(r for r in _flow_rows(screen) if ":5201" in r)
             assert "same-core" in same_core
             if width >= 160:
