@@ -281,7 +281,12 @@ def cmd_export(args) -> int:
             if user is not None:
                 _enter_pin_root()
             with tracer.threads_stopped():
+                walker = tracer.walk_apart()   # before the fork's privileges go too
                 drop_privileges(user, keep)
+            if walker:
+                print(f"steer export: this kernel refused the sockets' flush iterator: a process "
+                      f"of steer's (pid {walker}) keeps CAP_SYS_ADMIN to walk each network "
+                      "namespace's TCP sockets before each read", file=sys.stderr, flush=True)
             if keep:
                 print("steer export: kept CAP_BPF alone: before Linux 6.5, with "
                       "kernel.unprivileged_bpf_disabled set, reading an open map needs it",

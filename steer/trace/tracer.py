@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
+from steer.trace.walker import NamespaceWalker, WalkerGone, walk_namespaces
 from steer.trace.windows import WindowRunner, Windows
 from steer.kernel.btf import (BTF_KIND_ENUM, kvm_steal_offset, shared_vmlinux_btf,
                               vmlinux_func_params, vmlinux_has_type)
 from steer.kernel.errors import KernelError, errno_name
 from steer.kernel.maps import BpfRing, possible_cpus
 from steer.kernel.mounts import drop_reason_names
-from steer.kernel.namespaces import netns_of, network_namespaces
 from steer.kernel.objects import BpfObject, bpf_dir
 from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, PerfCounter,
                                kernel_text_ranges)
@@ -189,6 +189,8 @@ class Tracer:
         self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
         self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
         self._unreached_why = ""        # and the first such namespace's error
+        self._walker: NamespaceWalker | None = None   # the walk's own process (walk_apart)
+        self._walker_gone = ""          # why a walker the tracer had stopped answering
         self._on_hooks = False          # between start()/attach() and detach()/stop()
         self._udp_watch: threading.Thread | None = None
         self._udp_ring: BpfRing | None = None
@@ -496,7 +498,7 @@ class Tracer:
     def _capabilities(self, p: Plan, counters: CounterSet) -> Capabilities:
         figures = dict(p.figures)
         if self.unreached_namespaces:
-            # setns needs CAP_SYS_ADMIN, which `steer export` drops after start unless told not
+            # setns needs CAP_SYS_ADMIN: a walker that kept it exited, or setns was refused
             lost = (f"not counted in the {self.unreached_namespaces} network namespaces steer "
                     f"could not enter")
             for name in ("open_connections", "tcp_app_bytes"):
@@ -651,20 +653,19 @@ class Tracer:
         """Run ft_tcp_sockets over the TCP sockets of every network namespace: with socket
         counters at start, the connections open now are counted from here on; with the walk
         standing in for ft_flush_socks or ft_tcp_state, before each read. A TCP iterator walks
-        the namespace of the thread that runs it, so this thread visits each; its own first,
-        without setns (which an exporter that dropped its capabilities may no longer call), and
-        where that fails, the kernel refused the iterator."""
-        unreached, why = 0, ""
-        for i, path in enumerate(network_namespaces()):
-            if i == 0:
-                self._obj.run_iter(TCP_ITERATOR)
-                continue
+        the namespace of the thread that runs it, so this thread visits each (or the walker
+        process of walk_apart, for an exporter that gave up setns' privilege); its own first,
+        without setns, and where that fails, the kernel refused the iterator."""
+        if self._walker is not None:
             try:
-                with netns_of(path):
-                    self._obj.run_iter(TCP_ITERATOR)
-            except (KernelError, OSError) as e:
-                unreached += 1   # its last process exited, or setns refused
-                why = why or str(e)
+                unreached, why = self._walker.walk()
+            except WalkerGone as e:
+                self._walker = None   # its own namespace from here on, and says why
+                self._walker_gone = str(e)
+        if self._walker is None:
+            unreached, why = walk_namespaces(lambda: self._obj.run_iter(TCP_ITERATOR))
+            if unreached and self._walker_gone:
+                why = f"{self._walker_gone}; {why}"
         if (unreached, why) != (self.unreached_namespaces, self._unreached_why):
             self.unreached_namespaces, self._unreached_why = unreached, why
             if self.capabilities is not None:   # a walk before each read: say what it reaches
@@ -715,7 +716,21 @@ class Tracer:
                               "ft_sample") from None
         return clocks
 
+    def walk_apart(self) -> int | None:
+        """Where the plan walks iter/tcp in every network namespace before each read: from now
+        on a process of its own does (steer.trace.walker), which keeps the privilege to enter
+        them when this one gives it up. Call it with no thread of the tracer's running
+        (threads_stopped). Returns the walker's pid, or None where the plan has no walk."""
+        if not self.plan.tcp_walk or not self._obj:
+            return None
+        if self._walker is None:
+            self._walker = NamespaceWalker(lambda: self._obj.run_iter(TCP_ITERATOR)).start()
+        return self._walker.pid
+
     def stop(self) -> None:
+        if self._walker is not None:
+            self._walker.close()
+            self._walker = None
         self._stop_udp_watch()
         self._stop_windows()
         with self._lock:   # not under a sample() of another thread
