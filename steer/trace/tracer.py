@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
-from steer.trace.walker import NamespaceWalker, WalkerGone, walk_namespaces
+from steer.trace.walker import NamespaceWalker, WalkerGone, can_walk_apart, walk_namespaces
 from steer.trace.windows import WindowRunner, Windows
 from steer.kernel.btf import (BTF_KIND_ENUM, kvm_steal_offset, shared_vmlinux_btf,
                               vmlinux_func_params, vmlinux_has_type)
@@ -720,8 +720,9 @@ class Tracer:
         """Where the plan walks iter/tcp in every network namespace before each read: from now
         on a process of its own does (steer.trace.walker), which keeps the privilege to enter
         them when this one gives it up. Call it with no thread of the tracer's running
-        (threads_stopped). Returns the walker's pid, or None where the plan has no walk."""
-        if not self.plan.tcp_walk or not self._obj:
+        (threads_stopped). Returns the walker's pid, or None where the plan has no walk or this
+        process could not enter another namespace anyway."""
+        if not self.plan.tcp_walk or not self._obj or not can_walk_apart():
             return None
         if self._walker is None:
             self._walker = NamespaceWalker(lambda: self._obj.run_iter(TCP_ITERATOR)).start()

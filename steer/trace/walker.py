@@ -21,10 +21,19 @@ from typing import Callable
 
 from steer.kernel.errors import KernelError
 from steer.kernel.namespaces import netns_of, network_namespaces
-from steer.kernel.privileges import CAP_SYS_ADMIN, CAP_SYS_PTRACE, drop_privileges
+from steer.kernel.privileges import CAP_SYS_ADMIN, CAP_SYS_PTRACE, drop_privileges, effective_caps
 from steer.kernel.process import die_with_parent
 
 WALK_TIMEOUT = 30.0   # seconds a walk may take before the walker counts as gone
+# setns (and bpf), and another user's /proc/PID/ns/net: what the walker keeps of what it holds
+WALKER_CAPS = (CAP_SYS_ADMIN, CAP_SYS_PTRACE)
+
+
+def can_walk_apart() -> bool:
+    """Whether a walker would enter other namespaces: this process holds CAP_SYS_ADMIN (the
+    systemd unit and the DaemonSet give the exporter no such thing: it says what it did not
+    reach)."""
+    return bool(effective_caps() >> CAP_SYS_ADMIN & 1)
 
 
 class WalkerGone(Exception):
@@ -85,7 +94,8 @@ class NamespaceWalker:
                         os.close(fd)
                     except OSError:
                         pass
-            drop_privileges(None, (CAP_SYS_ADMIN, CAP_SYS_PTRACE))
+            held = effective_caps()
+            drop_privileges(None, tuple(c for c in WALKER_CAPS if held >> c & 1))
             while os.read(ask, 1):
                 try:
                     unreached, why = walk_namespaces(self._run_iter)

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -97,3 +98,11 @@ def test_a_walker_answers_each_walk_and_one_that_died_is_said():
     with pytest.raises(WalkerGone, match="exited"):
         dying.walk()
     assert dying.pid == 0
+    # an exporter started without CAP_SYS_ADMIN (the systemd unit's, the DaemonSet's) forks no
+    # walker that could enter nothing: its own walk says what it did not reach
+    code = ("from steer.kernel.privileges import CAP_BPF, drop_privileges; "
+            "from steer.trace.walker import can_walk_apart; "
+            "print(can_walk_apart()); drop_privileges(None, (CAP_BPF,)); print(can_walk_apart())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["True", "False"], out
