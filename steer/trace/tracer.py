@@ -663,13 +663,16 @@ class Tracer:
                 self._walker = None   # its own namespace from here on, and says why
                 self._walker_gone = str(e)
         if self._walker is None:
-            unreached, why = walk_namespaces(lambda: self._obj.run_iter(TCP_ITERATOR))
+            unreached, why = walk_namespaces(self._run_tcp_iterator)
             if unreached and self._walker_gone:
                 why = f"{self._walker_gone}; {why}"
         if (unreached, why) != (self.unreached_namespaces, self._unreached_why):
             self.unreached_namespaces, self._unreached_why = unreached, why
             if self.capabilities is not None:   # a walk before each read: say what it reaches
                 self.capabilities = self._capabilities(self.plan, self._counters)
+
+    def _run_tcp_iterator(self) -> None:
+        self._obj.run_iter(TCP_ITERATOR)
 
     def detach(self) -> None:
         """Take every program off its hook and leave the maps as they are: what it costs to be
@@ -725,7 +728,7 @@ class Tracer:
         if not self.plan.tcp_walk or not self._obj or not can_walk_apart():
             return None
         if self._walker is None:
-            self._walker = NamespaceWalker(lambda: self._obj.run_iter(TCP_ITERATOR)).start()
+            self._walker = NamespaceWalker(self._run_tcp_iterator).start()
         return self._walker.pid
 
     def stop(self) -> None:

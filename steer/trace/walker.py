@@ -85,15 +85,7 @@ class NamespaceWalker:
         code = 1
         try:
             die_with_parent(parent)
-            # no file of the parent's but the BPF objects' (the iterator's link among them):
-            # its listening socket and its pipes are not the walker's to hold open
-            keep = {ask, answer} | _bpf_fds()
-            for fd in _open_fds():
-                if fd > 2 and fd not in keep:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
+            _close_all_but_bpf((ask, answer))
             held = effective_caps()
             drop_privileges(None, tuple(c for c in WALKER_CAPS if held >> c & 1))
             while os.read(ask, 1):
@@ -156,18 +148,17 @@ def _read_line(fd: int) -> bytes:
     return out
 
 
-def _open_fds() -> list[int]:
-    return [int(fd) for fd in os.listdir("/proc/self/fd")]
-
-
-def _bpf_fds() -> set[int]:
-    """This process's BPF objects (maps, programs, links) and perf events."""
-    out = set()
-    for fd in _open_fds():
+def _close_all_but_bpf(keep: tuple[int, ...]) -> None:
+    """Close every file of this process but stdio, KEEP and its BPF objects (the iterator's link
+    among them) and perf events: the parent's listening socket and pipes are not the walker's
+    to hold open."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2 or fd in keep:
+            continue
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
-            continue
-        if target.startswith("anon_inode:") and ("bpf" in target or "perf_event" in target):
-            out.add(fd)
-    return out
+            continue   # the listing's own descriptor, closed since
+        if not (target.startswith("anon_inode:") and ("bpf" in target or "perf_event" in target)):
+            os.close(fd)
