@@ -32,6 +32,7 @@ from steer.model.topology import read_topology
 from steer.trace.tracer import DEFAULT_SAMPLE_HZ, Tracer, sample_period
 from steer.trace.windows import DEFAULT_CYCLE, DEFAULT_WINDOW, WindowsError, parse_windows
 
+from .bystanders import Bystanders, text as bystanders_text
 from .common import RESULTS, build_c, host, parser, require_root, run, write
 from .odds import (DISPERSION, ODDS, SAMPLE_WEIGHT_CPU_PERIODS, classified_spread,
                    sampled_spread, whole_task_spread, z_for)
@@ -894,16 +895,20 @@ def main(argv=None) -> int:
     for n, sc in runs:
         for mode in modes:
             print(f"{n}. {sc.name if sc else 'recv()-only reader'} ({mode})", end="", flush=True)
-            stolen = steal_seconds((a, b))
+            stolen, beside = steal_seconds((a, b)), Bystanders()
             got = lab_scenario(sc, mode, args.seconds, a, b, args.sample_hz) if sc else \
                 reader_scenario(mode, args.seconds, a, b, args.sample_hz)
             # what the host took from the two CPUs meanwhile: the brackets leave it out, the
-            # scheduler's truths too, as soon as its clock has counted it
-            stolen = steal_seconds((a, b)) - stolen
-            print(f": the host took {stolen:.2f} CPU-s" if stolen else "", flush=True)
+            # scheduler's truths too, as soon as its clock has counted it; and what other tasks
+            # of this machine ran (not judged: said, so that a figure out of bounds can be read)
+            stolen, beside = steal_seconds((a, b)) - stolen, beside.stop()
+            said = [f"the host took {stolen:.2f} CPU-s"] if stolen else []
+            said += [bystanders_text(beside)] if bystanders_text(beside) else []
+            print(": " + "; ".join(said) if said else "", flush=True)
             for r in got:
                 r["n"] = n
                 r["steal_seconds"] = round(stolen, 2)
+                r["beside"] = beside
                 if r.get("peer_seconds"):
                     r["extra_low"] = min(1.0, stolen / r["peer_seconds"])
             rows += got

@@ -136,8 +136,8 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     """bench.accuracy's whole matrix (every scenario of issue 31, both timing modes, the sampled
     one with --windows off: what the windows change, the flows' split of the receive time and
     UDP bytes, test_windows_live holds, with scenarios 3, 5 and 9) against its truths; the
-    bench exits 1 on any figure outside its bounds. Its dozen sampled times share
-    odds of 1 in 10,000 that the matrix fails by chance (bench.odds: ~4.45 deviations each), and
+    bench exits 1 on any figure outside its bounds. Its 21 sampled times share
+    odds of 1 in 10,000 that the matrix fails by chance (bench.odds: ~4.58 deviations each), and
     at 9,973 Hz 3 s windows give each enough samples that a bound so made still fails a figure
     1.4x its truth: the widest, same-core NET_RX, +-31% here (2026-11-27), would be +-37% on half
     its samples; at 997 Hz it was +-53%. Not a multiple of 1000: iperf3 paces its UDP sender

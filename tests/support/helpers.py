@@ -121,7 +121,9 @@ def hold_accuracy_rows(held, rows: list[dict], prefix: str = "") -> list[str]:
             held(f"{prefix}{row['scenario']}, {row['mode']}: {row['figure']}", row["ratio"] - 1,
                  *row["bounds"])
         except AssertionError as e:
-            failed.append(str(e))
+            # with what else ran on the machine meanwhile (bench.bystanders), to read it by
+            beside = row.get("beside")
+            failed.append(f"{e} (beside it: {beside})" if beside else str(e))
     return failed
 
 
