@@ -8,7 +8,7 @@ import threading
 
 from steer.kernel.libbpf import _BtfType, libbpf
 
-BTF_KIND_ENUM, BTF_KIND_TYPEDEF, BTF_KIND_FUNC, BTF_KIND_DATASEC = 6, 8, 12, 15
+BTF_KIND_STRUCT, BTF_KIND_ENUM, BTF_KIND_TYPEDEF, BTF_KIND_FUNC, BTF_KIND_DATASEC = 4, 6, 8, 12, 15
 
 
 class _VarSecinfo(ctypes.Structure):   # struct btf_var_secinfo, after a DATASEC's btf_type
@@ -112,6 +112,14 @@ def vmlinux_func_params(name: str) -> int | None:
 def vmlinux_has_type(name: str, kind: int = BTF_KIND_TYPEDEF) -> bool:
     """Whether the running kernel's BTF defines NAME (a tracepoint exists as btf_trace_<name>)."""
     return vmlinux_type_id(name, kind) is not None
+
+
+def irq_time_kept_from_tasks() -> bool:
+    """Whether the kernel keeps interrupt and softirq time out of tasks' run time: built with
+    CONFIG_IRQ_TIME_ACCOUNTING, whose per-CPU irq clock (struct irqtime, kernel/sched/sched.h) only
+    such a kernel defines. Debian's kernels are built without it; many other distributions'
+    with it."""
+    return vmlinux_has_type("irqtime", BTF_KIND_STRUCT)
 
 
 def generic_xdp_redirects_to_cpumap() -> bool:

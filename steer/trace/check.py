@@ -21,6 +21,8 @@ from steer.model.capabilities import WORKS, Figure, lost_to_kernel
 REMEDIES = [
     (r"STEER_TEST_REFUSE", "unset STEER_TEST_REFUSE (a test's stand-in for a refusing kernel)"),
     (r"sock_recv_length", "Linux 6.3 or later has sock:sock_recv_length"),
+    (r"IRQ_TIME_ACCOUNTING", "--timing exact (its clock brackets softirqs and tasks apart), or a "
+                             "kernel built without CONFIG_IRQ_TIME_ACCOUNTING"),
     (r"kprobe.*ENOENT|ENOENT.*kprobe", "a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y"),
     (r"fexit.*ENOTSUPP|ENOTSUPP.*fexit",
      "a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y)"),

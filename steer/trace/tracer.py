@@ -16,8 +16,8 @@ from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
 from steer.trace.walker import NamespaceWalker, WalkerGone, can_walk_apart, walk_namespaces
 from steer.trace.windows import WindowRunner, Windows
-from steer.kernel.btf import (BTF_KIND_ENUM, kvm_steal_offset, shared_vmlinux_btf,
-                              vmlinux_func_params, vmlinux_has_type)
+from steer.kernel.btf import (BTF_KIND_ENUM, irq_time_kept_from_tasks, kvm_steal_offset,
+                              shared_vmlinux_btf, vmlinux_func_params, vmlinux_has_type)
 from steer.kernel.errors import KernelError, errno_name
 from steer.kernel.maps import BpfRing, possible_cpus
 from steer.kernel.mounts import drop_reason_names
@@ -28,7 +28,7 @@ from steer.kernel.probes import fexit_errno
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED,
                                   HOOKS, LATENCY_MAPS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR,
                                   TIMING_CHOICES, UDP_READS_FALLBACK, WITHHELD, Plan, PlanError,
-                                  forced_refusals, plan)
+                                  forced_refusals, irq_time_kept_apart, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_SAMPLE_HZ)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
@@ -186,6 +186,7 @@ class Tracer:
         self.plan: Plan | None = None    # what start() loaded
         self.refused: dict[str, str] = {}   # program -> why it is not running, as start() found
         self.refused_maps: dict[str, str] = {}   # map -> why the kernel would not create it
+        self._irq_time_apart = False    # the kernel keeps irq time out of tasks' (start())
         self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
         self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
         self._unreached_why = ""        # and the first such namespace's error
@@ -242,6 +243,7 @@ class Tracer:
             raise TracerError(str(e)) from None
         with shared_vmlinux_btf():   # a dozen questions, one parse
             refused = self.refused = self._absent(forced)   # filled in as the kernel answers
+            self._irq_time_apart = irq_time_kept_from_tasks()
         self._drop_reasons = {} if "ft_kfree_skb" in refused else drop_reason_names()
         ranges: list[tuple[int, int]] = []
         if self.profile:
@@ -497,6 +499,8 @@ class Tracer:
 
     def _capabilities(self, p: Plan, counters: CounterSet) -> Capabilities:
         figures = dict(p.figures)
+        if p.timing == "sampled" and self._irq_time_apart:
+            figures = irq_time_kept_apart(figures)
         if self.unreached_namespaces:
             # setns needs CAP_SYS_ADMIN: a walker that kept it exited, or setns was refused
             lost = (f"not counted in the {self.unreached_namespaces} network namespaces steer "

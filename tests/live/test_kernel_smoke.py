@@ -53,6 +53,39 @@ def test_check_says_what_runs(report):
         assert 0 <= c["not_charged"] <= c["withheld"] <= c["expiries"] > 0, s
 
 
+def _kernel_config() -> str | None:
+    """The running kernel's build configuration, where it can be read: /proc/config.gz
+    (CONFIG_IKCONFIG_PROC), else /boot/config-<release> (None: neither)."""
+    import gzip
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            return f.read()
+    except OSError:
+        pass
+    try:
+        with open(f"/boot/config-{os.uname().release}") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def test_check_says_where_the_kernel_keeps_irq_time_out_of_tasks(report):
+    """The sampled mode's times are degraded exactly where the kernel was built with
+    CONFIG_IRQ_TIME_ACCOUNTING (its weights are tasks' run time, which then leaves softirqs out),
+    told from the kernel's BTF and held to its own build configuration."""
+    config = _kernel_config()
+    if config is None:
+        pytest.skip("this kernel's build configuration cannot be read (/proc/config.gz, /boot)")
+    if report["default"]["mode"] != "sampled":
+        pytest.skip(f"the default mode here is {report['default']['mode']}")
+    built = "\nCONFIG_IRQ_TIME_ACCOUNTING=y" in config
+    for name in ("kernel_time", "app_time"):
+        f = report["figures"][name]
+        assert ("CONFIG_IRQ_TIME_ACCOUNTING" in f["why"]) == built, (name, f)
+        if built:
+            assert f["state"] == "degraded" and f["kernel"] and "--timing exact" in f["fix"], f
+
+
 # the programs whose links mean a tracer is attached: the last each mode attaches
 LAST_ATTACHED = {"ft_sample", "ft_softirq_exit", "ft_skb_hint"}
 
