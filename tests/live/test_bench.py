@@ -188,7 +188,8 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     # each figure in the run's record before any verdict: a failed run's figures are the ones
     # worth having in the history
     failed = hold_accuracy_rows(held, rows)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    # the figures out of bounds first, each with what else ran beside it (bench.bystanders)
+    assert r.returncode == 0, "\n".join(failed) + "\n" + r.stdout[-4000:] + r.stderr[-2000:]
     data = json.load(open(tmp_path / "accuracy.json"))
     rows = data["rows"]
     from bench.accuracy import SCENARIOS
