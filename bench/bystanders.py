@@ -26,12 +26,16 @@ def read_tasks(proc: str = "/proc") -> dict[int, tuple[str, int, int, bool]]:
                 text = f.read().decode(errors="replace")
         except OSError:
             continue   # gone between the listing and its read
-        # the command name may hold spaces and parentheses: it ends at the last ')'
-        comm = text[text.find("(") + 1:text.rfind(")")]
-        rest = text[text.rfind(")") + 2:].split()
-        tasks[int(name)] = (comm, int(rest[1]), int(rest[11]) + int(rest[12]),
-                            bool(int(rest[6]) & PF_KTHREAD))
+        tasks[int(name)] = parse_stat(text)
     return tasks
+
+
+def parse_stat(text: str) -> tuple[str, int, int, bool]:
+    """A /proc/PID/stat line: (comm, parent pid, CPU ticks of its threads, whether a kernel
+    thread). The command name may hold spaces and parentheses: it ends at the last ')'."""
+    comm = text[text.find("(") + 1:text.rfind(")")]
+    rest = text[text.rfind(")") + 2:].split()
+    return comm, int(rest[1]), int(rest[11]) + int(rest[12]), bool(int(rest[6]) & PF_KTHREAD)
 
 
 def descendants(root: int, parents: dict[int, int]) -> set[int]:

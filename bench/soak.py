@@ -25,6 +25,7 @@ import sys
 import time
 import urllib.request
 
+from .bystanders import parse_stat
 from .common import parser, require_root, rss_kb, run, write
 
 TARGET_RSS_MB, TARGET_SCRAPE_S = 80.0, 0.3
@@ -80,8 +81,7 @@ def cpu_seconds(pid: int) -> float:
     """User and system CPU time of process PID and its threads so far (/proc/PID/stat): the
     system part holds the receive processing of the packets it sends (veth runs it there)."""
     with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return parse_stat(f.read())[2] / os.sysconf("SC_CLK_TCK")
 
 
 def leftovers() -> list[str]:
