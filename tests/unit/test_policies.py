@@ -293,15 +293,35 @@ def test_run_steps_every_period_until_the_duration():
     assert 3 <= iv.calls <= 7 and len(asked) == iv.calls
 
 
-def test_run_keeps_its_schedule_when_steps_take_time():
+class FakeClock:
+    """auto.run's clock, so that the schedule is tested on its arithmetic, not on this host's
+    load: sleep() advances monotonic() by exactly what was asked."""
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, s):
+        assert s >= 0
+        self.now += s
+
+
+@pytest.mark.parametrize("step,steps", [(0.02, 10), (0.0, 11), (0.07, 5)])
+def test_run_keeps_its_schedule_when_steps_take_time(monkeypatch, step, steps):
     """N intervals take N periods, not N periods plus what each step took (a read waits for the
-    gap between the tracer's windows): a step of 0.02 s every 0.05 s, 10 of them in ~0.5 s."""
+    gap between the tracer's windows): a step of 0.02 s every 0.05 s, 10 of them in 0.52 s
+    (instant steps: the 11th reads the last 0.02 s); a step that runs past its slot (0.07 s) is
+    followed at the next slot, not at once."""
+    import steer.steering.auto as auto
+    clock = FakeClock()
+    monkeypatch.setattr(auto, "time", clock)
     t = read_topology(VM)
-    eng = AutoSteer(lambda s, topo: time.sleep(0.02) or [], Recorder(), t, log=lambda _: None)
+    eng = AutoSteer(lambda s, topo: clock.sleep(step) or [], Recorder(), t, log=lambda _: None)
     iv = FakeIntervals(t, snap([flow(1, 0, 0)]))
-    began = time.monotonic()
+    began = clock.now
     run(eng, iv, period=0.05, duration=0.52, sysfs=VM)
-    assert 9 <= iv.calls <= 11 and time.monotonic() - began < 0.65, iv.calls
+    assert iv.calls == steps and clock.now - began < 0.52 + 0.05 + step, (iv.calls, clock.now - began)
 
 
 def test_run_stops_when_the_device_is_gone():
