@@ -35,7 +35,7 @@ BPF_OBJS := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
 BPF_CFLAGS := -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_$(ARCH) -I$(BUILD) -Ibpf
 
 .PHONY: all clean deb demo image test test-kernels test-vm setup
-all: $(BPF_OBJS)
+all: $(BPF_OBJS) $(BUILD)/flowtrace-nokfunc.bpf.o
 
 $(BUILD):
 	$(Q)mkdir -p $@
@@ -52,6 +52,12 @@ $(BUILD)/%.bpf.o: bpf/%.bpf.c bpf/%.h $(wildcard bpf/*.bpf.h bpf/*/*.bpf.h) $(BU
 	@test -r /usr/include/bpf/bpf_helpers.h || { echo "error: libbpf headers not found (apt-get install libbpf-dev)" >&2; exit 1; }
 	@echo "  BPF   $@"
 	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+# flowtrace without the kfuncs it uses where the kernel has them, for kernels that have not
+# (before 6.2): see bpf/run_clock.bpf.h
+$(BUILD)/flowtrace-nokfunc.bpf.o: bpf/flowtrace.bpf.c bpf/flowtrace.h $(wildcard bpf/*.bpf.h bpf/*/*.bpf.h) $(BUILD)/vmlinux.h
+	@echo "  BPF   $@"
+	$(Q)$(CLANG) $(BPF_CFLAGS) -DRUN_CLOCK_NO_KFUNCS -c $< -o $@
 
 setup:
 	$(Q)scripts/setup.sh

@@ -11,7 +11,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 # the objects steer loads; build/floor.bpf.o and build/truth.bpf.o are the benchmarks' own, not installed
-OBJECTS = ("flowtrace.bpf.o", "steer.bpf.o")
+OBJECTS = ("flowtrace.bpf.o", "flowtrace-nokfunc.bpf.o", "steer.bpf.o")
 
 
 class build_py_with_bpf(build_py):

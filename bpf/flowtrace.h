@@ -208,7 +208,9 @@ struct ft_config {
 	__u32 events;		/* 1 << FT_EVENT_* for each event array userspace filled */
 	__u32 skb_count;	/* sampled timing: FT_COUNT_* bits */
 	__u32 windows;		/* sampled timing in windows: the programs of struct ft_window count */
-	__u32 config_pad;
+	__u32 irq_time_apart;	/* the kernel keeps interrupts' and softirqs' time out of tasks' run
+				 * time (CONFIG_IRQ_TIME_ACCOUNTING; userspace tells it by struct
+				 * irqtime in the kernel's BTF) */
 	__s64 steal_off;	/* run_clock.bpf.h: KVM's steal_time from the run queue, in the
 				 * per-CPU area (0: not known) */
 	__u64 text[FT_TEXT_RANGES][2];

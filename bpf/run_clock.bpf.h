@@ -27,21 +27,27 @@
 #define RUN_CLOCK_MAX_LAG	1000000000ULL
 
 /* 6.2+: a cast the verifier turns into a move; loads through it fault safely, as a probe read's
- * do, at the cost of a load */
+ * do, at the cost of a load. RUN_CLOCK_NO_KFUNCS builds the object for kernels without it
+ * (flowtrace-nokfunc.bpf.o): there libbpf before 1.3 looks for a weak kfunc that vmlinux lacks
+ * in the modules' BTF, and without CAP_SYS_ADMIN that search fails the whole object. */
+#ifndef RUN_CLOCK_NO_KFUNCS
 extern void *bpf_rdonly_cast(const void *obj__ign, __u32 btf_id__k) __ksym __weak;
+#endif
 
 static __always_inline __u64 live_steal_ns(struct rq *rq, __s64 steal_off)
 {
-	struct kvm_steal_time *st;
 	__u64 live = 0;
+
+#ifndef RUN_CLOCK_NO_KFUNCS
+	struct kvm_steal_time *st;
 
 	if (bpf_core_type_exists(struct kvm_steal_time) && !!bpf_rdonly_cast) {
 		st = bpf_rdonly_cast((void *)rq + steal_off,
 				     bpf_core_type_id_kernel(struct kvm_steal_time));
-		live = st->steal;
-	} else {
-		bpf_probe_read_kernel(&live, sizeof(live), (void *)rq + steal_off);
+		return st->steal;
 	}
+#endif
+	bpf_probe_read_kernel(&live, sizeof(live), (void *)rq + steal_off);
 	return live;
 }
 

@@ -145,15 +145,14 @@ static __always_inline void charge_wakeup(struct cpu_state *s, struct ft_cpu_sta
  * receiver its head holds the tail (charge_reader_wakeup), and the CPU's time counts once.
  * Without this the kthread read +0.4% to +0.9% against its schedstat on a 2-vCPU VM (7,000 tails
  * of 0.5-4 us in 5 s, bpftrace). Only where tasks' runtime holds interrupts' time: with
- * IRQ_TIME_ACCOUNTING (struct irqtime) the scheduler charges less wherever one came in, and the
- * difference is no tail. The cut stays inside the run's last interval (after its last softirq). */
-struct irqtime___ft {	/* kernel/sched/sched.h, CONFIG_IRQ_TIME_ACCOUNTING's: its existence only */
-	__u64 total;
-};
-
+ * IRQ_TIME_ACCOUNTING (cfg.irq_time_apart) the scheduler charges less wherever one came in, and
+ * the difference is no tail. The cut stays inside the run's last interval (after its last
+ * softirq). Userspace tells the option, not a CO-RE test of struct irqtime: where a type is not
+ * in vmlinux, libbpf before 1.3 looks for it in the modules' BTF, and without CAP_SYS_ADMIN (the
+ * systemd unit, the DaemonSet) that search fails the whole object. */
 static __always_inline __u64 run_end(struct cpu_state *s, __u64 now, __s64 beyond)
 {
-	if (bpf_core_type_exists(struct irqtime___ft) || beyond >= 0)
+	if (cfg.irq_time_apart || beyond >= 0)
 		return now;
 	return now + beyond > s->mark ? now + beyond : s->mark;	/* BEYOND < 0: the tail */
 }

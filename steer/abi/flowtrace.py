@@ -88,7 +88,7 @@ HEADER_CONSTANTS = {"FT_COMM_LEN": FT_COMM_LEN, "FT_TEXT_NET_RX": FT_TEXT_NET_RX
 class Config(ctypes.Structure):
     _fields_ = [("llc_enabled", u32), ("recv_flags_arg", u32), ("timing", u32),
                 ("softirq_stacks", u32), ("app_counters", u32), ("profile_ranges", u32),
-                ("events", u32), ("skb_count", u32), ("windows", u32), ("config_pad", u32),
+                ("events", u32), ("skb_count", u32), ("windows", u32), ("irq_time_apart", u32),
                 ("steal_off", ctypes.c_int64), ("text", u64 * 2 * FT_TEXT_RANGES)]
 
 

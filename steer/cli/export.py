@@ -234,6 +234,16 @@ def _enter_pin_root() -> None:
               flush=True)
 
 
+def _say_a_fallback(plan) -> None:
+    """Where auto took a mode after the default (exact timing hooks every syscall of the host),
+    the log says so at start, why, and what would change it."""
+    if plan.timing_why:
+        from steer.trace.check import remedy
+        fix = remedy(plan.timing_why)
+        print(f"steer export: {plan.timing} timing ({plan.timing_why})"
+              + (f"; to change it: {fix}" if fix else ""), file=sys.stderr, flush=True)
+
+
 def cmd_export(args) -> int:
     from steer.kernel.process import one_heap, trim_heap
     from steer.present.exporter import SteerCollector, parse_listen
@@ -264,6 +274,7 @@ def cmd_export(args) -> int:
     topo = read_topology()
     one_heap()   # before any thread: the scrapes' arrays, given back after each (trim_heap)
     tracer = start_tracer(args)
+    _say_a_fallback(tracer.plan)
     server = None
     try:
         collector = SteerCollector(tracer, topo, top_k=args.top_k, steering=pinned_state,

@@ -121,6 +121,7 @@ def libbpf():
             ("bpf_map_update_batch", i, [i, vp, vp, ctypes.POINTER(u32), vp]),
             ("libbpf_num_possible_cpus", i, []),
             ("btf__load_vmlinux_btf", vp, []),
+            ("bpf_btf_get_next_id", i, [u32, ctypes.POINTER(u32)]),
             ("btf__find_by_name_kind", ctypes.c_int32, [vp, cp, u32]),
             ("btf__free", None, [vp]),
             ("btf__type_by_id", ctypes.POINTER(_BtfType), [vp, u32]),

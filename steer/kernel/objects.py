@@ -25,6 +25,19 @@ def bpf_dir() -> Path:
     return packaged if (packaged / "flowtrace.bpf.o").exists() else package.parent / "build"
 
 
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+
+
+def module_btfs_hidden() -> bool:
+    """Whether this process may not list the kernel's BTF objects (BPF_BTF_GET_NEXT_ID needs
+    CAP_SYS_ADMIN, which the systemd unit and the DaemonSet do not grant). A CO-RE relocation of
+    a type that vmlinux lacks sends libbpf to the modules' BTF; before libbpf 1.3 (Debian 12 has
+    1.1) a refused listing then fails the whole object, where 1.3 goes on without modules."""
+    next_id = ctypes.c_uint32()
+    rc = libbpf().bpf_btf_get_next_id(0, ctypes.byref(next_id))
+    return rc < 0 and ctypes.get_errno() == errno.EPERM
+
+
 class _OpenOpts(ctypes.Structure):
     """struct bpf_object_open_opts of libbpf 1.x, up to kernel_log_level."""
     _fields_ = [("sz", ctypes.c_size_t), ("object_name", ctypes.c_char_p),
@@ -59,6 +72,8 @@ class BpfObject:
         self._obj = None
         libbpf_log.clear()   # so that an error quotes this object's log, not an older one
         opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts))
+        if not btf and module_btfs_hidden() and os.path.exists(VMLINUX_BTF):
+            btf = VMLINUX_BTF   # relocated against vmlinux alone, as libbpf 1.3 would
         if btf:
             opts.btf_custom_path = btf.encode()
         if pin_root:

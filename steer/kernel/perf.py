@@ -3,6 +3,7 @@ addresses from kallsyms, which sampled timing matches its samples against."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 from dataclasses import dataclass
@@ -28,6 +29,26 @@ PERF_COUNT_HW_CACHE_MISSES = 3     # the generic "LLC miss" event (LONGEST_LAT_C
 _PERF_FORMAT_TOTAL_TIMES = 1 | 2   # TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING
 PERF_COUNT_SW_CPU_CLOCK = 0
 _PERF_FLAG_FD_CLOEXEC = 1 << 3
+PARANOID = "/proc/sys/kernel/perf_event_paranoid"
+CAP_SYS_ADMIN = 21
+
+
+def paranoid_refusal(path: str = PARANOID, status: str = "/proc/self/status") -> str:
+    """Why a perf_event_open refused with EACCES may have been, or "": above 2,
+    kernel.perf_event_paranoid keeps every perf event (a sampler's clock, a counter, a kprobe)
+    for CAP_SYS_ADMIN on Debian's kernels (their CONFIG_SECURITY_PERF_EVENTS_RESTRICT sets 3 at
+    boot), CAP_PERFMON or not. Upstream kernels have no level above 2 and answer 3 as 2."""
+    try:
+        with open(path) as f:
+            level = int(f.read())
+        with open(status) as f:
+            caps = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, ValueError, StopIteration):
+        return ""
+    if level <= 2 or caps & (1 << CAP_SYS_ADMIN):
+        return ""
+    return (f"kernel.perf_event_paranoid is {level}: above 2, Debian's kernels keep perf events "
+            "for CAP_SYS_ADMIN")
 
 
 
@@ -48,7 +69,9 @@ class PerfCounter:
                      ctypes.c_int(-1), ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
         if fd < 0:
             err = ctypes.get_errno()
-            raise KernelError(f"perf_event_open on CPU {cpu}: {os.strerror(err)}", err)
+            why = paranoid_refusal() if err == errno.EACCES else ""
+            raise KernelError(f"perf_event_open on CPU {cpu}: {os.strerror(err)}"
+                              + (f" ({why})" if why else ""), err)
         return PerfCounter(cpu, fd)
 
     def read(self) -> int:

@@ -26,6 +26,8 @@ REMEDIES = [
     (r"kprobe.*ENOENT|ENOENT.*kprobe", "a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y"),
     (r"fexit.*ENOTSUPP|ENOTSUPP.*fexit",
      "a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y)"),
+    (r"perf_event_paranoid is", "sysctl kernel.perf_event_paranoid=2 (a file in /etc/sysctl.d/ "
+                                "keeps it), or CAP_SYS_ADMIN"),
     (r"EPERM", "a security policy denies it: kernel lockdown (/sys/kernel/security/lockdown), "
                "an LSM (SELinux, AppArmor, BPF LSM) or a container's seccomp profile"),
     (r"EACCES|EINVAL", "the verifier rejected it on this kernel: STEER_LIBBPF_DEBUG=1 shows its "
@@ -137,7 +139,7 @@ def run_checks() -> dict:
     from steer.kernel.libc import fs_magic
     from steer.kernel.mounts import BPFFS, TRACEFS, BPF_FS_MAGIC, TRACEFS_MAGIC
     from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN, missing_caps
-    from steer.trace.tracer import VMLINUX_BTF
+    from steer.kernel.objects import VMLINUX_BTF
     uname = platform.uname()
     report: dict = {
         "kernel": uname.release, "machine": uname.machine,

@@ -11,19 +11,21 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from steer.abi import flowtrace as abi
 from steer.trace.counters import EVENTS, CounterError, CounterSet
 from steer.trace.walker import NamespaceWalker, WalkerGone, can_walk_apart, walk_namespaces
 from steer.trace.windows import WindowRunner, Windows
-from steer.kernel.btf import (BTF_KIND_ENUM, irq_time_kept_from_tasks, kvm_steal_offset,
-                              shared_vmlinux_btf, vmlinux_func_params, vmlinux_has_type)
+from steer.kernel.btf import (BTF_KIND_ENUM, BTF_KIND_FUNC, irq_time_kept_from_tasks,
+                              kvm_steal_offset, shared_vmlinux_btf, vmlinux_func_params,
+                              vmlinux_has_type)
 from steer.kernel.errors import KernelError, errno_name
 from steer.kernel.maps import BpfRing, possible_cpus
 from steer.kernel.mounts import drop_reason_names
-from steer.kernel.objects import BpfObject, bpf_dir
+from steer.kernel.objects import VMLINUX_BTF, BpfObject, bpf_dir
 from steer.kernel.perf import (PERF_COUNT_SW_CPU_CLOCK, PERF_TYPE_SOFTWARE, PerfCounter,
-                               kernel_text_ranges)
+                               kernel_text_ranges, paranoid_refusal)
 from steer.kernel.probes import fexit_errno
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED,
                                   HOOKS, LATENCY_MAPS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR,
@@ -39,7 +41,6 @@ from steer.model.samples import (CpuSample, FlowCpuSample, FlowId, NapiCounts, N
                                  address_text, proto_name)
 
 PROFILE_ENTRIES = 32768   # (flow, CPU, side, category) counts while profiling: ~3 MB
-VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
 # the events besides LLC misses that the sampler charges to flows: their ft_config.events bits
 _EVENT_BITS = {"llc_references": abi.FT_EVENT_REFERENCES, "instructions": abi.FT_EVENT_INSTRUCTIONS,
@@ -95,9 +96,20 @@ def preempt_rt(path: str = "/sys/kernel/realtime") -> bool:
     return read_int(path) == 1
 
 
+def flowtrace_object() -> Path:
+    """flowtrace.bpf.o; on a kernel without the kfunc bpf_rdonly_cast (before 6.2), the same built
+    without it (bpf/run_clock.bpf.h), where libbpf 1.1 would look for it in the modules' BTF
+    and, without CAP_SYS_ADMIN, fail the whole object."""
+    kfunc = vmlinux_has_type("bpf_rdonly_cast", BTF_KIND_FUNC)
+    return bpf_dir() / ("flowtrace.bpf.o" if kfunc else "flowtrace-nokfunc.bpf.o")
+
+
 def refusal(program: str, e: KernelError, refused_maps: dict[str, str] | None = None) -> str:
     """Why PROGRAM is not running, from the kernel's or libbpf's answer, in users' terms."""
     code = f"{errno_name(e.errno)}: {os.strerror(e.errno)}" if e.errno else str(e)
+    paranoid = paranoid_refusal() if e.errno == errno.EACCES else ""
+    if paranoid and SECTIONS[program].startswith(("perf_event", "kprobe")):
+        code += f"; {paranoid}"   # the perf event it is attached by, refused before the program
     if e.uses_map and refused_maps and e.uses_map in refused_maps:
         code = f"it uses the map {e.uses_map}, which the kernel refused: {refused_maps[e.uses_map]}"
     return f"the kernel refused {SECTIONS[program]} ({code})"
@@ -222,7 +234,7 @@ class Tracer:
             raise TracerError(
                 f"no kernel BTF at {btf}: CO-RE needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
                 + ("" if self.btf else " (or pass --btf FILE)"))
-        obj_path = bpf_dir() / "flowtrace.bpf.o"
+        obj_path = flowtrace_object()
         if not obj_path.exists():
             raise TracerError(f"{obj_path} is not built: run `make` in the steer checkout "
                               "(needs clang, bpftool and libbpf-dev)")
@@ -458,6 +470,7 @@ class Tracer:
                          skb_count=p.skb_count | (abi.FT_COUNT_TCP_SKBS if self._windowed(p)
                                                   else 0),
                          windows=1 if self._windowed(p) else 0,
+                         irq_time_apart=1 if self._irq_time_apart else 0,
                          steal_off=kvm_steal_offset())
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi

@@ -53,6 +53,20 @@ def test_object_is_bpf_elf(built):
     assert int.from_bytes(head[18:20], "little") == 247   # EM_BPF
 
 
+def _undefined_symbols(path):
+    out = subprocess.run(["llvm-objdump", "-t", path], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if "*UND*" in line}
+
+
+def test_the_object_for_kernels_without_kfuncs_has_none(built):
+    """flowtrace-nokfunc.bpf.o, what steer loads where the kernel lacks bpf_rdonly_cast (before
+    6.2), asks libbpf for no kfunc: libbpf 1.1 would look for one in the modules' BTF, and without
+    CAP_SYS_ADMIN fail the whole object (Debian 12's kernel under the systemd unit)."""
+    assert "bpf_rdonly_cast" in _undefined_symbols(built)
+    assert _undefined_symbols(os.path.join(ROOT, "build", "flowtrace-nokfunc.bpf.o")) == set()
+
+
 @pytest.mark.parametrize("obj,name,mirror", ALL_MIRRORS, ids=[n for _, n, _ in ALL_MIRRORS])
 def test_python_mirror_matches_btf(built, obj, name, mirror):
     structs = btf_structs(obj)

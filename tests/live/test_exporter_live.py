@@ -488,3 +488,18 @@ def test_a_web_config_steer_cannot_serve_stops_it_before_loading(tmp_path):
     r = steer("export", "--web-config", str(web), "--duration", "1")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "--web-config" in r.stderr \
         and "No such file" in r.stderr, r.stderr
+
+
+def test_an_exporter_that_falls_back_to_exact_timing_says_so_with_the_way_back():
+    """Where the kernel refuses the sampler (here STEER_TEST_REFUSE, on Debian's kernels a
+    perf_event_paranoid of 3 under the systemd unit), the exporter runs exact timing, which
+    hooks every syscall: its log says so at start, why, and what would change it, before it
+    serves."""
+    r = steer("export", "--listen", f"127.0.0.1:{free_port()}", "--duration", "1",
+              env={"STEER_TEST_REFUSE": "ft_sample"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (said,) = [line for line in r.stderr.splitlines() if " timing (" in line]
+    assert said.startswith("steer export: exact timing (--timing sampled: ") and \
+        "refused perf_event" in said and "to change it: unset STEER_TEST_REFUSE" in said, said
+    plain = steer("export", "--listen", f"127.0.0.1:{free_port()}", "--duration", "1", timeout=300)
+    assert plain.returncode == 0 and " timing (" not in plain.stderr, plain.stderr

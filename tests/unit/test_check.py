@@ -64,6 +64,10 @@ def test_remedies_follow_the_kernels_answer():
     assert "trampolines" in remedy("the kernel refused fexit/tcp_recvmsg (ENOTSUPP: x)")
     assert "PMU" in remedy("unavailable: no hardware PMU (perf_event_open: ENOENT)")
     assert "STEER_TEST_REFUSE" in remedy("the kernel refused iter/tcp (STEER_TEST_REFUSE)")
+    assert "perf_event_paranoid=2" in remedy(
+        "the kernel refused perf_event (EACCES: Permission denied; kernel.perf_event_paranoid "
+        "is 3: above 2, Debian's kernels keep perf events for CAP_SYS_ADMIN)")
+    assert "verifier" in remedy("the kernel refused perf_event (EACCES: Permission denied)")
     assert remedy("") == ""
 
 

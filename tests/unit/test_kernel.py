@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT
 from steer.kernel import signals as interrupts
 from steer.kernel import errors, libbpf
-from steer.kernel.perf import kernel_text_ranges
+from steer.kernel.perf import kernel_text_ranges, paranoid_refusal
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
@@ -234,3 +234,22 @@ def test_the_sampler_has_a_group_of_names_for_every_range_of_kernel_text():
     assert all(TEXT_SYMBOLS[i] and all(isinstance(n, str) and n for n in TEXT_SYMBOLS[i])
                for i in TEXT_SYMBOLS)
     assert TEXT_SYMBOLS[abi.FT_TEXT_RPS_IPI] == ["net_rps_send_ipi"]
+
+
+@pytest.mark.parametrize("level,caps,said", [
+    ("3", "000000c400000000", True),      # the systemd unit's CAP_BPF, CAP_PERFMON, CAP_SYSLOG
+    ("4", "0000000000000000", True),
+    ("3", "000001ffffffffff", False),     # root: CAP_SYS_ADMIN opens them at any level
+    ("2", "000000c400000000", False),     # 2 and below: CAP_PERFMON is enough
+    ("-1", "0000000000000000", False),
+    ("x", "000000c400000000", False),     # unreadable: no guess
+])
+def test_a_perf_event_refused_is_put_down_to_paranoia_only_above_2_without_sys_admin(
+        tmp_path, level, caps, said):
+    paranoid, status = tmp_path / "paranoid", tmp_path / "status"
+    paranoid.write_text(level + "\n")
+    status.write_text(f"Name:\tsteer\nCapInh:\t0000000000000000\nCapEff:\t{caps}\n")
+    why = paranoid_refusal(str(paranoid), str(status))
+    assert bool(why) == said, why
+    if said:
+        assert why.startswith(f"kernel.perf_event_paranoid is {level}:") and "CAP_SYS_ADMIN" in why
