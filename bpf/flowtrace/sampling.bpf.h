@@ -76,7 +76,14 @@ static __always_inline __u64 task_clock_lag(struct task_struct *task)
 #define MAX_SAMPLE_WEIGHT_PERIODS	100
 #define SAMPLE_WEIGHT_CPU_PERIODS	4
 
-static __always_inline __u64 sample_weight(__u64 period, __u64 now, struct cpu_state *s)
+/* IRQ_OVER_TASK: the sample is in an interrupt or a softirq over a task (the irq stack) on a
+ * kernel that keeps irq time out of tasks' run time (CONFIG_IRQ_TIME_ACCOUNTING:
+ * cfg.irq_time_apart). That time is in no task's run time, so such a sample weighs one period,
+ * and the task's reading stays where it was: its own samples still add up to its run time.
+ * Weighed by the task's run time instead, NET_RX over a busy task read -41% against its
+ * brackets in a guest of Debian's 6.1 built with the option (its samples' count -7% to -9%). */
+static __always_inline __u64 sample_weight(__u64 period, __u64 now, struct cpu_state *s,
+					   int irq_over_task)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sampled_runtime *last;
@@ -86,6 +93,8 @@ static __always_inline __u64 sample_weight(__u64 period, __u64 now, struct cpu_s
 		return period;
 	cpu_elapsed = s->task_sample_ns && s->task_sample_ns < now ? now - s->task_sample_ns : period;
 	s->task_sample_ns = now;
+	if (irq_over_task)
+		return period;
 	last = bpf_task_storage_get(&sampled_runtime, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!last)
 		return period;
@@ -440,7 +449,8 @@ struct ft_sampled {
  * previous sample (charged with its weight, to the same side), the count of samples, and the
  * weight itself, for a clock of PERIOD ns. */
 static __always_inline void sample_begin(__u64 period, struct cpu_state *s,
-					 struct ft_cpu_stats *tot, struct ft_sampled *x)
+					 struct ft_cpu_stats *tot, struct ft_sampled *x,
+					 int irq_over_task)
 {
 	__u64 llc, now;
 
@@ -456,7 +466,7 @@ static __always_inline void sample_begin(__u64 period, struct cpu_state *s,
 	 * expiries ft_sample_withheld counts there, each period) do not reset the cap; they read
 	 * its kthread -10% to -12% of schedstat when they did (the first sample on this CPU: as if
 	 * the previous one were a period ago) */
-	x->weight = sample_weight(period, now, s);
+	x->weight = sample_weight(period, now, s, irq_over_task);
 	s->clock_ns = now;
 }
 
@@ -602,7 +612,8 @@ int ft_sample(struct bpf_perf_event_data *ctx)
 	if (!s || !tot)
 		return 0;
 	x.cpu = bpf_get_smp_processor_id();
-	sample_begin(ctx->sample_period, s, tot, &x);
+	sample_begin(ctx->sample_period, s, tot, &x, cfg.irq_time_apart &&
+		     sampled_stack(ctx, bpf_get_current_task_btf()) == OFF_TASK_STACK);
 	s->sample_ran = 1;	/* for ft_sample_withheld, at this expiry's end */
 	if (sampled_user_mode(ctx))
 		return 0;

@@ -77,7 +77,7 @@ int BPF_PROG(ft_sample_withheld, struct hrtimer *timer)
 		return 0;
 	}
 	x.cpu = bpf_get_smp_processor_id();
-	sample_begin(period, s, tot, &x);	/* on the idle task: one period */
+	sample_begin(period, s, tot, &x, 0);	/* on the idle task: one period */
 	tot->samples_kernel_mode++;
 	if (task->bpf_net_context) {
 		in_window = window_scale(&window) != 0;

@@ -21,8 +21,6 @@ from steer.model.capabilities import WORKS, Figure, lost_to_kernel
 REMEDIES = [
     (r"STEER_TEST_REFUSE", "unset STEER_TEST_REFUSE (a test's stand-in for a refusing kernel)"),
     (r"sock_recv_length", "Linux 6.3 or later has sock:sock_recv_length"),
-    (r"IRQ_TIME_ACCOUNTING", "--timing exact (its clock brackets softirqs and tasks apart), or a "
-                             "kernel built without CONFIG_IRQ_TIME_ACCOUNTING"),
     (r"kprobe.*ENOENT|ENOENT.*kprobe", "a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y"),
     (r"fexit.*ENOTSUPP|ENOTSUPP.*fexit",
      "a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y)"),
@@ -139,6 +137,7 @@ def run_checks() -> dict:
     from steer.kernel.libc import fs_magic
     from steer.kernel.mounts import BPFFS, TRACEFS, BPF_FS_MAGIC, TRACEFS_MAGIC
     from steer.kernel.privileges import CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN, missing_caps
+    from steer.kernel.btf import irq_time_kept_from_tasks
     from steer.kernel.objects import VMLINUX_BTF
     uname = platform.uname()
     report: dict = {
@@ -148,6 +147,8 @@ def run_checks() -> dict:
         "btf": os.path.exists(VMLINUX_BTF),
         "bpffs": fs_magic(BPFFS) == BPF_FS_MAGIC,
         "tracefs": fs_magic(TRACEFS) == TRACEFS_MAGIC,
+        # CONFIG_IRQ_TIME_ACCOUNTING, told by BTF: the sampled mode weighs its samples so
+        "irq_time_apart": irq_time_kept_from_tasks(),
     }
     # the default, with what --latency adds beside it (optional programs: they change neither
     # the mode nor the hook the default takes, and their figure is marked as the option's)
@@ -253,10 +254,20 @@ def host_rows(report: dict) -> list[tuple[str, str, str, str]]:
     sampler = report.get("sampler")
     if sampler:
         rows.append(("sampler's clock", WORKS, sampler_line(sampler), ""))
+    if "irq_time_apart" in report:
+        rows.append(("tasks' run time", WORKS, IRQ_TIME_LINES[report["irq_time_apart"]], ""))
     steering = report["steering"]
     rows.append(("steering", WORKS if steering.startswith("available") else "missing",
                  steering, ""))
     return rows
+
+
+# what the scheduler's account of a task holds, which the sampled mode's weights are made of
+IRQ_TIME_LINES = {
+    True: "leaves out the interrupts and softirqs on top of the task (CONFIG_IRQ_TIME_"
+          "ACCOUNTING): a sample in one weighs its clock's period",
+    False: "holds the interrupts and softirqs on top of the task (no CONFIG_IRQ_TIME_ACCOUNTING)",
+}
 
 
 def sampler_line(sampler: dict) -> str:

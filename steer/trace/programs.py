@@ -163,34 +163,6 @@ FIGURE_NAMES = {"kernel_time": "kernel time", "kthread_time": "kthread time",
                 "cpumap_drops": "cpumap queue drops", "latency": "latency (--latency)"}
 
 
-# Where the kernel keeps interrupt and softirq time out of tasks' run time, the sampled mode's
-# weights lose it: a sample stands for its task's run time since that task's previous sample
-# (bpf/flowtrace/sampling.bpf.h, sample_weight), so the samples on a task and the softirqs on top
-# of it together stand for the task's time alone. Not measured here: this VM's and Debian's
-# kernels are built without CONFIG_IRQ_TIME_ACCOUNTING (docs/how-it-measures.md)
-IRQ_TIME_KEPT_APART = ("this kernel keeps interrupt and softirq time out of tasks' run time "
-                       "(CONFIG_IRQ_TIME_ACCOUNTING), and the sampled mode weighs each sample by "
-                       "its task's run time")
-IRQ_TIME_LOSS = {
-    "kernel_time": "NET_RX on top of a busy task reads short by the softirqs' share of that "
-                   "task's CPU",
-    "kthread_time": "a kthread that runs softirqs reads short by their share of its CPU",
-    "app_time": "a reader with softirqs on top of it reads short by their share of its CPU",
-}
-
-
-def irq_time_kept_apart(figures: dict) -> dict:
-    """FIGURES (a sampled plan's) on a kernel that keeps irq time out of tasks' run time: the
-    times made of samples degraded, each saying what it reads short, the kernel the cause."""
-    out = dict(figures)
-    for name, loss in IRQ_TIME_LOSS.items():
-        f = out.get(name)
-        if f and f.state != MISSING:
-            out[name] = Figure(DEGRADED, f"{f.how}; {loss}",
-                               "; ".join(w for w in (f.why, IRQ_TIME_KEPT_APART) if w), kernel=True)
-    return out
-
-
 class PlanError(Exception):
     """What was asked for cannot run on this kernel; str() is the one line to show."""
 

@@ -30,7 +30,7 @@ from steer.kernel.probes import fexit_errno
 from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HOOK_LABELS, HOOKED,
                                   HOOKS, LATENCY_MAPS, MAPS, RECV_FUNCS, SECTIONS, TCP_ITERATOR,
                                   TIMING_CHOICES, UDP_READS_FALLBACK, WITHHELD, Plan, PlanError,
-                                  forced_refusals, irq_time_kept_apart, plan)
+                                  forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_SAMPLE_HZ)
 from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
@@ -512,8 +512,6 @@ class Tracer:
 
     def _capabilities(self, p: Plan, counters: CounterSet) -> Capabilities:
         figures = dict(p.figures)
-        if p.timing == "sampled" and self._irq_time_apart:
-            figures = irq_time_kept_apart(figures)
         if self.unreached_namespaces:
             # setns needs CAP_SYS_ADMIN: a walker that kept it exited, or setns was refused
             lost = (f"not counted in the {self.unreached_namespaces} network namespaces steer "

@@ -256,27 +256,3 @@ def test_sampled_timing_counts_the_samples_a_kernel_withholds():
     assert p.timing == "sampled" and WITHHELD not in p.programs
     assert states(p)["kernel_time"] == "degraded"
     assert "idle" in p.figures["kernel_time"].how
-
-
-def test_where_the_kernel_keeps_irq_time_apart_the_sampled_times_say_what_they_read_short():
-    """On a kernel built with CONFIG_IRQ_TIME_ACCOUNTING a task's run time, which the sampled
-    mode weighs its samples by, leaves out the softirqs on top of it: the sampled times made of
-    such weights are degraded, the kernel named as the cause and --timing exact as the way out;
-    bytes and the reader's CPU are not touched, nor is a figure already missing."""
-    from steer.model.capabilities import DEGRADED, MISSING, Figure
-    from steer.trace.check import remedy
-    from steer.trace.programs import IRQ_TIME_LOSS, irq_time_kept_apart, plan
-    figures = plan("sampled", "auto", {}).figures
-    out = irq_time_kept_apart(figures)
-    for name in IRQ_TIME_LOSS:
-        f = out[name]
-        assert f.state == DEGRADED and f.kernel and "CONFIG_IRQ_TIME_ACCOUNTING" in f.why
-        assert f.how.startswith(figures[name].how + "; ") and "short" in f.how
-        assert remedy(f.why).startswith("--timing exact")
-    assert {n: f for n, f in out.items() if n not in IRQ_TIME_LOSS} == \
-        {n: f for n, f in figures.items() if n not in IRQ_TIME_LOSS}
-    lost = irq_time_kept_apart({"app_time": Figure(MISSING, "not measured", "refused", True)})
-    assert lost["app_time"] == Figure(MISSING, "not measured", "refused", True)
-    # a refusal already behind a figure stays named beside it
-    kept = irq_time_kept_apart({"kernel_time": Figure(DEGRADED, "cpu-clock samples", "EPERM")})
-    assert kept["kernel_time"].why.startswith("EPERM; this kernel keeps")
