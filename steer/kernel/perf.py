@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from steer.kernel.errors import KernelError
 from steer.kernel.libc import syscall
+from steer.kernel.privileges import CAP_SYS_ADMIN, effective_caps
 
 
 # perf_event_open: the fields up to config1 (PERF_ATTR_SIZE_VER0, 64 bytes) are all steer sets
@@ -30,7 +31,6 @@ _PERF_FORMAT_TOTAL_TIMES = 1 | 2   # TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING
 PERF_COUNT_SW_CPU_CLOCK = 0
 _PERF_FLAG_FD_CLOEXEC = 1 << 3
 PARANOID = "/proc/sys/kernel/perf_event_paranoid"
-CAP_SYS_ADMIN = 21
 
 
 def paranoid_refusal(path: str = PARANOID, status: str = "/proc/self/status") -> str:
@@ -41,9 +41,8 @@ def paranoid_refusal(path: str = PARANOID, status: str = "/proc/self/status") ->
     try:
         with open(path) as f:
             level = int(f.read())
-        with open(status) as f:
-            caps = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
-    except (OSError, ValueError, StopIteration):
+        caps = effective_caps(status)
+    except (OSError, ValueError):
         return ""
     if level <= 2 or caps & (1 << CAP_SYS_ADMIN):
         return ""
