@@ -272,11 +272,13 @@ def fexit_probe_and_our_load(func: str) -> tuple[int | None, int]:
     flowtrace's own fexit program on FUNC gets alone (0: it loads), after checking the probe's
     encoding on a tp_btf program, which every kernel steer runs on takes."""
     from steer.kernel.errors import KernelError
-    from steer.kernel.objects import BpfObject, bpf_dir
+    from steer.kernel.objects import BpfObject
     from steer.kernel.probes import fexit_errno, tp_btf_errno
+    from steer.trace.tracer import flowtrace_object
     assert tp_btf_errno("netif_receive_skb") == 0
     try:
-        BpfObject(str(bpf_dir() / "flowtrace.bpf.o"), only={f"ft_{func}_exit"}, no_pin=True).close()
+        # the object steer loads on this kernel (flowtrace-nokfunc.bpf.o before 6.2)
+        BpfObject(str(flowtrace_object()), only={f"ft_{func}_exit"}, no_pin=True).close()
         ours = 0
     except KernelError as e:
         ours = e.errno
