@@ -26,6 +26,9 @@ REMEDIES = [
      "a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y)"),
     (r"perf_event_paranoid is", "sysctl kernel.perf_event_paranoid=2 (a file in /etc/sysctl.d/ "
                                 "keeps it), or CAP_SYS_ADMIN"),
+    (r"EPERM.*without CAP_SYS_ADMIN", "CAP_SYS_ADMIN (root): some kernels keep these programs "
+                                      "for it (Debian's 5.10: tp_btf); else a security policy: "
+                                      "kernel lockdown, an LSM or a container's seccomp profile"),
     (r"EPERM", "a security policy denies it: kernel lockdown (/sys/kernel/security/lockdown), "
                "an LSM (SELinux, AppArmor, BPF LSM) or a container's seccomp profile"),
     (r"EACCES|EINVAL", "the verifier rejected it on this kernel: STEER_LIBBPF_DEBUG=1 shows its "

@@ -33,7 +33,8 @@ from steer.trace.programs import (ALL_PROGRAMS, FLUSH_ITERATOR, HOOK_CHOICES, HO
                                   forced_refusals, plan)
 from steer.defaults import (DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FLOWS, DEFAULT_SAMPLE_HZ, DEFAULT_TIMING,
                             MAX_SAMPLE_HZ)
-from steer.kernel.privileges import CAP_BPF, CAP_PERFMON, SECCOMP_BPF, require_caps, seccomp_filtered
+from steer.kernel.privileges import (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, SECCOMP_BPF, missing_caps,
+                                     require_caps, seccomp_filtered)
 from steer.model.flowarrays import FlowArrays
 from steer.model.topology import read_int
 from steer.model.capabilities import DEGRADED, MISSING, WORKS, Capabilities, Figure
@@ -110,6 +111,8 @@ def refusal(program: str, e: KernelError, refused_maps: dict[str, str] | None = 
     paranoid = paranoid_refusal() if e.errno == errno.EACCES else ""
     if paranoid and SECTIONS[program].startswith(("perf_event", "kprobe")):
         code += f"; {paranoid}"   # the perf event it is attached by, refused before the program
+    elif e.errno == errno.EPERM and missing_caps([CAP_SYS_ADMIN]):
+        code += "; without CAP_SYS_ADMIN"   # which some kernels keep programs for (5.10: tp_btf)
     if e.uses_map and refused_maps and e.uses_map in refused_maps:
         code = f"it uses the map {e.uses_map}, which the kernel refused: {refused_maps[e.uses_map]}"
     return f"the kernel refused {SECTIONS[program]} ({code})"

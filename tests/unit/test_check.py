@@ -61,6 +61,8 @@ def test_remedies_follow_the_kernels_answer():
                                       "file or directory)")
     assert "6.3" in remedy("this kernel has no sock:sock_recv_length (Linux 6.3+)")
     assert "lockdown" in remedy("the kernel refused fexit/tcp_recvmsg (EPERM: x)")
+    assert remedy("the kernel refused tp_btf/softirq_entry (EPERM: x; without CAP_SYS_ADMIN)") \
+        .startswith("CAP_SYS_ADMIN (root): some kernels keep these programs for it")
     assert "trampolines" in remedy("the kernel refused fexit/tcp_recvmsg (ENOTSUPP: x)")
     assert "PMU" in remedy("unavailable: no hardware PMU (perf_event_open: ENOENT)")
     assert "STEER_TEST_REFUSE" in remedy("the kernel refused iter/tcp (STEER_TEST_REFUSE)")
