@@ -93,6 +93,8 @@ def test_debian_package_installs_runs_and_purges_clean(debian_package):
     deb = debian_package
     files = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True,
                            check=True).stdout
+    carried = set(re.findall(r"/steer/bpf/(\S+\.bpf\.o)$", files, re.M))
+    assert carried == {"flowtrace.bpf.o", "flowtrace-nokfunc.bpf.o", "steer.bpf.o"}, carried
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "STEER_BPF_DIR", "VIRTUAL_ENV")}
     env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
