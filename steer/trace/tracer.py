@@ -202,6 +202,7 @@ class Tracer:
         self.refused: dict[str, str] = {}   # program -> why it is not running, as start() found
         self.refused_maps: dict[str, str] = {}   # map -> why the kernel would not create it
         self._irq_time_apart = False    # the kernel keeps irq time out of tasks' (start())
+        self._steal_off = 0             # run_clock.bpf.h's STEAL_OFF, from BTF (start())
         self.app_hook_used: str | None = None    # which of programs.HOOKS (or "off") start() chose
         self.unreached_namespaces = 0   # the TCP walk: namespaces it could not enter
         self._unreached_why = ""        # and the first such namespace's error
@@ -237,10 +238,6 @@ class Tracer:
             raise TracerError(
                 f"no kernel BTF at {btf}: CO-RE needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
                 + ("" if self.btf else " (or pass --btf FILE)"))
-        obj_path = flowtrace_object()
-        if not obj_path.exists():
-            raise TracerError(f"{obj_path} is not built: run `make` in the steer checkout "
-                              "(needs clang, bpftool and libbpf-dev)")
         if self.app_hook not in HOOK_CHOICES:
             raise TracerError(f"unknown app hook {self.app_hook!r}: choose from "
                               f"{', '.join(HOOK_CHOICES)}")
@@ -257,8 +254,13 @@ class Tracer:
         except PlanError as e:
             raise TracerError(str(e)) from None
         with shared_vmlinux_btf():   # a dozen questions, one parse
+            obj_path = flowtrace_object()
+            if not obj_path.exists():
+                raise TracerError(f"{obj_path} is not built: run `make` in the steer checkout "
+                                  "(needs clang, bpftool and libbpf-dev)")
             refused = self.refused = self._absent(forced)   # filled in as the kernel answers
             self._irq_time_apart = irq_time_kept_from_tasks()
+            self._steal_off = kvm_steal_offset()
         self._drop_reasons = {} if "ft_kfree_skb" in refused else drop_reason_names()
         ranges: list[tuple[int, int]] = []
         if self.profile:
@@ -474,7 +476,7 @@ class Tracer:
                                                   else 0),
                          windows=1 if self._windowed(p) else 0,
                          irq_time_apart=1 if self._irq_time_apart else 0,
-                         steal_off=kvm_steal_offset())
+                         steal_off=self._steal_off)
         for i, (lo, hi) in enumerate(text or ()):
             cfg.text[i][0], cfg.text[i][1] = lo, hi
         sizes = {"flows": self.max_flows, "udp_ring": os.sysconf("SC_PAGESIZE"),
