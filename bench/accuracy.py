@@ -903,7 +903,8 @@ def main(argv=None) -> int:
             # of this machine ran (not judged: said, so that a figure out of bounds can be read)
             stolen, beside = steal_seconds((a, b)) - stolen, beside.stop()
             said = [f"the host took {stolen:.2f} CPU-s"] if stolen else []
-            said += [t for t in (bystanders_text(beside),) if t]
+            text = bystanders_text(beside)
+            said += [text] if text else []
             print(": " + "; ".join(said) if said else "", flush=True)
             for r in got:
                 r["n"] = n

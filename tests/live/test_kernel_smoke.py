@@ -17,6 +17,7 @@ from bench.odds import DISPERSION, z_for
 from bench.peer import NetRxBrackets
 from steer.experiment.lab import Lab, LabFlow
 from steer.model.topology import online_cpus
+from steer.trace.tracer import net_rx_softirqs
 from witness import TraceEvents
 
 pytestmark = [live, beside_guest, two_cpus]
@@ -246,13 +247,13 @@ def _witnessed_flow(timing: str):
             witness.start()
             if brackets:
                 brackets.measure()   # from here
-            counts = _net_rx_counts()
+            counts = net_rx_softirqs()
             lab.start()
             (r,) = lab.wait(timeout=60)
             skbs = witness.stop()
             net_rx = {str(c): round(m["ns"] / 1e9, 4)
                       for c, m in (brackets.measure() if brackets else {}).items()}
-            ran = {c for c, n in _net_rx_counts().items() if n > counts.get(c, 0)}
+            ran = {c for c, n in net_rx_softirqs().items() if n > counts.get(c, 0)}
         out, err = flows.communicate(timeout=120)
     finally:
         if flows:
@@ -262,15 +263,6 @@ def _witnessed_flow(timing: str):
             brackets.close()
     assert flows.returncode == 0, err
     return r, json.loads(out), skbs, net_rx, ran
-
-
-def _net_rx_counts() -> dict[int, int]:
-    """Each CPU's NET_RX softirqs since boot, /proc/softirqs'."""
-    with open("/proc/softirqs") as f:
-        lines = f.read().splitlines()
-    cpus = [int(c.removeprefix("CPU")) for c in lines[0].split()]
-    row = next(line.split()[1:] for line in lines if line.split()[0] == "NET_RX:")
-    return dict(zip(cpus, map(int, row)))
 
 
 def _kernel_cpu_decided(net_rx: dict, samples: int | None) -> bool:
