@@ -10,6 +10,7 @@ import time
 import pytest
 
 from helpers import CALM, ROOT, alone, hold_accuracy_rows, live
+from steer.trace.tracer import net_rx_softirqs
 
 pytestmark = [live, alone]
 BENCHES = ["overhead", "bulk", "rr", "syscall_tax", "roundtrip", "event_cost", "steering_cost", "scale",
@@ -219,12 +220,6 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     assert not wide, wide
 
 
-def _net_rx_counts() -> list[int]:
-    with open("/proc/softirqs") as f:
-        return next([int(x) for x in line.split()[1:]] for line in f
-                    if line.split()[0] == "NET_RX:")
-
-
 def test_the_per_cpu_net_rx_truth_counts_every_softirq_and_knows_its_own_cost():
     """bench.peer.NetRxBrackets, the matrix's per-CPU NET_RX truth, on a UDP flow of small
     datagrams (a steady ~10^5 softirqs a second on the sender's CPU):
@@ -254,12 +249,12 @@ def test_the_per_cpu_net_rx_truth_counts_every_softirq_and_knows_its_own_cost():
         truth = NetRxBrackets()
         floor = BpfObject(str(bpf_dir() / "floor.bpf.o"), only={"floor_clock"}, no_pin=True)
         try:
-            c0 = _net_rx_counts()
+            c0 = net_rx_softirqs()
             s0, t0 = steal_seconds(), time.monotonic()
             truth.measure()
             time.sleep(2.0)
             whole = truth.measure()[cpu]
-            c1 = _net_rx_counts()
+            c1 = net_rx_softirqs()
             kernel = c1[cpu] - c0[cpu]
             assert abs(whole["count"] - kernel) <= 0.01 * kernel + 50, (whole, kernel)
             assert whole["ns"] == pytest.approx(whole["raw"] - whole["count"] * whole["overhead"])

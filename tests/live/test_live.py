@@ -22,7 +22,7 @@ from steer.model.flows import build_snapshot
 from steer.experiment.lab import BASE_PORT, RECEIVER_DEV, Lab, LabFlow, lab_namespaces
 from steer.model.topology import online_cpus, read_topology
 from steer.trace.programs import SOCKET_PROGRAMS
-from steer.trace.tracer import Tracer
+from steer.trace.tracer import Tracer, net_rx_softirqs
 from steer.trace.windows import DEFAULT_CYCLE
 from witness import ReceivedTcpBytes, matches_witness
 
@@ -32,14 +32,6 @@ TRAFFIC_SECONDS = 5
 MID_WINDOW = (1.0, 4.0)   # seconds after the clients start: steady traffic for CPU-time checks
 
 
-def proc_softirqs_net_rx() -> list[int]:
-    with open("/proc/softirqs") as f:
-        for line in f:
-            if line.strip().startswith("NET_RX:"):
-                return [int(x) for x in line.split()[1:]]
-    raise AssertionError("no NET_RX line in /proc/softirqs")
-
-
 @dataclass
 class Run:
     results: list
@@ -47,8 +39,8 @@ class Run:
     raw_before: object
     raw_after: object
     mid: object           # snapshot over the steady middle window
-    softirqs_before: list
-    softirqs_after: list
+    softirqs_before: dict[int, int]   # CPU -> NET_RX softirqs since boot (/proc/softirqs)
+    softirqs_after: dict[int, int]
     peer_net_rx_ns: float | None   # a second
     peer_window: float
     mid_net_rx_ns: int
@@ -63,7 +55,7 @@ def run():
     try:
         with Lab(flows, seconds=TRAFFIC_SECONDS) as lab:
             lab.start_servers()
-            sirq0 = proc_softirqs_net_rx()
+            sirq0 = net_rx_softirqs()
             raw0 = tracer.sample()
             t0 = time.monotonic()
             lab.start_clients()
@@ -87,7 +79,7 @@ def run():
             results = lab.wait(timeout=TRAFFIC_SECONDS + 20)
             time.sleep(0.2)   # let the last softirqs finish before the final read
             raw1 = tracer.sample()
-            sirq1 = proc_softirqs_net_rx()
+            sirq1 = net_rx_softirqs()
     finally:
         tracer.stop()
     caps = tracer.capabilities
