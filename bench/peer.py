@@ -86,7 +86,7 @@ class NetRxBrackets:
         self._t = time.monotonic()
 
     def _read(self) -> list[tuple[int, ...]]:
-        return [struct.unpack_from("15Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
+        return [struct.unpack_from("19Q", v) for v in self.cpus.lookup(struct.pack("I", 0))]
 
     def watch_clock(self, prog_id: int) -> None:
         """Count each CPU's expiries of the clock of the perf events that run program PROG_ID
@@ -96,6 +96,11 @@ class NetRxBrackets:
             "QII", perf_hrtimer_address(), prog_id, 0))
         self.obj.attach("truth_clock_expiry")
 
+    def steal_inside(self) -> int:
+        """The steal inside NET_RX brackets on all CPUs since they were attached (ns): read at
+        a peer's window's two ends, the part of its time the brackets leave out."""
+        return sum(v[16] for v in self._read())
+
     def measure(self) -> dict[int, dict]:
         """Since the previous measure() (or the start): CPU -> {ns (the NET_RX time, the brackets'
         own cost taken off), raw (as the brackets read it), count (softirqs), overhead (ns a
@@ -103,7 +108,9 @@ class NetRxBrackets:
         gated_count, polled and polled_count (with POLLS: those in which a NAPI poll took packets
         in; the rest only sent RPS IPIs, or found nothing), landed and landed_polled (with
         watch_clock: the clock's expiries inside them, and inside those that took packets
-        in)}, for the CPUs that ran any; the window's length in self.elapsed."""
+        in), steal (ns the host took the CPU away inside them, which the brackets leave out and a
+        wall clock's brackets, a peer tool's, count)}, for the CPUs that ran any; the window's
+        length in self.elapsed."""
         cur, now = self._read(), time.monotonic()
         out = {}
         for cpu, (a, b) in enumerate(zip(self._last, cur)):
@@ -111,12 +118,14 @@ class NetRxBrackets:
             gated, gn = b[7] - a[7], b[8] - a[8]
             polled, pn = b[10] - a[10], b[11] - a[11]
             landed, landed_polled = b[13] - a[13], b[14] - a[14]
+            steal = b[16] - a[16]
             if n:
                 over = gap / gaps if gaps else 0.0
                 out[cpu] = {"ns": ns - n * over, "raw": ns, "count": n, "overhead": over,
                             "gated": gated - gn * over, "gated_count": gn,
                             "polled": polled - pn * over, "polled_count": pn,
-                            "landed": landed, "landed_polled": landed_polled}
+                            "landed": landed, "landed_polled": landed_polled,
+                            "steal": steal}
         self.elapsed, self._last, self._t = now - self._t, cur, now
         return out
 
@@ -198,24 +207,95 @@ def softirqs_tool(seconds: float) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
+# what a process's attached BPF program holds open, as /proc/PID/fd names it (a raw
+# tracepoint's, before the kernel made it a link, the second)
+LINK_FDS = ("anon_inode:bpf_link", "anon_inode:bpf-raw-tracepoint")
+
+
+def bpf_links_held(pid: int) -> int:
+    """How many BPF links (attached programs) process PID holds open."""
+    held = 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return 0
+    for fd in fds:
+        try:
+            held += os.readlink(f"/proc/{pid}/fd/{fd}") in LINK_FDS
+        except OSError:
+            continue
+    return held
+
+
+def wait_attached(tool: subprocess.Popen, links: int = 2, timeout: float = 10.0,
+                  poll: float = 0.005) -> float:
+    """The moment (time.monotonic()) TOOL holds LINKS BPF links: a peer tool such as softirqs_tool's
+    has attached its programs (entry and exit), and its window opens; at most POLL late.
+    PeerStartError where it ends or takes TIMEOUT first."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if bpf_links_held(tool.pid) >= links:
+            return time.monotonic()
+        if tool.poll() is not None:
+            raise PeerStartError(f"softirqs exited ({tool.returncode}) before it attached")
+        time.sleep(poll)
+    raise PeerStartError(f"softirqs had not attached its programs after {timeout:g} s")
+
+
 class PeerStartError(ValueError):
     """A `softirqs` reading no host can have; str() says what it read."""
 
 
 def softirqs_net_rx(out: str, seconds: float) -> float | None:
-    """NET_RX ns a second from what softirqs_tool(SECONDS) printed (None: no NET_RX line).
-    PeerStartError where it reads more than a second a second per CPU: a softirq under way when
-    the tool's entry program was attached and not yet its exit program is timed from a zeroed
-    per-CPU start, i.e. as the boot clock (86,775 s over 3 s once, the VM's uptime)."""
+    """NET_RX ns a second from what softirqs_tool(SECONDS) printed (None: no NET_RX line);
+    PeerStartError where a softirq under way at its attach spoilt it (softirqs_reading)."""
+    reading = softirqs_reading(out, seconds)
+    return reading[0] if reading else None
+
+
+def softirqs_reading(out: str, seconds: float,
+                     opened: float | None = None) -> tuple[float, int] | None:
+    """NET_RX ns a second from what softirqs_tool(SECONDS) printed, and how many softirqs timed
+    from 0 came off it (None: no NET_RX line).
+
+    A softirq under way when the tool's entry program was attached and not yet its exit
+    program is timed from a zeroed per-CPU start, i.e. as the boot clock: its reading then
+    holds that CPU's NET_RX exit's moment on CLOCK_MONOTONIC, once for each such CPU (86,775 s
+    over 3 s once, the VM's uptime). Given the moment the tool had attached (OPENED, by
+    wait_attached), each such exit lies within a few milliseconds of it, and comes off
+    (started_mid_softirq says how many); else, or where what is left is no reading a host can
+    have, PeerStartError."""
     m = re.search(r"^net_rx\s+(\d+)", out, re.M)
     if not m:
         return None
-    per_second = int(m.group(1)) / max(1, round(seconds))
-    if per_second > 1e9 * (os.cpu_count() or 1):
-        raise PeerStartError(f"softirqs read {per_second / 1e9:.3g} s a second of NET_RX on "
-                             f"{os.cpu_count()} CPUs: a softirq that began before it attached, "
-                             "timed from 0")
-    return per_second
+    total, cpus, window = int(m.group(1)), os.cpu_count() or 1, max(1, round(seconds))
+    mid = started_mid_softirq(total, window, cpus, opened)
+    if mid is None:
+        raise PeerStartError(f"softirqs read {total / window / 1e9:.3g} s a second of NET_RX on "
+                             f"{cpus} CPUs: a softirq that began before it attached, timed "
+                             "from 0")
+    return (total - mid * opened * 1e9 if mid else total) / window, mid
+
+
+def started_mid_softirq(total: int, window: int, cpus: int, opened: float | None) -> int | None:
+    """How many of the NET_RX softirqs in a softirqs reading of TOTAL ns over WINDOW s were timed
+    from 0 (softirqs_net_rx): 0 where TOTAL is a reading CPUS can have; else as many times as
+    OPENED (the tool's attach, CLOCK_MONOTONIC seconds) fits in it, where what is left can be
+    had, and at most one a CPU; None where it cannot be told."""
+    most = 1e9 * cpus * window
+    if total <= most:
+        return 0
+    if not opened:
+        return None
+    mid = round(total / (opened * 1e9))
+    rest = total - mid * opened * 1e9
+    return mid if 1 <= mid <= cpus and -mid * MID_SOFTIRQ_NS <= rest <= most else None
+
+
+# how far from the tool's attach, as wait_attached saw it, the exit of a softirq under way at
+# the attach may lie, either way: wait_attached's poll (at most 5 ms late), and the softirq's
+# own rest (net_rx_action stops after 2 ms, netdev_budget_usecs), with room to spare
+MID_SOFTIRQ_NS = 10_000_000
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* truth.bpf.c's records, as bench/peer.py and the tests read them. The per-CPU one: fifteen
+/* truth.bpf.c's records, as bench/peer.py and the tests read them. The per-CPU one: nineteen
  * __u64, in this order. */
 #ifndef __TRUTH_H
 #define __TRUTH_H
@@ -16,6 +16,13 @@ struct truth_landing {
 	__u64 polled;	/* of count, inside brackets that took packets in (truth_poll) */
 };
 
+/* the time the host took the CPU away (run_clock.bpf.h's steal) inside brackets: what a clock
+ * that counts it, such as a peer tool's, holds beyond the brackets' time */
+struct truth_steal_in {
+	__u64 start;	/* the steal clock at the open bracket's start */
+	__u64 ns;	/* inside the closed brackets */
+};
+
 struct truth_cpu {
 	struct truth_bracket net_rx;	/* softirq_entry to softirq_exit of each NET_RX softirq */
 	struct truth_bracket gap;	/* from one program's last clock read to the next one's first */
@@ -26,6 +33,8 @@ struct truth_cpu {
 	/* with truth_clock_expiry attached in the same object, the sampler's clock expiries that
 	 * began inside a NET_RX bracket: where its samples landed, whatever steer made of them */
 	struct truth_landing landed;
+	struct truth_steal_in steal;	/* inside net_rx */
+	struct truth_steal_in gap_steal;	/* inside gap: the same code, so the same cost */
 };
 
 /* The gate: where userspace gives it a map of this shape that another object writes (steer's
