@@ -83,8 +83,8 @@ BOUNDS = {
     # 1.3%, -7.7% at worst, over 175 figures of the suite's record, and -17% to -84% where the
     # host took from the CPUs). Its own cost sits inside its brackets, and a softirq under way
     # at its attach, timed from 0, comes off (bench.peer.softirqs_reading). So the exact mode
-    # read -1.0% to -2.6% against it (30 figures, 5 scenarios, 6 runs, 2026-12-02; UDP's
-    # 175,000 softirqs a second the lowest): -10%..+5% lies 5.7 of the old spreads and more from
+    # read -1.0% to -2.6% against it (32 figures of 5 scenarios in 7 runs, sd 0.5%, 2026-12-02;
+    # UDP's 175,000 softirqs a second the lowest): -10%..+5% lies 5.7 of the old spreads from
     # the old mean, and fails a figure 0.85x or 1.15x off. The bounds widen either way by the
     # steal the host took over the tool's start and end, which may lie in its window and not in
     # the brackets' (truth_spread). What the

@@ -176,7 +176,7 @@ def test_the_accuracy_matrix_holds_every_figure_to_its_bounds(tmp_path, held):
     which fail (2026-12-02); the flows' seconds there (-57%..+32%) would not. And the exact
     mode against the peer tool, libbpf-tools `softirqs`, over the tool's own window from its
     attach to its read, less the steal inside the brackets over it: -1.0% to -2.6% within
-    -10%..+5% (30 figures, 6 runs), and with --mutate 0.85 and 1.15 every such figure fails
+    -10%..+5% (32 figures, 7 runs), and with --mutate 0.85 and 1.15 every such figure fails
     (-16.0% .. -17.2%, +12.1% .. +13.7%; `--modes exact --scenarios 1,2,6,7,8`, 2026-12-02),
     where it had been held to -25%..+25% with the steal left in."""
     r = subprocess.run([sys.executable, "-m", "bench.accuracy", "--seconds", "3", "--sample-hz",
